@@ -1,0 +1,223 @@
+"""The context tree: adding, placement, fan-out, invariants, rendering, JSON export."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trace_core import CTree, MessageNode, SessionFileError, TopicNode
+from trace_core.invariants import InvariantError, check_invariants
+from trace_core.judges import Placement
+
+
+def ex(user: str, assistant: str = "ok, noted", system: str | None = None) -> list[dict]:
+    msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+    if system:
+        msgs.insert(0, {"role": "system", "content": system})
+    return msgs
+
+
+class ScriptedJudge:
+    """Placements from a list: ("continue",) or ("new", level). Names are numbered."""
+
+    def __init__(self, decisions):
+        self.decisions = list(decisions)
+        self.n = 0
+
+    def place(self, ctx):
+        action, *rest = self.decisions.pop(0) if self.decisions else ("continue",)
+        self.n += 1
+        if action == "new":
+            level = min(rest[0], len(ctx.path_names) - 1)
+            return Placement("new", level, f"Topic {self.n}", "llm", "scripted")
+        return Placement("continue", len(ctx.path_names) - 1, "", "llm", "scripted")
+
+    def name_topic(self, texts):
+        return f"Group {len(texts)}"
+
+    def summarize(self, texts):
+        return " ".join(u for u, _ in texts)[:80]
+
+    def approve_merge(self, a, b):
+        return True, "scripted"
+
+
+def scripted_tree(decisions, embed, max_children=3) -> CTree:
+    return CTree(max_children=max_children, judge="llm", embed_fn=embed, llm_judge=ScriptedJudge(decisions))
+
+
+@pytest.mark.parametrize(
+    "messages, problem",
+    [
+        ("hello", "list of messages"),
+        ([{"role": "user", "content": "hi"}], "exactly one assistant"),
+        ([{"role": "assistant", "content": "hi"}], "exactly one user"),
+        ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "  "}], "empty content"),
+        ([{"role": "user", "content": 3}, {"role": "assistant", "content": "x"}], "not str"),
+        ([{"role": "bot", "content": "x"}, {"role": "assistant", "content": "x"}], "role 'bot'"),
+        (["hi", {"role": "assistant", "content": "x"}], "not a dict"),
+        (ex("a") + ex("b"), "exactly one user"),
+    ],
+)
+def test_add_rejects_bad_exchanges_and_stores_nothing(messages, problem, hash_embed):
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    tree.add(ex("first"))
+    before = tree.snapshot()
+    with pytest.raises(ValueError, match=problem):
+        tree.add(messages)
+    assert tree.snapshot() == before
+    check_invariants(tree)
+
+
+def test_first_exchange_opens_a_topic_under_root(hash_embed):
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    assert tree.current_node is tree.root
+    node = tree.add(ex("Tell me about black holes", "They are regions of spacetime"))
+    assert isinstance(node, MessageNode)
+    topic = tree.current_node
+    assert isinstance(topic, TopicNode) and topic.parent is tree.root
+    assert 2 <= len(topic.topic_name.split()) <= 5
+    assert tree.conversation == ex("Tell me about black holes", "They are regions of spacetime")
+    check_invariants(tree)
+
+
+def test_system_message_is_kept_with_its_exchange(hash_embed):
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    node = tree.add(ex("what did the tool say?", "it said 42", system="tool result: 42"))
+    assert node.system == "tool result: 42"
+    assert [m["role"] for m in tree.conversation] == ["system", "user", "assistant"]
+
+
+def test_scripted_decisions_shape_the_tree(hash_embed):
+    tree = scripted_tree([("new", 0), ("continue",), ("new", 1), ("new", 0)], hash_embed, max_children=5)
+    for i in range(4):
+        tree.add(ex(f"message {i}"))
+        check_invariants(tree)
+    t1, t4 = tree.root.topic_children
+    assert [m.index for m in t1.message_children] == [0, 1]
+    (t3,) = t1.topic_children  # "new under level 1" = a subtopic of Topic 1
+    assert [m.index for m in t3.message_children] == [2]
+    assert tree.current_node is t4 and (t4.start_index, t4.end_index) == (3, 3)
+    assert (t1.start_index, t1.end_index) == (0, 2)
+    assert [t.topic_name for t in tree.get_ancestors(t3)] == ["ROOT", "Topic 1", "Topic 3"]
+    assert tree.get_ancestors(t3, include_self=False, exclude_root=True) == [t1]
+
+
+def test_too_many_exchanges_expand_into_subtopics(hash_embed):
+    tree = scripted_tree([("new", 0)] + [("continue",)] * 9, hash_embed, max_children=3)
+    for i in range(10):
+        tree.add(ex(f"message number {i}"))
+        check_invariants(tree)
+    topic = tree.root.topic_children[0]
+    assert topic.message_count == 10
+    assert all(len(t.message_children) <= 3 for t in tree.iter_topics())
+    # the newest exchange sits in the current node, where the next one continues
+    assert tree._exchanges[-1].parent is tree.current_node
+
+
+def test_too_many_topics_split_under_intermediate_topics(hash_embed):
+    tree = scripted_tree([("new", 0)] * 12, hash_embed, max_children=3)
+    for i in range(12):
+        tree.add(ex(f"topic {i}"))
+        check_invariants(tree)
+    assert len(tree.root.topic_children) <= 3
+    assert tree.root.message_count == 12
+
+
+def test_invariant_checker_catches_damage(hash_embed):
+    tree = scripted_tree([("new", 0), ("continue",), ("new", 0)], hash_embed)
+    for i in range(3):
+        tree.add(ex(f"m {i}"))
+    topic = tree.root.topic_children[0]
+    topic.end_index = 7
+    with pytest.raises(InvariantError, match="range"):
+        check_invariants(tree)
+    topic.end_index = 1
+    check_invariants(tree)
+    moved = topic.children.pop()
+    with pytest.raises(InvariantError):
+        check_invariants(tree)
+    topic.children.append(moved)
+
+
+decision = st.one_of(st.just(("continue",)), st.tuples(st.just("new"), st.integers(0, 6)))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(decisions=st.lists(decision, min_size=1, max_size=40), max_children=st.integers(2, 5))
+def test_invariants_hold_for_any_sequence_of_decisions(decisions, max_children, hash_embed):
+    tree = scripted_tree(decisions, hash_embed, max_children=max_children)
+    for i in range(len(decisions)):
+        tree.add(ex(f"exchange {i} about subject {i % 4}"))
+        check_invariants(tree)
+        # temporal ordering: the newest exchange hangs on the active path
+        assert tree._exchanges[-1].parent in tree.active_path()
+
+
+def test_print_tree_format(hash_embed, capsys):
+    tree = scripted_tree([("new", 0), ("continue",), ("new", 0)], hash_embed)
+    for i in range(3):
+        tree.add(ex(f"message {i}"))
+    tree.print_tree()
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "ROOT [0:2] (6 msgs)"
+    assert out[1] == "├─ Topic 1 [0:1] (4 msgs)"
+    assert out[2] == "│     message 0 message 1"  # the frozen topic's summary
+    assert out[3] == "└─ Topic 3 [2:2] (2 msgs) *"
+    tree.print_tree(show_messages=True)
+    assert "#0 message 0" in capsys.readouterr().out
+
+
+def test_json_export_roundtrip(tmp_path, hash_embed):
+    tree = scripted_tree([("new", 0), ("continue",), ("new", 1), ("new", 0), ("continue",)], hash_embed)
+    for i in range(5):
+        tree.add(ex(f"message {i}"))
+    path = tmp_path / "tree.json"
+    tree.save(str(path), save_conversation=True)
+    data = json.loads(path.read_text())
+    assert data["format"] == "trace-ctree" and data["version"] == 1
+    loaded = CTree.load(str(path), embed_fn=hash_embed, judge="embedding")
+    check_invariants(loaded)
+    assert loaded.snapshot() == tree.snapshot()
+    loaded.add(ex("one more"))
+    check_invariants(loaded)
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        (b"", "not valid JSON"),
+        (b'{"format": "trace-ctree", "version": 1, "root": {"type": "topic"', "not valid JSON"),
+        (b'{"hello": "world"}', "not a TRACE tree export"),
+        (b'{"format": "trace-ctree", "version": 99}', "newer TRACE"),
+        (b'{"format": "trace-ctree", "version": 1, "root": {"type": "topic"}}', "damaged"),
+        (b"\xff\xfe\x00binary", "not a text file"),
+    ],
+)
+def test_bad_json_exports_get_a_clear_error_and_stay_untouched(tmp_path, content, problem, hash_embed):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(SessionFileError, match=problem) as err:
+        CTree.load(str(path), embed_fn=hash_embed, judge="embedding")
+    assert str(path) in str(err.value)
+    assert path.read_bytes() == content
+
+
+def test_auto_save_path_exports_after_each_add(tmp_path, hash_embed):
+    path = tmp_path / "auto.json"
+    tree = CTree(judge="embedding", embed_fn=hash_embed, auto_save_path=str(path))
+    tree.add(ex("one"))
+    tree.add(ex("two"))
+    assert len(CTree.load(str(path), embed_fn=hash_embed, judge="embedding")._exchanges) == 2
+
+
+def test_events_say_which_judge_decided(hash_embed):
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    seen = []
+    tree.on_event(seen.append)
+    tree.add(ex("hello there"))
+    decided = [e for e in seen if type(e).__name__ == "JudgeDecided"]
+    assert decided and decided[0].judge == "embedding" and decided[0].reason

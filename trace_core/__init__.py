@@ -1,0 +1,31 @@
+"""TRACE: a context-tree memory engine for LLM chat.
+
+``from trace_core import CTree, VectorDatabase, PromptSynthesizer`` — the names of
+the TRACE README. Nothing heavy is imported here: torch and sentence-transformers
+load when an embedder is first used.
+"""
+
+from .nodes import MessageNode, TopicNode
+from .store import ConversationVector, EmbedderMismatchError, SessionFileError, VectorDatabase
+from .tree import CTree, SessionConflictError
+
+__all__ = [
+    "CTree",
+    "ConversationVector",
+    "EmbedderMismatchError",
+    "MessageNode",
+    "PromptSynthesizer",
+    "SessionConflictError",
+    "SessionFileError",
+    "TopicNode",
+    "VectorDatabase",
+]
+
+
+def __getattr__(name: str):
+    # PromptSynthesizer lives in its own module; import it on first use
+    if name == "PromptSynthesizer":
+        from .synthesizer import PromptSynthesizer
+
+        return PromptSynthesizer
+    raise AttributeError(name)

@@ -1,0 +1,272 @@
+"""Who decides: every structural decision goes through one small interface.
+
+- ``EmbeddingJudge`` needs no LLM: cosine of the exchange to the current topic and
+  its ancestors, extractive names and summaries, a strict merge rule.
+- ``LLMJudge`` asks an OpenAI-compatible model for JSON and validates the answer.
+- ``Judges`` combines them by mode: ``"embedding"``, ``"llm"`` or ``"auto"`` (the
+  embedding judge answers when its cosine is clearly above or below the threshold;
+  only the doubtful middle goes to the LLM). Any LLM failure falls back to the
+  embedding judge, and the placement says which judge decided and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from . import prompts
+from .llm import JSONLLM, LLMError
+from .textutil import clean_name, extractive_name, extractive_summary
+
+
+@dataclass
+class PlacementContext:
+    path_names: list[str]  # ROOT ... current topic
+    user: str
+    assistant: str
+    vector: np.ndarray  # the exchange, unit length
+    recent_vector: np.ndarray | None  # the current topic's last exchanges
+    path_vectors: list[np.ndarray | None]  # centroid of each path node (None: empty/ROOT)
+
+
+@dataclass
+class Placement:
+    action: str  # "continue" | "new"
+    parent_level: int = 0  # for "new": index into the path (0 = ROOT)
+    name: str = ""
+    judge: str = "embedding"
+    reason: str = ""
+    confident: bool = True
+
+
+@dataclass
+class TopicDigest:
+    """What a merge decision sees of a topic."""
+
+    name: str
+    summary: str
+    vector: np.ndarray
+    text: str = ""  # the topic's raw text (first exchanges), for the embedding veto
+
+
+def cosine(a: np.ndarray | None, b: np.ndarray | None) -> float:
+    if a is None or b is None:
+        return 0.0
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0 or nb == 0:
+        return 0.0
+    return float(np.dot(a, b) / (na * nb))
+
+
+@dataclass
+class EmbeddingJudge:
+    """Placement by cosine. Thresholds are for all-MiniLM-L6-v2 (tuned on LoCoMo dev)."""
+
+    continue_threshold: float = 0.30  # recent-topic cosine at or above: same topic
+    branch_threshold: float = 0.30  # ancestor cosine at or above: new topic under it
+    doubt_margin: float = 0.10  # auto mode: within this of the threshold is doubtful
+    merge_threshold: float = 0.65  # the stricter veto rule (see ``approve_merge``)
+    masked_threshold: float = 0.35
+    name = "embedding"
+
+    def place(self, ctx: PlacementContext) -> Placement:
+        if len(ctx.path_names) == 1:
+            return Placement("new", 0, self.name_for(ctx), "embedding", "the first exchange opens a topic")
+        sim = cosine(ctx.vector, ctx.recent_vector)
+        confident = abs(sim - self.continue_threshold) >= self.doubt_margin
+        if sim >= self.continue_threshold:
+            return Placement(
+                "continue", len(ctx.path_names) - 1, "", "embedding",
+                f"cosine {sim:.2f} to the current topic ≥ {self.continue_threshold:.2f}", confident,
+            )
+        # a new topic under the deepest path node it still resembles
+        level, best = 0, 0.0
+        for i in range(len(ctx.path_names) - 1, 0, -1):
+            s = cosine(ctx.vector, ctx.path_vectors[i])
+            if s >= self.branch_threshold:
+                level, best = i, s
+                break
+        where = f"under {ctx.path_names[level]} (cosine {best:.2f})" if level else "under ROOT"
+        return Placement(
+            "new", level, self.name_for(ctx), "embedding",
+            f"cosine {sim:.2f} to the current topic < {self.continue_threshold:.2f}; new topic {where}", confident,
+        )
+
+    @staticmethod
+    def name_for(ctx: PlacementContext) -> str:
+        return extractive_name(f"{ctx.user}\n{ctx.assistant}")
+
+    def name_topic(self, texts: list[tuple[str, str]]) -> str:
+        return extractive_name("\n".join(f"{u}\n{a}" for u, a in texts))
+
+    def summarize(self, texts: list[tuple[str, str]]) -> str:
+        return extractive_summary(texts)
+
+    def approve_merge(self, a: TopicDigest, b: TopicDigest, embed: Callable[[list[str]], np.ndarray]) -> tuple[bool, str]:
+        """The stricter rule used without an LLM.
+
+        Two topics merge only if their summaries are close (cosine ≥ merge_threshold)
+        *and* stay close once the words they share in their names are masked out: two
+        topics that are alike only through a shared word ("Python" the snake and
+        "Python" the language) fall apart when that word is hidden.
+        """
+        sim = cosine(a.vector, b.vector)
+        if sim < self.merge_threshold:
+            return False, f"cosine {sim:.2f} < {self.merge_threshold:.2f} (embedding veto rule)"
+        shared = {w.lower() for w in a.name.split()} & {w.lower() for w in b.name.split()}
+        if not shared:
+            return True, f"cosine {sim:.2f} ≥ {self.merge_threshold:.2f}"
+        ta, tb = _mask(a.text or a.summary, shared), _mask(b.text or b.summary, shared)
+        va, vb = embed([ta, tb])
+        masked = cosine(va, vb)
+        if masked < self.masked_threshold:
+            return False, (
+                f"alike only through {', '.join(sorted(shared))}: cosine {masked:.2f} without it"
+                f" < {self.masked_threshold:.2f}"
+            )
+        return True, f"cosine {sim:.2f}, {masked:.2f} without the shared name"
+
+
+def _mask(text: str, words: set[str]) -> str:
+    import re
+
+    for w in words:
+        text = re.sub(rf"\b{re.escape(w)}\b", " ", text, flags=re.I)
+    return text
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+class LLMJudge:
+    """Decisions by an OpenAI-compatible chat model. Raises ``LLMError`` on any failure."""
+
+    name = "llm"
+
+    def __init__(self, llm: JSONLLM, max_chars: int = 400) -> None:
+        self.llm = llm
+        self.max_chars = max_chars  # keep prompts short: small local models are slow on long ones
+
+    def place(self, ctx: PlacementContext) -> Placement:
+        path = "\n".join(f"{i}. {n}" for i, n in enumerate(ctx.path_names))
+        ans = self.llm.ask(
+            prompts.CLASSIFY_SYSTEM,
+            prompts.CLASSIFY_USER.format(
+                path=path, user=_clip(ctx.user, self.max_chars), assistant=_clip(ctx.assistant, self.max_chars),
+                current_level=len(ctx.path_names) - 1,
+            ),
+            prompts.CLASSIFY_SCHEMA,
+            "placement",
+        )
+        action = str(ans.get("action", "")).strip().lower()
+        if action not in ("continue", "new"):
+            raise LLMError(f"the model answered an unknown action {ans.get('action')!r}")
+        if action == "continue" and len(ctx.path_names) == 1:
+            action = "new"  # nothing to continue yet
+        if action == "continue":
+            return Placement("continue", len(ctx.path_names) - 1, "", "llm", "the model kept the current topic")
+        try:
+            level = int(ans.get("parent", len(ctx.path_names) - 1 if len(ctx.path_names) > 1 else 0))
+        except (TypeError, ValueError):
+            raise LLMError(f"the model answered a parent that is not a number: {ans.get('parent')!r}") from None
+        if not 0 <= level < len(ctx.path_names):
+            raise LLMError(f"the model answered parent level {level}, outside 0..{len(ctx.path_names) - 1}")
+        name = clean_name(ans.get("name", ""))
+        if not name or not any(ch.isalnum() for ch in name):
+            raise LLMError("the model gave no topic name")
+        return Placement("new", level, name, "llm", f"the model opened a new topic under {ctx.path_names[level]}")
+
+    def name_topic(self, texts: list[tuple[str, str]]) -> str:
+        body = "\n".join(f"- {_clip(u, 150)} / {_clip(a, 150)}" for u, a in texts[:5])
+        ans = self.llm.ask(prompts.NAME_SYSTEM, prompts.NAME_USER.format(text=body), prompts.NAME_SCHEMA, "name")
+        name = clean_name(ans.get("name", ""))
+        if not name:
+            raise LLMError("the model gave no topic name")
+        return name
+
+    def summarize(self, texts: list[tuple[str, str]]) -> str:
+        body = "\n".join(f"User: {_clip(u, 200)}\nAssistant: {_clip(a, 200)}" for u, a in texts[:6])
+        ans = self.llm.ask(prompts.SUMMARY_SYSTEM, prompts.SUMMARY_USER.format(text=body), prompts.SUMMARY_SCHEMA,
+                           "summary")
+        summary = " ".join(str(ans.get("summary", "")).split())
+        if not summary:
+            raise LLMError("the model gave an empty summary")
+        return summary[:600]
+
+    def approve_merge(self, a: TopicDigest, b: TopicDigest) -> tuple[bool, str]:
+        ans = self.llm.ask(
+            prompts.MERGE_SYSTEM,
+            prompts.MERGE_USER.format(name_a=a.name, summary_a=_clip(a.summary, 300), name_b=b.name,
+                                      summary_b=_clip(b.summary, 300)),
+            prompts.MERGE_SCHEMA,
+            "merge",
+        )
+        merge = ans.get("merge")
+        if isinstance(merge, str):
+            merge = {"true": True, "yes": True, "false": False, "no": False}.get(merge.strip().lower())
+        if not isinstance(merge, bool):
+            raise LLMError(f"the model answered {ans!r} instead of true/false")
+        return merge, "the model " + ("agreed" if merge else "vetoed")
+
+
+@dataclass
+class Judges:
+    """The judge panel of a tree: mode, the two judges, and the fallback rule."""
+
+    mode: str  # "embedding" | "llm" | "auto"
+    embedding: EmbeddingJudge = field(default_factory=EmbeddingJudge)
+    llm: LLMJudge | None = None
+    on_llm_failure: Callable[[str, str], None] = lambda task, problem: None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("embedding", "llm", "auto"):
+            raise ValueError(f"judge must be 'llm', 'embedding' or 'auto', not {self.mode!r}")
+
+    @property
+    def uses_llm(self) -> bool:
+        return self.mode != "embedding" and self.llm is not None
+
+    def place(self, ctx: PlacementContext) -> Placement:
+        fallback = self.embedding.place(ctx)
+        if not self.uses_llm:
+            return fallback
+        if self.mode == "auto" and fallback.confident:
+            fallback.reason += " (clear-cut: no LLM call)"
+            return fallback
+        try:
+            return self.llm.place(ctx)
+        except LLMError as exc:
+            self.on_llm_failure("placement", exc.problem)
+            fallback.reason = f"LLM failed ({exc.problem}); {fallback.reason}"
+            return fallback
+
+    def _llm_or(self, task: str, llm_call: Callable, fallback: Callable):
+        # names and summaries go to the LLM only in "llm" mode: "auto" keeps LLM calls
+        # for the doubtful placements, where they change the tree
+        if self.mode == "llm" and self.llm is not None:
+            try:
+                return llm_call()
+            except LLMError as exc:
+                self.on_llm_failure(task, exc.problem)
+        return fallback()
+
+    def name_topic(self, texts: list[tuple[str, str]]) -> str:
+        return self._llm_or("name", lambda: self.llm.name_topic(texts), lambda: self.embedding.name_topic(texts))
+
+    def summarize(self, texts: list[tuple[str, str]]) -> str:
+        return self._llm_or("summary", lambda: self.llm.summarize(texts), lambda: self.embedding.summarize(texts))
+
+    def approve_merge(self, a: TopicDigest, b: TopicDigest, embed) -> tuple[bool, str, str]:
+        """``(approve, reason, judge)``."""
+        if self.uses_llm:
+            try:
+                ok, why = self.llm.approve_merge(a, b)
+                return ok, why, "llm"
+            except LLMError as exc:
+                self.on_llm_failure("merge veto", exc.problem)
+        ok, why = self.embedding.approve_merge(a, b, embed)
+        return ok, why, "embedding"

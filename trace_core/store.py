@@ -1,0 +1,469 @@
+"""One SQLite file per session: conversation, tree nodes, vectors, FTS5 index, journal.
+
+WAL mode with ``synchronous=FULL``: when a transaction commits (one per ``add()``),
+the exchange is on disk and survives a kill. ``PRAGMA user_version`` carries the
+schema version; migrations are numbered. Cosine search runs on numpy matrices
+cached in memory and loaded from the file on first use.
+
+A file that is not ours (corrupt, truncated, another program's database, a newer
+schema) raises ``SessionFileError`` naming the file and the problem, and is never
+written to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+
+from .vectors import VectorIndex
+
+APP_ID = "trace-session"
+SCHEMA_VERSION = 2
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+class SessionFileError(RuntimeError):
+    """A session file cannot be used. The message names the file and the problem."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class EmbedderMismatchError(RuntimeError):
+    pass
+
+
+@dataclass
+class ConversationVector:
+    message_id: str
+    message_index: int
+    role: str
+    text: str
+    embedding: list[float] | np.ndarray
+    timestamp: str
+    thread_path: str
+    similarity: float = 0.0
+    node_id: str = ""  # the exchange (MessageNode) it belongs to, when known
+    exchange_index: int = -1
+
+
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)",
+        """CREATE TABLE IF NOT EXISTS messages(
+            idx INTEGER PRIMARY KEY, exchange_index INTEGER NOT NULL,
+            role TEXT NOT NULL, content TEXT NOT NULL, timestamp TEXT)""",
+        "CREATE INDEX IF NOT EXISTS messages_exchange ON messages(exchange_index)",
+        """CREATE TABLE IF NOT EXISTS nodes(
+            node_id TEXT PRIMARY KEY, parent_id TEXT, kind TEXT NOT NULL,
+            topic_name TEXT, summary TEXT, start_index INTEGER, end_index INTEGER,
+            exchange_index INTEGER, created_index INTEGER, timestamp TEXT,
+            archived INTEGER NOT NULL DEFAULT 0)""",
+        """CREATE TABLE IF NOT EXISTS conversation_vectors(
+            message_id TEXT PRIMARY KEY, message_index INTEGER, role TEXT, text TEXT,
+            embedding BLOB, timestamp TEXT, thread_path TEXT, node_id TEXT,
+            exchange_index INTEGER, archived INTEGER NOT NULL DEFAULT 0)""",
+        """CREATE TABLE IF NOT EXISTS topic_summaries(
+            node_id TEXT PRIMARY KEY, topic_name TEXT, summary TEXT, embedding BLOB,
+            start_index INTEGER, end_index INTEGER, updated_at TEXT)""",
+        """CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+            text, message_id UNINDEXED, tokenize='porter unicode61')""",
+        """CREATE VIRTUAL TABLE IF NOT EXISTS topics_fts USING fts5(
+            topic_name, summary, node_id UNINDEXED, tokenize='porter unicode61')""",
+    ],
+    2: [
+        """CREATE TABLE IF NOT EXISTS journal(
+            id INTEGER PRIMARY KEY AUTOINCREMENT, op_id TEXT NOT NULL, kind TEXT NOT NULL,
+            payload TEXT NOT NULL, created_at TEXT NOT NULL)""",
+    ],
+}
+
+_FTS_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _blob(vec) -> bytes:
+    return np.asarray(vec, dtype=np.float32).ravel().tobytes()
+
+
+def _vec(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype=np.float32)
+
+
+def fts_query(text: str) -> str:
+    """An FTS5 OR-query of the words in ``text`` (quoted: user text is never syntax)."""
+    words = {w.lower() for w in _FTS_WORD.findall(text) if len(w) > 1}
+    return " OR ".join(f'"{w}"' for w in sorted(words))
+
+
+def _inspect(path: str) -> None:
+    """Refuse, without writing, a file that is not a usable TRACE session."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return
+    with open(path, "rb") as fh:
+        header = fh.read(16)
+    if header != SQLITE_HEADER:
+        raise SessionFileError(path, "is not a TRACE session: not a SQLite database (corrupt, or another kind of file)")
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error as exc:
+        raise SessionFileError(path, f"cannot be opened: {exc}") from exc
+    try:
+        check = con.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise SessionFileError(path, f"is damaged (SQLite integrity check: {check})")
+        version = con.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not tables:
+            return
+        if "meta" not in tables:
+            raise SessionFileError(path, "is a SQLite database of another program, not a TRACE session")
+        app = con.execute("SELECT value FROM meta WHERE key='app'").fetchone()
+        if not app or app[0] != APP_ID:
+            raise SessionFileError(path, "is a SQLite database of another program, not a TRACE session")
+        if version > SCHEMA_VERSION:
+            raise SessionFileError(
+                path, f"was written by a newer TRACE (schema {version}; this one reads up to {SCHEMA_VERSION})"
+            )
+    except sqlite3.DatabaseError as exc:
+        raise SessionFileError(path, f"is damaged or truncated ({exc})") from exc
+    finally:
+        con.close()
+
+
+class VectorDatabase:
+    """The session store. ``VectorDatabase(path)`` creates the file if missing."""
+
+    def __init__(self, path: str = "trace_vectors.db", synchronous: str = "FULL") -> None:
+        self.path = os.fspath(path)
+        if os.path.isdir(self.path):
+            raise SessionFileError(self.path, "is a folder, not a session file")
+        if os.path.exists(self.path):
+            _inspect(self.path)
+        parent = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(parent, exist_ok=True)
+        self._lock = threading.RLock()
+        self._depth = 0
+        try:
+            self.con = sqlite3.connect(self.path, timeout=10, check_same_thread=False, isolation_level=None)
+            self.con.execute("PRAGMA busy_timeout=10000")
+            self.con.execute("PRAGMA journal_mode=WAL")
+            self.con.execute(f"PRAGMA synchronous={synchronous}")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise SessionFileError(self.path, f"cannot be used as a session: {exc}") from exc
+        self._conv_index: VectorIndex | None = None
+        self._topic_index: VectorIndex | None = None
+
+    # --- schema -------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        version = self.con.execute("PRAGMA user_version").fetchone()[0]
+        for target in sorted(MIGRATIONS):
+            if target <= version:
+                continue
+            with self.transaction():
+                for stmt in MIGRATIONS[target]:
+                    self.con.execute(stmt)
+                self.con.execute("INSERT OR REPLACE INTO meta VALUES('app', ?)", (APP_ID,))
+                self.con.execute(f"PRAGMA user_version={target}")
+
+    @property
+    def schema_version(self) -> int:
+        return self.con.execute("PRAGMA user_version").fetchone()[0]
+
+    @contextmanager
+    def transaction(self):
+        """One atomic, durable unit of work. Nested uses join the outer one."""
+        with self._lock:
+            if self._depth == 0:
+                self.con.execute("BEGIN IMMEDIATE")
+            self._depth += 1
+            try:
+                yield self.con
+            except BaseException:
+                self._depth -= 1
+                if self._depth == 0:
+                    self.con.execute("ROLLBACK")
+                    self._conv_index = None  # caches may hold rolled-back rows
+                    self._topic_index = None
+                raise
+            self._depth -= 1
+            if self._depth == 0:
+                self.con.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self.con.close()
+
+    # --- meta ---------------------------------------------------------------------
+
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        with self._lock:
+            row = self.con.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else default
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._lock:
+            self.con.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (key, value))
+
+    def check_embedder(self, name: str, dim: int) -> None:
+        """Record the session's embedder, or refuse a different one."""
+        stored_name, stored_dim = self.get_meta("embed_model"), self.get_meta("embed_dim")
+        if stored_name is None:
+            with self.transaction():
+                self.set_meta("embed_model", name)
+                self.set_meta("embed_dim", str(dim))
+            return
+        if stored_name != name or int(stored_dim or 0) != dim:
+            raise EmbedderMismatchError(
+                f"{self.path} was built with the embedder {stored_name} ({stored_dim} dimensions); "
+                f"the embedder now configured is {name} ({dim} dimensions). Vectors of different "
+                "models cannot be compared: open the session with its own embedder, or start a new session."
+            )
+
+    # --- conversation vectors -------------------------------------------------------
+
+    def add_conversation_message(self, cv: ConversationVector) -> None:
+        emb = np.asarray(cv.embedding, dtype=np.float32)
+        with self._lock:
+            self.con.execute(
+                "INSERT OR REPLACE INTO conversation_vectors(message_id, message_index, role, text, embedding,"
+                " timestamp, thread_path, node_id, exchange_index, archived) VALUES(?,?,?,?,?,?,?,?,?,0)",
+                (cv.message_id, cv.message_index, cv.role, cv.text, _blob(emb), cv.timestamp,
+                 cv.thread_path, cv.node_id, cv.exchange_index),
+            )
+            self.con.execute("DELETE FROM messages_fts WHERE message_id=?", (cv.message_id,))
+            self.con.execute("INSERT INTO messages_fts(text, message_id) VALUES(?, ?)", (cv.text, cv.message_id))
+            if self._conv_index is not None:
+                self._conv_index.add(cv.message_id, emb)
+
+    def _conv(self) -> VectorIndex:
+        with self._lock:
+            if self._conv_index is None:
+                idx = VectorIndex()
+                for mid, blob in self.con.execute(
+                    "SELECT message_id, embedding FROM conversation_vectors WHERE archived=0"
+                ):
+                    idx.add(mid, _vec(blob))
+                self._conv_index = idx
+            return self._conv_index
+
+    def _row_to_cv(self, row, similarity: float = 0.0) -> ConversationVector:
+        mid, midx, role, text, blob, ts, path, node_id, xidx = row
+        return ConversationVector(mid, midx, role, text, _vec(blob), ts, path, similarity, node_id or "", xidx)
+
+    def get_conversation_messages(self, message_ids: list[str]) -> dict[str, ConversationVector]:
+        if not message_ids:
+            return {}
+        out = {}
+        with self._lock:
+            for i in range(0, len(message_ids), 500):
+                chunk = message_ids[i : i + 500]
+                q = ",".join("?" * len(chunk))
+                for row in self.con.execute(
+                    "SELECT message_id, message_index, role, text, embedding, timestamp, thread_path, node_id,"
+                    f" exchange_index FROM conversation_vectors WHERE message_id IN ({q})",
+                    chunk,
+                ):
+                    out[row[0]] = self._row_to_cv(row)
+        return out
+
+    def search_conversation(self, query_vector, top_k: int = 2, min_similarity: float = 0.5) -> list[ConversationVector]:
+        hits = self._conv().search(np.asarray(query_vector, dtype=np.float32), top_k, min_similarity)
+        rows = self.get_conversation_messages([h[0] for h in hits])
+        out = []
+        for mid, sim in hits:
+            cv = rows.get(mid)
+            if cv is not None:
+                cv.similarity = sim
+                out.append(cv)
+        return out
+
+    def conversation_scores(self, query_vector) -> tuple[list[str], np.ndarray]:
+        """Cosine of the query with every live message (for fused ranking)."""
+        return self._conv().scores(np.asarray(query_vector, dtype=np.float32))
+
+    def keyword_search_messages(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
+        """BM25 over message text: ``(message_id, score)``, higher is better."""
+        q = fts_query(text)
+        if not q:
+            return []
+        with self._lock:
+            rows = self.con.execute(
+                "SELECT f.message_id, bm25(messages_fts) FROM messages_fts f"
+                " JOIN conversation_vectors v ON v.message_id=f.message_id"
+                " WHERE messages_fts MATCH ? AND v.archived=0 ORDER BY bm25(messages_fts) LIMIT ?",
+                (q, limit),
+            ).fetchall()
+        return [(mid, -score) for mid, score in rows]
+
+    def set_exchange_archived(self, node_id: str, archived: bool) -> None:
+        with self._lock:
+            self.con.execute(
+                "UPDATE conversation_vectors SET archived=? WHERE node_id=?", (1 if archived else 0, node_id)
+            )
+            self._conv_index = None
+
+    def update_thread_paths(self, paths: dict[str, str]) -> None:
+        """``node_id -> thread path`` after the tree changed shape."""
+        with self._lock:
+            self.con.executemany(
+                "UPDATE conversation_vectors SET thread_path=? WHERE node_id=?",
+                [(p, nid) for nid, p in paths.items()],
+            )
+
+    # --- topic summaries ---------------------------------------------------------------
+
+    def upsert_topic_summary(self, node_id: str, topic_name: str, summary: str, embedding,
+                             start_index: int = -1, end_index: int = -1) -> None:
+        emb = np.asarray(embedding, dtype=np.float32)
+        with self._lock:
+            self.con.execute(
+                "INSERT OR REPLACE INTO topic_summaries VALUES(?,?,?,?,?,?,?)",
+                (node_id, topic_name, summary, _blob(emb), start_index, end_index, now_iso()),
+            )
+            self.con.execute("DELETE FROM topics_fts WHERE node_id=?", (node_id,))
+            self.con.execute(
+                "INSERT INTO topics_fts(topic_name, summary, node_id) VALUES(?,?,?)", (topic_name, summary, node_id)
+            )
+            if self._topic_index is not None:
+                self._topic_index.add(node_id, emb)
+
+    def delete_topic_summary(self, node_id: str) -> None:
+        with self._lock:
+            self.con.execute("DELETE FROM topic_summaries WHERE node_id=?", (node_id,))
+            self.con.execute("DELETE FROM topics_fts WHERE node_id=?", (node_id,))
+            if self._topic_index is not None:
+                self._topic_index.remove(node_id)
+
+    def _topics(self) -> VectorIndex:
+        with self._lock:
+            if self._topic_index is None:
+                idx = VectorIndex()
+                for nid, blob in self.con.execute("SELECT node_id, embedding FROM topic_summaries"):
+                    idx.add(nid, _vec(blob))
+                self._topic_index = idx
+            return self._topic_index
+
+    def topic_embedding(self, node_id: str) -> np.ndarray | None:
+        return self._topics().get(node_id)
+
+    def topic_summary_ids(self) -> set[str]:
+        with self._lock:
+            return {r[0] for r in self.con.execute("SELECT node_id FROM topic_summaries")}
+
+    def search_topic_summaries(self, query_vector, top_k: int = 3, min_similarity: float = 0.40) -> list[dict]:
+        hits = self._topics().search(np.asarray(query_vector, dtype=np.float32), top_k, min_similarity)
+        if not hits:
+            return []
+        with self._lock:
+            q = ",".join("?" * len(hits))
+            rows = {
+                r[0]: r
+                for r in self.con.execute(
+                    f"SELECT node_id, topic_name, summary, start_index, end_index FROM topic_summaries"
+                    f" WHERE node_id IN ({q})",
+                    [h[0] for h in hits],
+                )
+            }
+        return [
+            {"node_id": nid, "topic_name": rows[nid][1], "summary": rows[nid][2], "similarity": sim,
+             "start_index": rows[nid][3], "end_index": rows[nid][4]}
+            for nid, sim in hits
+            if nid in rows
+        ]
+
+    def topic_scores(self, query_vector) -> tuple[list[str], np.ndarray]:
+        return self._topics().scores(np.asarray(query_vector, dtype=np.float32))
+
+    def keyword_search_topics(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
+        q = fts_query(text)
+        if not q:
+            return []
+        with self._lock:
+            rows = self.con.execute(
+                "SELECT node_id, bm25(topics_fts) FROM topics_fts WHERE topics_fts MATCH ?"
+                " ORDER BY bm25(topics_fts) LIMIT ?",
+                (q, limit),
+            ).fetchall()
+        return [(nid, -score) for nid, score in rows]
+
+    # --- conversation and tree (used by CTree) ---------------------------------------------
+
+    def append_messages(self, exchange_index: int, first_idx: int, messages: list[dict], timestamp: str) -> None:
+        with self._lock:
+            self.con.executemany(
+                "INSERT OR REPLACE INTO messages(idx, exchange_index, role, content, timestamp) VALUES(?,?,?,?,?)",
+                [(first_idx + i, exchange_index, m["role"], m["content"], timestamp) for i, m in enumerate(messages)],
+            )
+
+    def load_messages(self) -> list[tuple[int, int, str, str, str]]:
+        with self._lock:
+            return self.con.execute(
+                "SELECT idx, exchange_index, role, content, timestamp FROM messages ORDER BY idx"
+            ).fetchall()
+
+    def save_nodes(self, rows: list[tuple]) -> None:
+        """Rows of ``(node_id, parent_id, kind, topic_name, summary, start, end, exchange_index,
+        created_index, timestamp, archived)``."""
+        with self._lock:
+            self.con.executemany("INSERT OR REPLACE INTO nodes VALUES(?,?,?,?,?,?,?,?,?,?,?)", rows)
+
+    def delete_nodes(self, node_ids: list[str]) -> None:
+        with self._lock:
+            self.con.executemany("DELETE FROM nodes WHERE node_id=?", [(n,) for n in node_ids])
+
+    def replace_all_nodes(self, rows: list[tuple]) -> None:
+        with self._lock:
+            self.con.execute("DELETE FROM nodes")
+            self.save_nodes(rows)
+
+    def load_nodes(self) -> list[tuple]:
+        with self._lock:
+            return self.con.execute(
+                "SELECT node_id, parent_id, kind, topic_name, summary, start_index, end_index, exchange_index,"
+                " created_index, timestamp, archived FROM nodes"
+            ).fetchall()
+
+    def count_exchanges(self) -> int:
+        with self._lock:
+            row = self.con.execute("SELECT COUNT(DISTINCT exchange_index) FROM messages").fetchone()
+        return int(row[0])
+
+    # --- journal (reorganisation undo) ------------------------------------------------------
+
+    def journal_append(self, op_id: str, kind: str, payload: dict) -> None:
+        with self._lock:
+            self.con.execute(
+                "INSERT INTO journal(op_id, kind, payload, created_at) VALUES(?,?,?,?)",
+                (op_id, kind, json.dumps(payload), now_iso()),
+            )
+
+    def journal_last_op(self) -> str | None:
+        with self._lock:
+            row = self.con.execute("SELECT op_id FROM journal ORDER BY id DESC LIMIT 1").fetchone()
+        return row[0] if row else None
+
+    def journal_entries(self, op_id: str) -> list[tuple[str, dict]]:
+        with self._lock:
+            rows = self.con.execute("SELECT kind, payload FROM journal WHERE op_id=? ORDER BY id", (op_id,)).fetchall()
+        return [(k, json.loads(p)) for k, p in rows]
+
+    def journal_delete(self, op_id: str) -> None:
+        with self._lock:
+            self.con.execute("DELETE FROM journal WHERE op_id=?", (op_id,))

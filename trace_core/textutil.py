@@ -1,0 +1,90 @@
+"""Extractive names and summaries: what the embedding judge uses instead of an LLM."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are aren't as at be because been
+    before being below between both but by can can't cannot could couldn't did didn't do does doesn't
+    doing don't down during each few for from further get got had hadn't has hasn't have haven't having
+    he he'd he'll he's her here here's hers herself him himself his how how's i i'd i'll i'm i've if in
+    into is isn't it it's its itself just let's like me more most mustn't my myself no nor not now of
+    off on once only or other ought our ours ourselves out over own really same shan't she she'd she'll
+    she's should shouldn't so some such than that that's the their theirs them themselves then there
+    there's these they they'd they'll they're they've this those through to too under until up very
+    was wasn't we we'd we'll we're we've were weren't what what's when when's where where's which while
+    who who's whom why why's will with won't would wouldn't you you'd you'll you're you've your yours
+    yourself yourselves yes yeah oh hey hi hello thanks thank okay ok sure great good nice cool wow
+    know think going want one two lot things thing something anything make made much many well
+    sounds sound glad love awesome amazing totally definitely absolutely maybe actually pretty
+    tell told say said see seen way time day days still even back right
+    """.split()
+)
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'\-]*")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def salient_words(text: str, n: int = 3) -> list[str]:
+    """The ``n`` most salient words: frequent, long, capitalised words that are not stopwords."""
+    counts: Counter[str] = Counter()
+    display: dict[str, str] = {}
+    first: dict[str, int] = {}
+    for i, m in enumerate(_WORD.finditer(text)):
+        w = m.group().strip("'-")
+        low = w.lower()
+        if len(low) < 3 or low in STOPWORDS:
+            continue
+        counts[low] += 1
+        first.setdefault(low, i)
+        if w[0].isupper() or low not in display:
+            display[low] = w
+    if not counts:
+        return []
+
+    def score(low: str) -> float:
+        cap = 1.5 if display[low][0].isupper() else 1.0
+        return counts[low] * cap * min(len(low), 10) / 10
+
+    best = sorted(counts, key=lambda w: (-score(w), first[w]))[:n]
+    best.sort(key=lambda w: first[w])
+    return [display[w] for w in best]
+
+
+def extractive_name(text: str, n: int = 3) -> str:
+    words = salient_words(text, n)
+    if len(words) < 2:
+        words = (words + ["Conversation", "Notes"])[:2]
+    return " ".join(w[:1].upper() + w[1:] for w in words)
+
+
+def first_sentence(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    sent = _SENTENCE.split(text, maxsplit=1)[0] if text else ""
+    if len(sent) > limit:
+        sent = sent[: limit - 1].rsplit(" ", 1)[0] + "…"
+    return sent
+
+
+def extractive_summary(exchanges: list[tuple[str, str]], limit: int = 400) -> str:
+    """Leading sentences of each exchange's user and assistant turns, up to ``limit`` chars."""
+    parts: list[str] = []
+    used = 0
+    for user, assistant in exchanges:
+        for piece in (first_sentence(user), first_sentence(assistant)):
+            if not piece or piece in parts:
+                continue
+            if used + len(piece) > limit and parts:
+                return " ".join(parts)
+            parts.append(piece)
+            used += len(piece) + 1
+    return " ".join(parts)
+
+
+def clean_name(name: str, max_words: int = 5) -> str:
+    """Trim a model-given topic name to at most ``max_words`` plain words."""
+    name = re.sub(r"[\r\n\t]+", " ", str(name)).strip().strip("\"'`*#:.- ")
+    words = name.split()
+    return " ".join(words[:max_words])

@@ -1,0 +1,79 @@
+"""An in-memory matrix of unit vectors for cosine search (the database is the truth)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class VectorIndex:
+    def __init__(self, dim: int | None = None) -> None:
+        self.dim = dim
+        self._ids: list[str] = []
+        self._pos: dict[str, int] = {}
+        self._matrix = np.zeros((0, dim or 0), dtype=np.float32)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._pos
+
+    def _grow(self, need: int) -> None:
+        cap = self._matrix.shape[0]
+        if need <= cap:
+            return
+        new = np.zeros((max(need, cap * 2, 64), self.dim), dtype=np.float32)
+        new[: len(self._ids)] = self._matrix[: len(self._ids)]
+        self._matrix = new
+
+    def add(self, key: str, vector: np.ndarray) -> None:
+        vector = np.asarray(vector, dtype=np.float32).ravel()
+        if self.dim is None or (self.dim == 0 and not self._ids):
+            self.dim = vector.shape[0]
+            self._matrix = np.zeros((0, self.dim), dtype=np.float32)
+        if vector.shape[0] != self.dim:
+            raise ValueError(f"vector has dimension {vector.shape[0]}, the index holds {self.dim}")
+        if key in self._pos:
+            self._matrix[self._pos[key]] = vector
+            return
+        self._grow(len(self._ids) + 1)
+        self._matrix[len(self._ids)] = vector
+        self._pos[key] = len(self._ids)
+        self._ids.append(key)
+
+    def remove(self, key: str) -> None:
+        i = self._pos.pop(key, None)
+        if i is None:
+            return
+        last = len(self._ids) - 1
+        if i != last:  # move the last row into the hole
+            self._matrix[i] = self._matrix[last]
+            self._ids[i] = self._ids[last]
+            self._pos[self._ids[i]] = i
+        self._ids.pop()
+
+    def get(self, key: str) -> np.ndarray | None:
+        i = self._pos.get(key)
+        return None if i is None else self._matrix[i]
+
+    def scores(self, query: np.ndarray) -> tuple[list[str], np.ndarray]:
+        """Cosine of ``query`` (unit) with every row."""
+        n = len(self._ids)
+        if n == 0 or self.dim is None:
+            return [], np.zeros(0, dtype=np.float32)
+        q = np.asarray(query, dtype=np.float32).ravel()
+        if q.shape[0] != self.dim:
+            raise ValueError(f"query has dimension {q.shape[0]}, the index holds {self.dim}")
+        norm = float(np.linalg.norm(q))
+        if norm > 0:
+            q = q / norm
+        return list(self._ids), self._matrix[:n] @ q
+
+    def search(self, query: np.ndarray, top_k: int, min_similarity: float) -> list[tuple[str, float]]:
+        ids, sims = self.scores(query)
+        if not ids:
+            return []
+        k = min(top_k, len(ids))
+        idx = np.argpartition(-sims, k - 1)[:k] if k < len(ids) else np.arange(len(ids))
+        idx = idx[np.argsort(-sims[idx])]
+        return [(ids[i], float(sims[i])) for i in idx if sims[i] >= min_similarity]
