@@ -37,7 +37,8 @@ class Recorded:
 @dataclass
 class ServerState:
     responder: Callable[[dict], Reply] = lambda req: Reply('{"action": "continue"}')
-    reject_formats: set[str] = field(default_factory=set)  # response_format types answered with 400
+    reject_formats: set[str] = field(default_factory=set)  # response_format types refused
+    reject_status: int = 400  # LM Studio: 400; llama-cpp-python's server: 500
     requests: list[Recorded] = field(default_factory=list)
     models: list[str] = field(default_factory=lambda: ["test-model"])
     # LM Studio / Ollama model state: key -> {"type": "llm"|"vlm", "loaded": [instance ids]}
@@ -150,7 +151,8 @@ class _Handler(BaseHTTPRequestHandler):
         st = self.state
         fmt = (body.get("response_format") or {}).get("type")
         if fmt and fmt in st.reject_formats:
-            return self._send(400, {"error": {"message": f"response_format {fmt} is not supported"}})
+            return self._send(st.reject_status, {"error": {
+                "message": f"1 validation error: body.response_format.type: input should be 'text' or 'json_object', got {fmt}"}})
         reply = st.responder(body)
         if reply.delay:
             time.sleep(reply.delay)

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import prompts
 from .llm import JSONLLM, LLMError
-from .textutil import clean_name, extractive_name, extractive_summary
+from .textutil import DocumentFrequency, clean_name, extractive_name, extractive_summary
 
 
 @dataclass
@@ -65,11 +65,16 @@ class EmbeddingJudge:
     """Placement by cosine. Thresholds are for all-MiniLM-L6-v2 (tuned on LoCoMo dev)."""
 
     continue_threshold: float = 0.30  # recent-topic cosine at or above: same topic
-    branch_threshold: float = 0.30  # ancestor cosine at or above: new topic under it
+    branch_threshold: float = 0.40  # ancestor cosine at or above: new topic under it
     doubt_margin: float = 0.10  # auto mode: within this of the threshold is doubtful
     merge_threshold: float = 0.65  # the stricter veto rule (see ``approve_merge``)
     masked_threshold: float = 0.35
+    doc_freq: DocumentFrequency = field(default_factory=DocumentFrequency)
     name = "embedding"
+
+    def observe(self, user: str, assistant: str) -> None:
+        """Learn word rarity from every exchange (for names)."""
+        self.doc_freq.observe(f"{user}\n{assistant}")
 
     def place(self, ctx: PlacementContext) -> Placement:
         if len(ctx.path_names) == 1:
@@ -81,9 +86,11 @@ class EmbeddingJudge:
                 "continue", len(ctx.path_names) - 1, "", "embedding",
                 f"cosine {sim:.2f} to the current topic ≥ {self.continue_threshold:.2f}", confident,
             )
-        # a new topic under the deepest path node it still resembles
+        # a new topic: a sibling of the current one, or higher up if it resembles the
+        # parent less than branch_threshold (never a child of the topic it left, so
+        # depth only grows through fan-out, as in a B+tree)
         level, best = 0, 0.0
-        for i in range(len(ctx.path_names) - 1, 0, -1):
+        for i in range(len(ctx.path_names) - 2, 0, -1):
             s = cosine(ctx.vector, ctx.path_vectors[i])
             if s >= self.branch_threshold:
                 level, best = i, s
@@ -94,12 +101,11 @@ class EmbeddingJudge:
             f"cosine {sim:.2f} to the current topic < {self.continue_threshold:.2f}; new topic {where}", confident,
         )
 
-    @staticmethod
-    def name_for(ctx: PlacementContext) -> str:
-        return extractive_name(f"{ctx.user}\n{ctx.assistant}")
+    def name_for(self, ctx: PlacementContext) -> str:
+        return extractive_name(f"{ctx.user}\n{ctx.assistant}", df=self.doc_freq)
 
     def name_topic(self, texts: list[tuple[str, str]]) -> str:
-        return extractive_name("\n".join(f"{u}\n{a}" for u, a in texts))
+        return extractive_name("\n".join(f"{u}\n{a}" for u, a in texts), df=self.doc_freq)
 
     def summarize(self, texts: list[tuple[str, str]]) -> str:
         return extractive_summary(texts)

@@ -64,6 +64,18 @@ def describe_error(exc: BaseException, base_url: str) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _refuses_format(exc) -> bool:
+    """Did the server reject the ``response_format`` (rather than fail)?
+
+    LM Studio answers 400; llama-cpp-python's server answers 500 with a validation
+    error naming ``response_format`` (seen with 0.3.36, whatever its docs say).
+    """
+    if exc.status_code in (400, 422):
+        return True
+    text = str(getattr(exc, "body", "") or "") + str(exc)
+    return exc.status_code == 500 and "response_format" in text
+
+
 @dataclass
 class LLMStats:
     calls: int = 0
@@ -125,10 +137,13 @@ class JSONLLM:
                     temperature=0,
                     **kwargs,
                 )
-            except openai.BadRequestError as exc:
-                # this server does not take this response_format: try the next mode
-                last_problem = describe_error(exc, self.base_url)
-                continue
+            except openai.APIStatusError as exc:
+                if kwargs and _refuses_format(exc):
+                    # this server does not take this response_format: try the next mode
+                    last_problem = describe_error(exc, self.base_url)
+                    continue
+                self.stats.failures += 1
+                raise LLMError(describe_error(exc, self.base_url)) from exc
             except Exception as exc:
                 self.stats.failures += 1
                 raise LLMError(describe_error(exc, self.base_url)) from exc

@@ -189,6 +189,8 @@ class TreeStore:
         current = nodes.get(self.db.get_meta("current_node") or "", tree.root)
         tree.current_node = current if current.is_topic else tree.root
         tree._vectors = self._exchange_vectors()
+        for x in exchanges:
+            tree.judges.embedding.observe(x.user, x.assistant)
         tree._invalidate_sums()
         tree._stale.clear()
 
@@ -297,6 +299,8 @@ def tree_from_json(cls, filepath: str, **kwargs) -> "CTree":
         raise SessionFileError(filepath, "its exchanges are not numbered 0..n-1")
     tree._exchanges = exchanges
     tree._archived_nodes = archived
+    for x in exchanges:
+        tree.judges.embedding.observe(x.user, x.assistant)
     tree.conversation = data.get("conversation") or [dict(m) for x in exchanges for m in x.messages]
     current = tree.find(data.get("current_node", "root"))
     tree.current_node = current if current is not None and current.is_topic else tree.root

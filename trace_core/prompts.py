@@ -79,10 +79,9 @@ MERGE_SCHEMA = {
 
 ASSISTANT_SYSTEM = "You are a helpful assistant with long-term memory of this conversation."
 
-MEMORY_HEADER = (
-    "Relevant memory from earlier in this conversation, grouped by topic. "
-    "Entries marked [current] supersede entries marked [superseded]."
-)
+MEMORY_HEADER = "Memory from earlier in this conversation, by topic:"
+
+SUPERSEDED_NOTE = "([current] entries replace [superseded] ones.)"
 
 RECENT_HEADER = "Most recent exchanges:"
 

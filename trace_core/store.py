@@ -89,6 +89,12 @@ MIGRATIONS: dict[int, list[str]] = {
 }
 
 _FTS_WORD = re.compile(r"\w+", re.UNICODE)
+FUNCTION_WORDS = frozenset(
+    "a an the is are was were be been being am to of and or but if in on at by for with from as it its "
+    "this that these those i me my you your he him his she her we us our they them their do does did "
+    "what when where who whom how why which there here not no so than then too very can could would "
+    "should will shall may might must has have had into about".split()
+)
 
 
 def now_iso() -> str:
@@ -104,13 +110,29 @@ def _vec(blob: bytes) -> np.ndarray:
 
 
 def fts_query(text: str) -> str:
-    """An FTS5 OR-query of the words in ``text`` (quoted: user text is never syntax)."""
-    words = {w.lower() for w in _FTS_WORD.findall(text) if len(w) > 1}
+    """An FTS5 OR-query of the words in ``text`` (quoted: user text is never syntax;
+    function words dropped, so a match means a shared content word)."""
+    words = {w.lower() for w in _FTS_WORD.findall(text) if len(w) > 1 and w.lower() not in FUNCTION_WORDS}
     return " OR ".join(f'"{w}"' for w in sorted(words))
 
 
 def _inspect(path: str) -> None:
-    """Refuse, without writing, a file that is not a usable TRACE session."""
+    """Refuse, without writing, a file that is not a usable TRACE session.
+
+    Even a read-only look at a WAL-mode file makes SQLite create ``-wal``/``-shm``
+    companions; when we refuse the file we remove the ones we created.
+    """
+    companions = [p for p in (path + "-wal", path + "-shm") if not os.path.exists(p)]
+    try:
+        _inspect_file(path)
+    except SessionFileError:
+        for p in companions:
+            if os.path.exists(p):
+                os.unlink(p)
+        raise
+
+
+def _inspect_file(path: str) -> None:
     size = os.path.getsize(path)
     if size == 0:
         return

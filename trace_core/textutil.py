@@ -27,8 +27,31 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z0-9'\-]*")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
-def salient_words(text: str, n: int = 3) -> list[str]:
-    """The ``n`` most salient words: frequent, long, capitalised words that are not stopwords."""
+def words_of(text: str) -> set[str]:
+    return {m.group().strip("'-").lower() for m in _WORD.finditer(text)}
+
+
+class DocumentFrequency:
+    """How many exchanges each word appears in: words everyone uses (the speakers'
+    names, "today") make poor topic names."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.docs = 0
+
+    def observe(self, text: str) -> None:
+        self.counts.update(words_of(text))
+        self.docs += 1
+
+    def idf(self, word: str) -> float:
+        import math
+
+        return math.log((self.docs + 1) / (self.counts.get(word, 0) + 1)) + 1.0
+
+
+def salient_words(text: str, n: int = 3, df: DocumentFrequency | None = None) -> list[str]:
+    """The ``n`` most salient words: frequent, long, capitalised words that are not
+    stopwords, weighted by rarity across the conversation when ``df`` is given."""
     counts: Counter[str] = Counter()
     display: dict[str, str] = {}
     first: dict[str, int] = {}
@@ -46,15 +69,16 @@ def salient_words(text: str, n: int = 3) -> list[str]:
 
     def score(low: str) -> float:
         cap = 1.5 if display[low][0].isupper() else 1.0
-        return counts[low] * cap * min(len(low), 10) / 10
+        rarity = df.idf(low) if df is not None and df.docs >= 20 else 1.0
+        return counts[low] * cap * min(len(low), 10) / 10 * rarity
 
     best = sorted(counts, key=lambda w: (-score(w), first[w]))[:n]
     best.sort(key=lambda w: first[w])
     return [display[w] for w in best]
 
 
-def extractive_name(text: str, n: int = 3) -> str:
-    words = salient_words(text, n)
+def extractive_name(text: str, n: int = 3, df: DocumentFrequency | None = None) -> str:
+    words = salient_words(text, n, df)
     if len(words) < 2:
         words = (words + ["Conversation", "Notes"])[:2]
     return " ".join(w[:1].upper() + w[1:] for w in words)

@@ -248,6 +248,7 @@ class CTree:
                 self._check_embedder()
             role_vecs = dict(zip([m["role"] for m in msgs], vecs))
             vector = normalise(role_vecs["user"] + role_vecs["assistant"])
+            self.judges.embedding.observe(node.user, node.assistant)
             placement = self.judges.place(self._context(node, vector))
             old_path = self.active_path()
             topic = self._place(node, vector, placement)
@@ -347,6 +348,14 @@ class CTree:
         self._store.persist_add(self, node, msgs, vecs, frozen, new_topics)
 
     # --- summaries and display ------------------------------------------------------------------
+
+    def refresh_frozen_summaries(self) -> list[TopicNode]:
+        """Summarise, in memory, frozen topics whose content changed (new topics too)."""
+        path = set(self.active_path())
+        todo = [t for t in self.root.iter_topics()
+                if t is not self.root and t not in path and (t in self._stale or not t.summary)]
+        self._summarize(todo)
+        return todo
 
     def generate_summaries(self) -> int:
         """Summarise every topic whose summary is missing or out of date. Returns how many."""

@@ -1,0 +1,76 @@
+"""Embedders: the bundled MiniLM (ONNX path = sentence-transformers), endpoint, injected."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trace_core import CTree
+from trace_core.embedders import FunctionEmbedder, MiniLMEmbedder, OpenAIEmbedder, as_embedder, make_embedder
+
+TEXTS = [
+    "Sarah is allergic to peanuts.",
+    "What's the weather like in Tokyo this week? I'm flying there on Monday for a conference.",
+    "x",
+    "A much longer text " * 60,  # past the 256-token limit: truncated the same way
+]
+
+
+def test_minilm_matches_sentence_transformers(minilm):
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(minilm.model_path, device="cpu").encode(TEXTS, normalize_embeddings=True)
+    ours = minilm.embed_batch(TEXTS)
+    assert ours.shape == (4, 384) and ours.dtype == np.float32
+    assert np.min(np.sum(ours * reference, axis=1)) > 0.9999
+    torch_path = MiniLMEmbedder(use_onnx=False).embed_batch(TEXTS)
+    assert np.min(np.sum(torch_path * reference, axis=1)) > 0.9999
+
+
+def test_minilm_is_meaningful(minilm):
+    a, b, c = minilm.embed_batch(["I love my dog", "My puppy is adorable", "Quarterly tax filing deadline"])
+    assert float(a @ b) > float(a @ c) + 0.2
+
+
+def test_injected_embed_fn_and_batches():
+    calls = []
+
+    def embed(text):
+        calls.append(text)
+        return [len(text), 1.0]
+
+    e = as_embedder(embed)
+    assert isinstance(e, FunctionEmbedder) and e.name == "embed"
+    m = e.embed_batch(["ab", "abcd"])
+    assert np.allclose(np.linalg.norm(m, axis=1), 1.0) and calls == ["ab", "abcd"]
+
+    class Batched:
+        name = "batched"
+
+        def __call__(self, text):
+            raise AssertionError("single calls not expected")
+
+        def embed_batch(self, texts):
+            return [[1.0, float(i)] for i in range(len(texts))]
+
+    assert as_embedder(Batched()).embed_batch(["a", "b", "c"]).shape == (3, 2)
+
+
+def test_openai_compatible_embeddings_endpoint(server):
+    e = make_embedder("openai:nomic-embed-text", base_url=server.base_url, api_key="k")
+    assert isinstance(e, OpenAIEmbedder) and e.name == "openai:nomic-embed-text"
+    m = e.embed_batch(["one", "three"])
+    assert m.shape == (2, 3)
+    body = [r.body for r in server.state.requests if r.path == "/v1/embeddings"][0]
+    assert body["model"] == "nomic-embed-text" and body["input"] == ["one", "three"]
+    tree = CTree(judge="embedding", embed_fn=e)
+    tree.add([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+    assert len(tree._exchanges) == 1
+
+
+def test_importing_trace_core_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, trace_core; from trace_core import CTree, PromptSynthesizer; print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]

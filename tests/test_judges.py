@@ -1,0 +1,188 @@
+"""Judges against a scripted OpenAI-compatible server on 127.0.0.1 (real client, real HTTP)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from trace_core import CTree
+from trace_core.events import JudgeDecided, LLMFailed
+from trace_core.invariants import check_invariants
+from trace_core.jsonparse import JSONParseError, parse_json_object
+from trace_core.llm import _MODE_MEMORY, JSONLLM, LLMError
+from scripted_server import Reply
+
+
+def ex(user: str, assistant: str = "ok") -> list[dict]:
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
+
+def events_of(tree):
+    seen = []
+    tree.on_event(seen.append)
+    return seen
+
+
+def decided(seen) -> list[JudgeDecided]:
+    return [e for e in seen if isinstance(e, JudgeDecided)]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"action": "continue"}', {"action": "continue"}),
+        ('```json\n{"action": "new", "parent": 0, "name": "Cooking"}\n```', {"action": "new", "parent": 0, "name": "Cooking"}),
+        ('Sure! Here you go: {"action": "new", "name": "A {b} c"} Hope that helps.', {"action": "new", "name": "A {b} c"}),
+        ("{'action': 'continue', 'ok': True}", {"action": "continue", "ok": True}),
+        ('{"action": "new", "parent": 1,}', {"action": "new", "parent": 1}),
+        ('{"merge": false,\n}', {"merge": False}),
+    ],
+)
+def test_defensive_json_parsing(text, expected):
+    assert parse_json_object(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "no json here", "[1, 2]", "{broken", '"just a string"'])
+def test_unparseable_answers_raise(text):
+    with pytest.raises(JSONParseError):
+        parse_json_object(text)
+
+
+def llm_tree(server, minilm, judge="llm", **kw) -> CTree:
+    return CTree(judge=judge, base_url=server.base_url, api_key="sk-test", model="test-model",
+                 embed_fn=minilm, **kw)
+
+
+def test_llm_judge_places_exchanges_by_the_models_answers(server, minilm):
+    server.script(
+        '{"action": "new", "parent": 0, "name": "Black Holes"}',
+        '{"action": "continue"}',
+        '{"action": "new", "parent": 1, "name": "Hawking Radiation"}',
+        '{"action": "new", "parent": 0, "name": "Sourdough Bread Baking"}',
+        '{"summary": "Black holes and their radiation."}',
+    )
+    tree = llm_tree(server, minilm)
+    seen = events_of(tree)
+    for text in ["black holes?", "how big are they?", "do they evaporate?", "how do I bake sourdough?"]:
+        tree.add(ex(text))
+        check_invariants(tree)
+    bh, bread = tree.root.topic_children
+    assert bh.topic_name == "Black Holes" and bread.topic_name == "Sourdough Bread Baking"
+    assert [t.topic_name for t in bh.topic_children] == ["Hawking Radiation"]
+    assert [d.judge for d in decided(seen)] == ["llm"] * 4
+    assert [d.action for d in decided(seen)] == ["new", "continue", "new", "new"]
+    # a small max_tokens and the strictest structured output first
+    first = server.chat_requests()[0]
+    assert first["max_tokens"] <= 128
+    assert first["response_format"]["type"] == "json_schema"
+
+
+@pytest.mark.parametrize(
+    "reply, problem",
+    [
+        (Reply("this is not json at all"), "no JSON object"),
+        (Reply('{"action": "maybe"}'), "unknown action"),
+        (Reply('{"action": "new", "parent": 7, "name": "X"}'), "outside"),
+        (Reply('{"action": "new", "parent": 0, "name": ""}'), "no topic name"),
+        (Reply(status=500), "HTTP 500"),
+        (Reply('{"action": "continue"}', delay=3), "did not answer in time"),
+    ],
+)
+def test_any_llm_failure_falls_back_to_the_embedding_judge(server, minilm, reply, problem):
+    server.script('{"action": "new", "parent": 0, "name": "Greetings"}', reply)
+    tree = llm_tree(server, minilm, llm_timeout=1.0)
+    seen = events_of(tree)
+    tree.add(ex("hello"))
+    tree.add(ex("tell me about volcanoes", "they erupt"))
+    check_invariants(tree)
+    assert len(tree._exchanges) == 2
+    last = decided(seen)[-1]
+    assert last.judge == "embedding" and problem in last.reason
+    assert any(isinstance(e, LLMFailed) and problem in e.problem for e in seen)
+
+
+def test_server_down_every_add_still_succeeds(minilm):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    tree = CTree(judge="llm", base_url=f"http://127.0.0.1:{port}/v1", embed_fn=minilm, llm_timeout=2)
+    seen = events_of(tree)
+    for i in range(3):
+        tree.add(ex(f"question {i}"))
+    check_invariants(tree)
+    assert [d.judge for d in decided(seen)] == ["embedding"] * 3
+    assert f"127.0.0.1:{port}" in decided(seen)[0].reason and "cannot reach" in decided(seen)[0].reason
+
+
+@pytest.mark.parametrize("status", [400, 500])  # llama-cpp-python's server really answers 500
+def test_json_schema_refused_then_json_object_is_used_and_remembered(server, status):
+    server.state.reject_formats = {"json_schema"}  # like llama-cpp-python's server
+    server.state.reject_status = status
+    server.script('{"name": "Topic"}')
+    llm = JSONLLM("m", base_url=server.base_url, api_key="k")
+    assert llm.ask("s", "u", {"type": "object"}) == {"name": "Topic"}
+    assert llm.ask("s", "u", {"type": "object"}) == {"name": "Topic"}
+    formats = [r.get("response_format", {}).get("type") for r in server.chat_requests()]
+    assert formats == ["json_schema", "json_object", "json_object"]
+    assert _MODE_MEMORY[server.base_url] == "json_object"
+
+
+def test_json_object_refused_uses_json_schema(server):
+    server.state.reject_formats = {"json_object"}  # like LM Studio
+    server.script('{"name": "Topic"}')
+    llm = JSONLLM("m", base_url=server.base_url, api_key="k")
+    llm.ask("s", "u", {"type": "object"})
+    llm.ask("s", "u", {"type": "object"})
+    formats = [r.get("response_format", {}).get("type") for r in server.chat_requests()]
+    assert formats == ["json_schema", "json_schema"]
+
+
+def test_both_formats_refused_falls_back_to_plain_instructions_once(server):
+    server.state.reject_formats = {"json_schema", "json_object"}
+    server.script('Here: {"name": "Topic"}')
+    llm = JSONLLM("m", base_url=server.base_url, api_key="k")
+    assert llm.ask("s", "u", {"type": "object"}) == {"name": "Topic"}
+    assert llm.ask("s", "u", {"type": "object"}) == {"name": "Topic"}
+    formats = [r.get("response_format", {}).get("type") for r in server.chat_requests()]
+    assert formats == ["json_schema", "json_object", None, None]
+
+
+def test_a_server_error_is_not_retried(server):
+    server.script(Reply(status=503))
+    llm = JSONLLM("m", base_url=server.base_url, api_key="k")
+    with pytest.raises(LLMError, match="HTTP 503"):
+        llm.ask("s", "u", {"type": "object"})
+    assert len(server.chat_requests()) == 1
+
+
+def test_auto_mode_asks_the_llm_only_when_in_doubt(server, minilm):
+    server.script('{"action": "continue"}')
+    tree = llm_tree(server, minilm, judge="auto")
+    seen = events_of(tree)
+    tree.add(ex("How do I bake sourdough bread?", "Use a starter, flour, water and salt."))
+    tree.add(ex("How long should sourdough bread proof?", "Proof the dough 4 to 12 hours."))  # clearly the same
+    tree.add(ex("What is the capital of Mongolia?", "Ulaanbaatar."))  # clearly different
+    judges = [d.judge for d in decided(seen)]
+    assert judges == ["embedding", "embedding", "embedding"]
+    assert server.chat_requests() == []
+    assert "no LLM call" in decided(seen)[1].reason
+    # a borderline exchange goes to the LLM
+    ej = tree.judges.embedding
+    ej.doubt_margin = 1.0  # everything is doubtful now
+    tree.add(ex("And Mongolian food?", "Buuz dumplings."))
+    assert decided(seen)[-1].judge == "llm" and len(server.chat_requests()) == 1
+
+
+def test_env_and_dotenv_supply_endpoint_and_key(tmp_path, monkeypatch, server):
+    (tmp_path / ".env").write_text(f"OPENAI_BASE_URL={server.base_url}\nOPENAI_API_KEY=sk-from-dotenv\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    llm = JSONLLM("m")
+    assert llm.base_url == server.base_url and llm.api_key == "sk-from-dotenv"
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.chdir(tmp_path.parent)
+    llm = JSONLLM("m")
+    assert llm.base_url == "http://127.0.0.1:1234/v1" and llm.api_key == "lm-studio"

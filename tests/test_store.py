@@ -1,0 +1,179 @@
+"""The session store: vectors, FTS, persistence of the tree, bad files, embedder checks."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+
+import numpy as np
+import pytest
+
+from trace_core import (
+    ConversationVector,
+    CTree,
+    EmbedderMismatchError,
+    SessionConflictError,
+    SessionFileError,
+    VectorDatabase,
+)
+from trace_core.invariants import check_invariants
+from trace_core.store import SCHEMA_VERSION
+
+
+def ex(user: str, assistant: str = "ok") -> list[dict]:
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
+
+def unit(*xs) -> np.ndarray:
+    v = np.array(xs, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+def test_vector_database_api(tmp_path):
+    db = VectorDatabase(str(tmp_path / "v.db"))
+    assert (tmp_path / "v.db").exists()
+    db.add_conversation_message(ConversationVector("a", 0, "user", "cats purr", unit(1, 0, 0), "t0", "ROOT → Cats"))
+    db.add_conversation_message(ConversationVector("b", 1, "assistant", "dogs bark", unit(0, 1, 0), "t1", "ROOT → Dogs"))
+    db.add_conversation_message(ConversationVector("c", 2, "user", "kittens", unit(0.9, 0.1, 0), "t2", "ROOT → Cats"))
+    hits = db.search_conversation(unit(1, 0, 0), top_k=2, min_similarity=0.5)
+    assert [h.message_id for h in hits] == ["a", "c"]
+    assert hits[0].similarity == pytest.approx(1.0, abs=1e-5) and hits[0].thread_path == "ROOT → Cats"
+    assert db.search_conversation(unit(0, 0, 1), top_k=2, min_similarity=0.5) == []
+
+    db.upsert_topic_summary("t1", "Cats", "All about cats", unit(1, 0, 0))
+    db.upsert_topic_summary("t2", "Dogs", "All about dogs", unit(0, 1, 0))
+    res = db.search_topic_summaries(unit(1, 0.2, 0), top_k=3, min_similarity=0.40)
+    assert [r["node_id"] for r in res] == ["t1"]
+    assert set(res[0]) >= {"node_id", "topic_name", "summary", "similarity"}
+    db.upsert_topic_summary("t1", "Cats", "Felines", unit(0, 0, 1))  # upsert replaces
+    assert db.search_topic_summaries(unit(1, 0, 0), min_similarity=0.4) == []
+    db.delete_topic_summary("t2")
+    assert db.search_topic_summaries(unit(0, 1, 0), min_similarity=0.4) == []
+    assert [m for m, _ in db.keyword_search_messages("do dogs bark?")] == ["b"]
+    assert [n for n, _ in db.keyword_search_topics("felines")] == ["t1"]
+    # the cache and the file agree: a second connection sees the same
+    db2 = VectorDatabase(str(tmp_path / "v.db"))
+    assert [h.message_id for h in db2.search_conversation(unit(1, 0, 0), top_k=2)] == ["a", "c"]
+
+
+def test_fts_query_treats_user_text_as_words(tmp_path):
+    db = VectorDatabase(str(tmp_path / "v.db"))
+    db.add_conversation_message(ConversationVector("a", 0, "user", "NEAR the AND gate", unit(1, 0), "t", "p"))
+    # FTS5 syntax in the query is searched for as words, never parsed (no error)
+    assert [m for m, _ in db.keyword_search_messages('"NEAR(" AND OR * gate)')] == ["a"]
+    assert db.keyword_search_messages("*** ((( ") == []
+
+
+def test_schema_version_and_pragmas(tmp_path):
+    db = VectorDatabase(str(tmp_path / "s.db"))
+    assert db.schema_version == SCHEMA_VERSION
+    assert db.con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.con.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
+
+
+def test_session_reopens_identically(tmp_path, minilm):
+    path = str(tmp_path / "session.db")
+    tree = CTree(judge="embedding", embed_fn=minilm, max_children=3)
+    tree.vdb = VectorDatabase(path)
+    talk = [
+        ("My sister Sarah is allergic to peanuts.", "Noted: Sarah must avoid peanuts."),
+        ("What's the weather in Tokyo?", "Rainy, 18 degrees."),
+        ("Will it rain in Tokyo tomorrow too?", "Showers are likely tomorrow."),
+        ("How do I fix a flat bike tire?", "Remove the wheel and patch the tube."),
+        ("My bike chain squeaks as well.", "Clean and oil the chain."),
+        ("Should I also check the bike brakes?", "Yes, check the pads."),
+        ("Back to Sarah: her birthday is in May.", "A May birthday, noted."),
+        ("Let's plan her surprise party.", "Invite friends, book a venue."),
+    ]
+    for u, a in talk:
+        tree.add(ex(u, a), timestamp="2024-05-01T10:00:00")
+        check_invariants(tree)
+    snap = tree.snapshot()
+    reopened = CTree.open(path, judge="embedding", embed_fn=minilm)
+    check_invariants(reopened)
+    assert reopened.snapshot() == snap
+    assert reopened.max_children == 3
+    # frozen topics are indexed; the recorded vectors find the right exchange
+    frozen = [t for t in reopened.iter_topics() if t is not reopened.root and reopened.is_frozen(t)]
+    assert frozen and reopened.vdb.topic_summary_ids() == {t.node_id for t in frozen}
+    hit = reopened.vdb.search_conversation(minilm.embed("peanut allergy"), top_k=1, min_similarity=0.3)[0]
+    assert "peanuts" in hit.text and hit.thread_path.startswith("ROOT → ")
+    # and it goes on where it stopped
+    reopened.add(ex("Sarah also likes chocolate cake.", "Chocolate cake it is."))
+    check_invariants(reopened)
+    assert len(CTree.open(path, judge="embedding", embed_fn=minilm)._exchanges) == len(talk) + 1
+
+
+def test_assigning_a_store_adopts_or_receives(tmp_path, hash_embed):
+    path = str(tmp_path / "s.db")
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    tree.add(ex("before the store existed"))
+    tree.vdb = VectorDatabase(path)  # an empty store receives the tree
+    tree.add(ex("after"))
+    fresh = CTree(judge="embedding", embed_fn=hash_embed)
+    fresh.vdb = VectorDatabase(path)  # an empty tree adopts the stored session
+    assert fresh.snapshot() == tree.snapshot()
+    other = CTree(judge="embedding", embed_fn=hash_embed)
+    other.add(ex("a different conversation"))
+    with pytest.raises(SessionConflictError, match="already holds a conversation"):
+        other.vdb = VectorDatabase(path)
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_bad_session_files_get_a_clear_error_and_are_not_touched(tmp_path, hash_embed):
+    good = tmp_path / "good.db"
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    tree.vdb = VectorDatabase(str(good))
+    for i in range(30):
+        tree.add(ex(f"exchange number {i} " + "words " * 40))
+    tree.vdb.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = good.read_bytes()
+
+    cases = {
+        "random.db": (b"this is not a database at all" * 10, "not a SQLite database"),
+        "truncated.db": (data[: len(data) // 3], "damaged|truncated|malformed"),
+        "header-only.db": (data[:100], "damaged|truncated|malformed"),
+    }
+    for name, (content, problem) in cases.items():
+        p = tmp_path / name
+        p.write_bytes(content)
+        before = _digest(p)
+        with pytest.raises(SessionFileError, match=problem) as err:
+            CTree.open(str(p), judge="embedding", embed_fn=hash_embed)
+        assert str(p) in str(err.value)
+        assert _digest(p) == before, name
+        assert not (tmp_path / (name + "-wal")).exists()
+
+    foreign = tmp_path / "foreign.db"
+    con = sqlite3.connect(foreign)
+    con.execute("CREATE TABLE invoices(id INTEGER, amount REAL)")
+    con.commit()
+    con.close()
+    before = _digest(foreign)
+    with pytest.raises(SessionFileError, match="another program"):
+        VectorDatabase(str(foreign))
+    assert _digest(foreign) == before
+
+    newer = tmp_path / "newer.db"
+    newer.write_bytes(data)
+    con = sqlite3.connect(newer)
+    con.execute(f"PRAGMA user_version={SCHEMA_VERSION + 5}")
+    con.commit()
+    con.close()
+    before = _digest(newer)
+    with pytest.raises(SessionFileError, match="newer TRACE"):
+        VectorDatabase(str(newer))
+    assert _digest(newer) == before
+
+
+def test_a_different_embedder_is_detected(tmp_path, hash_embed, minilm):
+    path = str(tmp_path / "s.db")
+    tree = CTree.open(path, judge="embedding", embed_fn=minilm)
+    tree.add(ex("hello"))
+    assert tree.vdb.get_meta("embed_model") == "all-MiniLM-L6-v2"
+    assert tree.vdb.get_meta("embed_dim") == "384"
+    with pytest.raises(EmbedderMismatchError, match="all-MiniLM-L6-v2.*384.*hash-bow-64.*64"):
+        CTree.open(path, judge="embedding", embed_fn=hash_embed)

@@ -1,0 +1,147 @@
+"""PromptSynthesizer: the cross-branch test of the TRACE README, ranking, budget, dedupe,
+supersession, archive exclusion, the report."""
+
+from __future__ import annotations
+
+import pytest
+
+from trace_core import CTree, PromptSynthesizer, VectorDatabase
+from trace_core.tokens import count_tokens
+
+
+def ex(user: str, assistant: str) -> list[dict]:
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
+
+CROSS_BRANCH = [
+    ("My friend Sarah is severely allergic to peanuts.",
+     "Thanks for telling me. A peanut allergy can be life-threatening, so Sarah must avoid peanuts entirely."),
+    ("What's the weather like in Tokyo this week?",
+     "Tokyo expects rain on Tuesday and sunshine at 22 °C later in the week."),
+    ("I'm planning Sarah's surprise birthday party and I'll bake a cake for it.",
+     "Lovely! Plan the guest list, decorations and a cake she will enjoy."),
+    ("How do I fix a flat bike tire?",
+     "Remove the wheel, find the puncture in the inner tube, patch it and reinflate."),
+    ("Can you give me a Thai peanut butter cake recipe?",
+     "Sure: flour, sugar, eggs, coconut milk and a cup of peanut butter; bake at 175 °C for 35 minutes."),
+]
+
+
+@pytest.fixture
+def cross_tree(tmp_path, minilm):
+    tree = CTree.open(str(tmp_path / "cross.db"), judge="embedding", embed_fn=minilm)
+    for i, (u, a) in enumerate(CROSS_BRANCH):
+        tree.add(ex(u, a), timestamp=f"2024-06-0{i + 1}T12:00:00")
+    return tree
+
+
+def test_cross_branch_recall(cross_tree, minilm):
+    synth = PromptSynthesizer(ctree=cross_tree, vector_db=cross_tree.vdb)
+    query = "I'm making the Peanut Butter Cake for Sarah's party. Good idea?"
+    prompt = synth.synthesize_prompt(query, minilm.embed(query), cross_tree.current_node, [])
+    assert "allergic to peanuts" in prompt
+    assert "surprise birthday party" in prompt
+    assert "peanut butter cake recipe" in prompt
+    assert "Tokyo" not in prompt
+    assert "bike" not in prompt
+    report = synth.last_report
+    injected = {x.index for x in report.exchanges}
+    assert injected == {0, 2, 4}
+    assert all(x.timestamp.startswith("2024-06-0") for x in report.exchanges)
+    assert "[2024-06-01]" in prompt  # injected exchanges are dated
+    assert report.memory_tokens <= 1000 < report.full_history_tokens * 10
+    assert report.paths and all(p.path.startswith("ROOT → ") for p in report.paths)
+
+
+def test_report_scores_and_ranking(cross_tree, minilm):
+    synth = PromptSynthesizer(ctree=cross_tree)
+    query = "peanut allergy"
+    synth.synthesize_prompt(query, minilm.embed(query), None, [])
+    r = synth.last_report
+    top = r.exchanges[0]
+    assert top.index == 0  # the allergy exchange ranks first
+    assert top.vector > 0.4 and top.keyword > 0 and top.fused == max(x.fused for x in r.exchanges)
+    assert r.ranking[0][0] == 0
+    assert r.seconds >= 0 and r.full_history_tokens == sum(
+        count_tokens(f"{m['role']}: {m['content']}\n") for m in cross_tree.conversation)
+
+
+def test_budget_is_a_hard_cap(tmp_path, minilm):
+    tree = CTree.open(str(tmp_path / "b.db"), judge="embedding", embed_fn=minilm)
+    for i in range(40):
+        tree.add(ex(f"Tell me fact number {i} about the ocean and whales " + "and more detail " * 10,
+                    f"Whales fact {i}: " + "they are large marine mammals that breathe air " * 6))
+    synth = PromptSynthesizer(ctree=tree)
+    q = "whales in the ocean"
+    for budget in (150, 500, 1000):
+        synth.synthesize_prompt(q, minilm.embed(q), None, [], memory_token_budget=budget)
+        assert 0 < synth.last_report.memory_tokens <= budget
+    synth.synthesize_prompt(q, minilm.embed(q), None, [], memory_token_budget=10)
+    assert synth.last_report.memory_tokens == 0  # nothing fits: no half entries
+
+
+def test_recent_window_is_not_repeated_in_memory(cross_tree, minilm):
+    synth = PromptSynthesizer(ctree=cross_tree)
+    recent = ex(*CROSS_BRANCH[4])
+    q = "peanut butter cake"
+    prompt = synth.synthesize_prompt(q, minilm.embed(q), None, recent)
+    assert prompt.count("a cup of peanut butter") == 1  # once, in the recent window
+    assert 4 not in {x.index for x in synth.last_report.exchanges}
+    assert "Most recent exchanges:" in prompt
+
+
+def test_shared_ancestors_are_deduplicated(cross_tree, minilm):
+    synth = PromptSynthesizer(ctree=cross_tree)
+    q = "Sarah peanut cake party"
+    prompt = synth.synthesize_prompt(q, minilm.embed(q), None, [])
+    headers = [line for line in prompt.splitlines() if line.startswith("## ")]
+    assert len(headers) == len(set(headers))  # each branch once, its exchanges under it
+    assert len(synth.last_report.paths) == len({p.node_id for p in synth.last_report.paths})
+
+
+def test_newer_fact_supersedes_older(tmp_path, minilm):
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
+    tree.add(ex("Sarah is allergic to peanuts.", "Noted: no peanuts for Sarah."), timestamp="2024-01-01T10:00")
+    tree.add(ex("What's a good name for a goldfish?", "How about Bubbles?"), timestamp="2024-01-02T10:00")
+    tree.add(ex("Actually, Sarah is no longer allergic to peanuts; she can eat nuts now.",
+                "Good news: Sarah can eat peanuts now."), timestamp="2024-03-01T10:00")
+    synth = PromptSynthesizer(ctree=tree)
+    q = "Can Sarah eat peanuts?"
+    prompt = synth.synthesize_prompt(q, minilm.embed(q), None, [])
+    lines = [line for line in prompt.splitlines() if line.startswith("- ")]  # entries, not headers
+    old = next(line for line in lines if "Sarah is allergic to peanuts." in line)
+    new = next(line for line in lines if "no longer allergic" in line)
+    assert "[superseded]" in old and "[current]" in new
+    assert synth.last_report.supersessions == [(0, 2)]
+    assert {x.index: x.status for x in synth.last_report.exchanges}[2] == "current"
+
+
+def test_archived_exchanges_never_appear(cross_tree, minilm):
+    from trace_core.archive import archive_exchanges
+
+    archive_exchanges(cross_tree, [cross_tree._exchanges[0]])
+    synth = PromptSynthesizer(ctree=cross_tree)
+    q = "Is Sarah allergic to peanuts?"
+    prompt = synth.synthesize_prompt(q, minilm.embed(q), None, [])
+    assert "allergic" not in prompt
+    assert 0 not in {x.index for x in synth.last_report.exchanges}
+    assert all(i != 0 for i, _ in synth.last_report.ranking)
+
+
+def test_empty_tree_gives_a_valid_prompt(tmp_path, minilm):
+    tree = CTree(judge="embedding", embed_fn=minilm)
+    tree.vdb = VectorDatabase(str(tmp_path / "e.db"))
+    synth = PromptSynthesizer(ctree=tree, vector_db=tree.vdb)
+    prompt = synth.synthesize_prompt("hello?", minilm.embed("hello?"), tree.current_node, [])
+    assert prompt.startswith("You are a helpful assistant")
+    assert synth.last_report.memory_tokens == 0 and synth.last_report.exchanges == []
+
+
+def test_works_without_a_store(minilm):
+    tree = CTree(judge="embedding", embed_fn=minilm)
+    for u, a in CROSS_BRANCH:
+        tree.add(ex(u, a))
+    synth = PromptSynthesizer(ctree=tree)
+    q = "bike puncture repair"
+    prompt = synth.synthesize_prompt(q, None, None, [])
+    assert "flat bike tire" in prompt
