@@ -31,7 +31,8 @@ class ScriptedJudge:
         action, *rest = self.decisions.pop(0) if self.decisions else ("continue",)
         self.n += 1
         if action == "new":
-            level = min(rest[0], len(ctx.path_names) - 1)
+            level = rest[0] if rest[0] >= 0 else len(ctx.path_names) + rest[0]  # -2: a sibling
+            level = max(0, min(level, len(ctx.path_names) - 1))
             return Placement("new", level, f"Topic {self.n}", "llm", "scripted")
         return Placement("continue", len(ctx.path_names) - 1, "", "llm", "scripted")
 
@@ -111,11 +112,31 @@ def test_too_many_exchanges_expand_into_subtopics(hash_embed):
     for i in range(10):
         tree.add(ex(f"message number {i}"))
         check_invariants(tree)
-    topic = tree.root.topic_children[0]
-    assert topic.message_count == 10
+    assert tree.root.message_count == 10
+    top = tree.root.topic_children[0]
+    assert top.topic_children and not top.message_children  # expanded into subtopics
     assert all(len(t.message_children) <= 3 for t in tree.iter_topics())
     # the newest exchange sits in the current node, where the next one continues
     assert tree._exchanges[-1].parent is tree.current_node
+
+
+def depth(node) -> int:
+    return 1 + max((depth(c) for c in node.children if c.is_topic), default=0)
+
+
+@pytest.mark.parametrize("decisions", [
+    [("new", 0)] + [("continue",)] * 299,  # one long topic
+    [("new", 0)] + [("new", -2)] * 299,  # a new sibling topic every time
+    [("new", 0)] + [("continue",), ("continue",), ("new", -2)] * 100,
+])
+def test_depth_stays_logarithmic(hash_embed, decisions):
+    """Overflowing nodes split in halves like B+tree nodes: 300 exchanges with
+    max_children=3 stay a few levels deep, not a chain as long as the conversation."""
+    tree = scripted_tree(decisions, hash_embed, max_children=3)
+    for i in range(300):
+        tree.add(ex(f"message number {i} on the one subject"))
+    check_invariants(tree)
+    assert depth(tree.root) <= 9  # log3(300) ≈ 5.2, plus the ROOT and leaf levels
 
 
 def test_too_many_topics_split_under_intermediate_topics(hash_embed):

@@ -29,3 +29,7 @@ def __getattr__(name: str):
 
         return PromptSynthesizer
     raise AttributeError(name)
+
+import logging as _logging
+
+_logging.getLogger("trace_core").addHandler(_logging.NullHandler())  # a library never prints on its own

@@ -15,33 +15,30 @@ import numpy as np
 from .nodes import MessageNode, Node, TopicNode
 
 
-def segment(vectors: list[np.ndarray], max_size: int) -> list[list[int]]:
-    """Cut ``range(len(vectors))`` into contiguous runs of at most ``max_size``.
-
-    Recursively cut at the boundary between the least similar neighbours; if that
-    yields more than ``max_size`` runs, fall back to equal contiguous chunks.
-    """
+def halves(vectors: list[np.ndarray]) -> int:
+    """Where to cut a run in two: the least similar neighbours within its middle third,
+    so both halves keep at least a third (a B+tree split, guided by meaning)."""
     n = len(vectors)
-    if n <= max_size:
-        return [list(range(n))]
-    sims = [float(np.dot(vectors[i], vectors[i + 1])) for i in range(n - 1)]
-
-    def cut(lo: int, hi: int) -> list[list[int]]:
-        if hi - lo <= max_size:
-            return [list(range(lo, hi))]
-        b = min(range(lo + 1, hi), key=lambda i: sims[i - 1])
-        return cut(lo, b) + cut(b, hi)
-
-    runs = cut(0, n)
-    if len(runs) > max_size:
-        k = math.ceil(n / max_size)
-        size = math.ceil(n / k)
-        runs = [list(range(i, min(i + size, n))) for i in range(0, n, size)]
-    return runs
+    lo = max(1, (n + 2) // 3)
+    hi = n - lo
+    if hi < lo:
+        return n // 2
+    return min(range(lo, hi + 1), key=lambda b: float(np.dot(vectors[b - 1], vectors[b])))
 
 
 class FanoutBalancer:
-    """Applies the bounds to a node; the tree supplies vectors and names."""
+    """Applies the bounds to a node; the tree supplies vectors and names.
+
+    - A top-level topic with too many exchanges is *expanded*: its exchanges are cut in
+      two subtopics under it (ChatIndex).
+    - Any other node with too many exchanges is *split* like a B+tree leaf: its later
+      half moves to a new sibling topic.
+    - A node with too many subtopics is split like a B+tree internal node: its later
+      half of subtopics moves to a new sibling; ROOT instead gets two new intermediate
+      topics (the only way the tree grows a level).
+
+    Splitting in halves keeps depth logarithmic in the length of the conversation.
+    """
 
     def __init__(
         self,
@@ -55,42 +52,55 @@ class FanoutBalancer:
         self.name_for = name_for
         self.on_new_topic = on_new_topic
 
-    def _wrap(self, node: TopicNode, group: list[Node]) -> TopicNode:
-        wrapper = TopicNode(self.name_for(group), created_index=min(c.start_index for c in group))
+    def _new_topic(self, group: list[Node], home: TopicNode) -> list[TopicNode]:
+        """Move ``group`` (children of one node) under a new topic placed in ``home``;
+        a lone topic moves as itself (a topic wrapping one topic says nothing)."""
+        if len(group) == 1 and group[0].is_topic:
+            t = group[0]
+            t.parent.remove_child(t)
+            home.add_child(t)
+            home.sort_children()
+            return []
+        topic = TopicNode(self.name_for(group), created_index=min(_created(c) for c in group))
         for c in group:
-            node.remove_child(c)
-            wrapper.add_child(c)
-        wrapper.sort_children()
-        wrapper.recompute_range()
-        node.add_child(wrapper)
-        self.on_new_topic(wrapper)
-        return wrapper
+            c.parent.remove_child(c)
+            topic.add_child(c)
+        topic.sort_children()
+        topic.recompute_range()
+        home.add_child(topic)
+        home.sort_children()
+        self.on_new_topic(topic)
+        return [topic]
 
     def expand(self, node: TopicNode) -> list[TopicNode]:
-        """Too many exchanges directly under ``node``: move runs of them into subtopics."""
         msgs: list[MessageNode] = node.message_children
-        if len(msgs) <= self.max_children:
+        if len(msgs) <= self.max_children or node.parent is None:
             return []
-        runs = segment([self.vector_of(m) for m in msgs], self.max_children)
-        created = [self._wrap(node, [msgs[i] for i in run]) for run in runs]
-        node.sort_children()
+        cut = halves([self.vector_of(m) for m in msgs])
+        if node.parent.parent is None and not node.topic_children:
+            created = self._new_topic(msgs[:cut], node) + self._new_topic(msgs[cut:], node)
+        else:
+            created = self._new_topic(msgs[cut:], node.parent)
+        node.recompute_range()
         return created
 
     def split(self, node: TopicNode) -> list[TopicNode]:
-        """Too many subtopics under ``node``: group runs of them under intermediate topics."""
-        created: list[TopicNode] = []
-        while len(node.topic_children) > self.max_children:
-            topics = node.topic_children
-            runs = segment([self.vector_of(t) for t in topics], self.max_children)
-            if len(runs) == 1:  # cannot happen with > max_children, but never loop forever
-                break
-            for run in runs:
-                if len(run) > 1:
-                    created.append(self._wrap(node, [topics[i] for i in run]))
-            node.sort_children()
+        topics = node.topic_children
+        if len(topics) <= self.max_children:
+            return []
+        cut = halves([self.vector_of(t) for t in topics])
+        if node.parent is None:
+            created = self._new_topic(topics[:cut], node) + self._new_topic(topics[cut:], node)
+        else:
+            created = self._new_topic(topics[cut:], node.parent)
+        node.recompute_range()
         return created
 
     def balance(self, node: TopicNode) -> list[TopicNode]:
         created = self.expand(node)
         created += self.split(node)
         return created
+
+
+def _created(node: Node) -> int:
+    return node.created_index if node.is_topic else node.index

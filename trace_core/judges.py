@@ -66,11 +66,26 @@ class EmbeddingJudge:
 
     continue_threshold: float = 0.30  # recent-topic cosine at or above: same topic
     branch_threshold: float = 0.40  # ancestor cosine at or above: new topic under it
-    doubt_margin: float = 0.10  # auto mode: within this of the threshold is doubtful
+    doubt_margin: float = 0.05  # auto mode: within this of the threshold is doubtful
+    adapt_quantile: float = 0.25  # the threshold follows this quantile of recent cosines...
+    adapt_window: int = 50  # ...over this many exchanges (after adapt_min of them)
+    adapt_min: int = 10
     merge_threshold: float = 0.65  # the stricter veto rule (see ``approve_merge``)
     masked_threshold: float = 0.35
     doc_freq: DocumentFrequency = field(default_factory=DocumentFrequency)
     name = "embedding"
+
+    _recent_sims: list[float] = field(default_factory=list, repr=False)
+
+    def threshold(self) -> float:
+        """The continue threshold in force. Conversations differ in how alike their
+        exchanges are (two friends chatting share names and tone in every line); a
+        fixed cosine would call everything one topic there. So the threshold rises to
+        the lower quartile of the recent cosines, never below ``continue_threshold``."""
+        if len(self._recent_sims) < self.adapt_min:
+            return self.continue_threshold
+        q = float(np.quantile(self._recent_sims, self.adapt_quantile))
+        return min(max(self.continue_threshold, q - 0.02), 0.9)
 
     def observe(self, user: str, assistant: str) -> None:
         """Learn word rarity from every exchange (for names)."""
@@ -80,11 +95,14 @@ class EmbeddingJudge:
         if len(ctx.path_names) == 1:
             return Placement("new", 0, self.name_for(ctx), "embedding", "the first exchange opens a topic")
         sim = cosine(ctx.vector, ctx.recent_vector)
-        confident = abs(sim - self.continue_threshold) >= self.doubt_margin
-        if sim >= self.continue_threshold:
+        threshold = self.threshold()
+        self._recent_sims.append(sim)
+        del self._recent_sims[: -self.adapt_window]
+        confident = abs(sim - threshold) >= self.doubt_margin
+        if sim >= threshold:
             return Placement(
                 "continue", len(ctx.path_names) - 1, "", "embedding",
-                f"cosine {sim:.2f} to the current topic ≥ {self.continue_threshold:.2f}", confident,
+                f"cosine {sim:.2f} to the current topic ≥ {threshold:.2f}", confident,
             )
         # a new topic: a sibling of the current one, or higher up if it resembles the
         # parent less than branch_threshold (never a child of the topic it left, so
@@ -98,7 +116,7 @@ class EmbeddingJudge:
         where = f"under {ctx.path_names[level]} (cosine {best:.2f})" if level else "under ROOT"
         return Placement(
             "new", level, self.name_for(ctx), "embedding",
-            f"cosine {sim:.2f} to the current topic < {self.continue_threshold:.2f}; new topic {where}", confident,
+            f"cosine {sim:.2f} to the current topic < {threshold:.2f}; new topic {where}", confident,
         )
 
     def name_for(self, ctx: PlacementContext) -> str:
@@ -108,7 +126,7 @@ class EmbeddingJudge:
         return extractive_name("\n".join(f"{u}\n{a}" for u, a in texts), df=self.doc_freq)
 
     def summarize(self, texts: list[tuple[str, str]]) -> str:
-        return extractive_summary(texts)
+        return extractive_summary(texts, df=self.doc_freq)
 
     def approve_merge(self, a: TopicDigest, b: TopicDigest, embed: Callable[[list[str]], np.ndarray]) -> tuple[bool, str]:
         """The stricter rule used without an LLM.

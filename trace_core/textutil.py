@@ -67,10 +67,19 @@ def salient_words(text: str, n: int = 3, df: DocumentFrequency | None = None) ->
     if not counts:
         return []
 
+    import math
+
+    if df is not None and df.docs >= 20:
+        # a word in most exchanges (the speakers' names) names nothing in particular
+        common = [w for w in counts if df.counts.get(w, 0) > df.docs / 2]
+        if len(common) < len(counts):
+            for w in common:
+                del counts[w]
+
     def score(low: str) -> float:
         cap = 1.5 if display[low][0].isupper() else 1.0
         rarity = df.idf(low) if df is not None and df.docs >= 20 else 1.0
-        return counts[low] * cap * min(len(low), 10) / 10 * rarity
+        return (1 + math.log(counts[low])) * cap * min(len(low), 10) / 10 * rarity
 
     best = sorted(counts, key=lambda w: (-score(w), first[w]))[:n]
     best.sort(key=lambda w: first[w])
@@ -84,27 +93,43 @@ def extractive_name(text: str, n: int = 3, df: DocumentFrequency | None = None) 
     return " ".join(w[:1].upper() + w[1:] for w in words)
 
 
-def first_sentence(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    sent = _SENTENCE.split(text, maxsplit=1)[0] if text else ""
-    if len(sent) > limit:
-        sent = sent[: limit - 1].rsplit(" ", 1)[0] + "…"
-    return sent
+def extractive_summary(exchanges: list[tuple[str, str]], limit: int = 300,
+                       df: DocumentFrequency | None = None) -> str:
+    """The most informative sentences of the exchanges, in conversation order, up to
+    ``limit`` characters. A sentence's weight is the rarity of its content words, so
+    greetings and "Thanks, Mel!" lose to "I went to a LGBTQ support group"."""
+    import math
 
-
-def extractive_summary(exchanges: list[tuple[str, str]], limit: int = 400) -> str:
-    """Leading sentences of each exchange's user and assistant turns, up to ``limit`` chars."""
-    parts: list[str] = []
-    used = 0
+    sentences: list[str] = []
     for user, assistant in exchanges:
-        for piece in (first_sentence(user), first_sentence(assistant)):
-            if not piece or piece in parts:
-                continue
-            if used + len(piece) > limit and parts:
-                return " ".join(parts)
-            parts.append(piece)
-            used += len(piece) + 1
-    return " ".join(parts)
+        for text in (user, assistant):
+            for sent in _SENTENCE.split(" ".join(text.split())):
+                if sent and sent not in sentences and sent not in ("(no message)", "(no reply)"):
+                    sentences.append(sent)
+
+    def weight(sent: str) -> float:
+        words = [w for w in (m.group().strip("'-").lower() for m in _WORD.finditer(sent))
+                 if len(w) > 2 and w not in STOPWORDS]
+        if not words:
+            return 0.0
+        rarity = sum(df.idf(w) if df is not None and df.docs >= 20 else 1.0 for w in words)
+        return rarity / (1 + math.log(len(sent.split())))
+
+    ranked = sorted(range(len(sentences)), key=lambda i: (-weight(sentences[i]), i))
+    picked: list[int] = []
+    used = 0
+    for i in ranked:
+        sent = sentences[i]
+        if len(sent) > limit:
+            sent = sent[: limit - 1].rsplit(" ", 1)[0] + "…"
+        if used + len(sent) > limit and picked:
+            continue
+        picked.append(i)
+        sentences[i] = sent
+        used += len(sent) + 1
+        if used >= limit * 0.8:
+            break
+    return " ".join(sentences[i] for i in sorted(picked))
 
 
 def clean_name(name: str, max_words: int = 5) -> str:

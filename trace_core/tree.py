@@ -307,7 +307,7 @@ class CTree:
         for t in reversed(self.active_path()):
             made = self.balancer.balance(t)
             created += made
-            for w in made:
+            for w in made + [t]:  # new topics, and t itself after a leaf split
                 self._sums.pop(w.node_id, None)
             if made and self.current_node is t:
                 # the newest exchange now sits in the last subtopic: continue there
