@@ -71,7 +71,8 @@ class EmbeddingJudge:
     adapt_window: int = 50  # ...over this many exchanges (after adapt_min of them)
     adapt_min: int = 10
     merge_threshold: float = 0.65  # the stricter veto rule (see ``approve_merge``)
-    masked_threshold: float = 0.35
+    same_threshold: float = 0.85  # near-duplicates: no further check
+    masked_threshold: float = 0.18  # snake vs language: 0.01-0.11 masked; one car's parts: 0.20-0.33
     doc_freq: DocumentFrequency = field(default_factory=DocumentFrequency)
     name = "embedding"
 
@@ -131,33 +132,51 @@ class EmbeddingJudge:
     def approve_merge(self, a: TopicDigest, b: TopicDigest, embed: Callable[[list[str]], np.ndarray]) -> tuple[bool, str]:
         """The stricter rule used without an LLM.
 
-        Two topics merge only if their summaries are close (cosine ≥ merge_threshold)
-        *and* stay close once the words they share in their names are masked out: two
-        topics that are alike only through a shared word ("Python" the snake and
-        "Python" the language) fall apart when that word is hidden.
+        Two topics that share salient words (their names, their most salient words)
+        merge only if they stay alike once those words are hidden: topics alike only
+        through a shared word ("Python" the snake and "Python" the language) fall
+        apart (cosine < ``masked_threshold``), while topics about one thing ("Eleanor,
+        my Mustang": its brakes, its paint) stay close. Topics that share no salient
+        word need cosine ≥ ``merge_threshold``, above the merge threshold itself.
         """
         sim = cosine(a.vector, b.vector)
-        if sim < self.merge_threshold:
-            return False, f"cosine {sim:.2f} < {self.merge_threshold:.2f} (embedding veto rule)"
-        shared = {w.lower() for w in a.name.split()} & {w.lower() for w in b.name.split()}
+        if sim >= self.same_threshold:
+            return True, f"cosine {sim:.2f} ≥ {self.same_threshold:.2f}: the same subject"
+        shared = _salient_set(a) & _salient_set(b)
         if not shared:
-            return True, f"cosine {sim:.2f} ≥ {self.merge_threshold:.2f}"
+            if sim >= self.merge_threshold:
+                return True, f"cosine {sim:.2f} ≥ {self.merge_threshold:.2f}"
+            return False, f"cosine {sim:.2f} < {self.merge_threshold:.2f} and no shared subject words (embedding veto)"
         ta, tb = _mask(a.text or a.summary, shared), _mask(b.text or b.summary, shared)
         va, vb = embed([ta, tb])
         masked = cosine(va, vb)
+        words = ", ".join(sorted(shared))
         if masked < self.masked_threshold:
-            return False, (
-                f"alike only through {', '.join(sorted(shared))}: cosine {masked:.2f} without it"
-                f" < {self.masked_threshold:.2f}"
-            )
-        return True, f"cosine {sim:.2f}, {masked:.2f} without the shared name"
+            return False, f"alike only through {words}: cosine {masked:.2f} without them < {self.masked_threshold:.2f}"
+        return True, f"cosine {sim:.2f}; still {masked:.2f} without the shared {words}"
+
+
+def _norm_word(w: str) -> str:
+    w = w.lower().strip("'-")
+    for suffix in ("'s", "s"):
+        if w.endswith(suffix) and len(w) > 4:
+            return w[: -len(suffix)]
+    return w
+
+
+def _salient_set(d: TopicDigest) -> set[str]:
+    from .textutil import salient_words
+
+    words = d.name.split() + salient_words(d.text or d.summary, 4)
+    return {_norm_word(w) for w in words if len(w) > 2}
 
 
 def _mask(text: str, words: set[str]) -> str:
+    """Hide ``words`` (normalised forms) and their plurals/possessives."""
     import re
 
     for w in words:
-        text = re.sub(rf"\b{re.escape(w)}\b", " ", text, flags=re.I)
+        text = re.sub(rf"\b{re.escape(w)}(?:'?s)?\b", " ", text, flags=re.I)
     return text
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from .vectors import VectorIndex
 
 APP_ID = "trace-session"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
@@ -85,6 +85,9 @@ MIGRATIONS: dict[int, list[str]] = {
         """CREATE TABLE IF NOT EXISTS journal(
             id INTEGER PRIMARY KEY AUTOINCREMENT, op_id TEXT NOT NULL, kind TEXT NOT NULL,
             payload TEXT NOT NULL, created_at TEXT NOT NULL)""",
+    ],
+    3: [  # thread paths and archive flags are updated by exchange node
+        "CREATE INDEX IF NOT EXISTS conversation_vectors_node ON conversation_vectors(node_id)",
     ],
 }
 

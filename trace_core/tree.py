@@ -92,6 +92,7 @@ class CTree:
         self._stale: set[TopicNode] = set()  # topics whose summary is out of date
         self._vdb: VectorDatabase | None = None
         self._store: TreeStore | None = None
+        self._last_reorganize = None  # (op_id, state) when there is no store
         self.balancer = FanoutBalancer(max_children, self._node_vector, self._name_group, self._stale.add)
 
     # --- public attributes ---------------------------------------------------------------
@@ -437,6 +438,32 @@ class CTree:
                                node.timestamp, path, 0.0, node.node_id, node.index)
             for i, m in enumerate(msgs)
         ]
+
+    # --- consolidation ---------------------------------------------------------------------------
+
+    def reorganize(self, embed_fn=None, similarity_threshold: float = 0.55, prune_trivial_leaves: bool = False) -> dict:
+        """Merge similar frozen topics (the four axioms) and optionally archive trivial
+        exchanges. Returns ``merged``, ``pruned``, ``skipped``, ``vetoed``, ``duration_secs``…"""
+        from .reorganize import Reorganizer
+
+        return Reorganizer(self).run(embed_fn, similarity_threshold, prune_trivial_leaves)
+
+    def undo_reorganize(self) -> dict:
+        """Restore the tree exactly as before the last ``reorganize()``."""
+        from .reorganize import undo_reorganize
+
+        return undo_reorganize(self)
+
+    def archive(self, exchanges) -> list[MessageNode]:
+        from .archive import archive_exchanges
+
+        return archive_exchanges(self, exchanges)
+
+    def restore_archived(self, exchanges=None) -> list[MessageNode]:
+        """Bring soft-archived exchanges back into the tree (all by default)."""
+        from .archive import restore_exchanges
+
+        return restore_exchanges(self, exchanges)
 
     def on_event(self, fn: Callable[[ev.EngineEvent], None]) -> Callable[[], None]:
         return self.events.subscribe(fn)

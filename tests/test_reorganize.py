@@ -1,0 +1,229 @@
+"""Consolidation: the four axioms, archiving and restore, undo, concurrency, kill midway."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trace_core import CTree, PromptSynthesizer
+from trace_core.invariants import check_invariants
+from trace_core.reorganize import UndoError, similar_pairs
+
+import numpy as np
+
+from scripted_server import Reply
+
+
+def ex(user: str, assistant: str) -> list[dict]:
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
+
+BREAD = [("How do I start a sourdough starter?", "Mix flour and water and feed it daily."),
+         ("My sourdough starter smells sour.", "That's normal, feed it more often.")]
+BREAD2 = [("What flour is best for a sourdough starter?", "Whole rye flour gets a sourdough starter going fast."),
+          ("How often should I feed my sourdough starter?", "Feed the starter twice a day at room temperature.")]
+OTHER = [("How do I roll back a Kubernetes deployment?", "Use kubectl rollout undo."),
+         ("Who should I listen to first to get into jazz?", "Miles Davis, Kind of Blue."),
+         ("When is the income tax deadline?", "Mid-April usually.")]
+
+
+def build(tmp_path, minilm, talk, name="r.db", **kw) -> CTree:
+    tree = CTree.open(str(tmp_path / name), judge="embedding", embed_fn=minilm, **kw)
+    for u, a in talk:
+        tree.add(ex(u, a))
+        check_invariants(tree)
+    return tree
+
+
+def leaf_of(tree, text):
+    return next(x for x in tree.exchanges if text in x.user).parent
+
+
+def test_similar_pairs_is_vectorised_and_complete():
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=(300, 16)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    pairs = similar_pairs(v, 0.5, block=64)
+    sims = v @ v.T
+    expected = {(i, j) for i in range(300) for j in range(i + 1, 300) if sims[i, j] >= 0.5}
+    assert {(i, j) for i, j, _ in pairs} == expected
+    assert [s for _, _, s in pairs] == sorted((s for _, _, s in pairs), reverse=True)
+
+
+def test_older_absorbs_newer_and_the_store_follows(tmp_path, minilm):
+    tree = build(tmp_path, minilm, BREAD + OTHER[:2] + BREAD2 + OTHER[2:])
+    older, newer = leaf_of(tree, BREAD[0][0]), leaf_of(tree, BREAD2[0][0])
+    assert older is not newer and older.created_index < newer.created_index
+    res = tree.reorganize(similarity_threshold=0.55)
+    check_invariants(tree)
+    assert res["merged"] >= 1 and set(res) >= {"merged", "pruned", "skipped", "duration_secs"}
+    merged = leaf_of(tree, BREAD2[0][0])
+    assert merged is older  # axiom 1: the older topic survives and holds both
+    assert leaf_of(tree, BREAD[0][0]) is older
+    ids = tree.vdb.topic_summary_ids()
+    assert newer.node_id not in ids and older.node_id in ids  # VDB: deleted, re-upserted
+    reopened = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm)
+    assert reopened.snapshot() == tree.snapshot()
+
+
+def test_threshold_is_respected(tmp_path, minilm):
+    tree = build(tmp_path, minilm, BREAD + OTHER[:2] + BREAD2 + OTHER[2:])
+    before = tree.snapshot()
+    res = tree.reorganize(similarity_threshold=0.999)
+    assert res["merged"] == 0 and tree.snapshot() == before
+
+
+def test_the_active_path_never_moves(tmp_path, minilm):
+    tree = build(tmp_path, minilm, BREAD + OTHER + BREAD2)  # the current topic is about sourdough too
+    path = [t.node_id for t in tree.active_path()]
+    current_msgs = [m.index for m in tree.current_node.iter_messages()]
+    tree.reorganize(similarity_threshold=0.3)
+    check_invariants(tree)
+    assert [t.node_id for t in tree.active_path()] == path
+    assert [m.index for m in tree.current_node.iter_messages()] == current_msgs
+
+
+def test_the_llm_can_veto(tmp_path, minilm, server):
+    server.respond(lambda req: Reply('{"merge": false}' if "Topic A" in req["messages"][-1]["content"]
+                                     else '{"action": "continue"}'))
+    tree = CTree.open(str(tmp_path / "v.db"), judge="auto", base_url=server.base_url, embed_fn=minilm)
+    for u, a in BREAD + OTHER[:2] + BREAD2 + OTHER[2:]:
+        tree.add(ex(u, a))
+    res = tree.reorganize(similarity_threshold=0.55)
+    assert res["merged"] == 0 and res["vetoed"] >= 1
+    assert all(v["judge"] == "llm" for v in res["vetoes"])
+
+
+def test_concurrent_adds_during_reorganize(tmp_path, minilm):
+    """Axiom 2 while add() runs in another thread: nothing on the active path moves, no
+    exchange is lost, the invariants hold."""
+    tree = build(tmp_path, minilm, (BREAD + OTHER + BREAD2) * 3, max_children=3)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def adder():
+        try:
+            for i in range(30):
+                tree.add(ex(f"sourdough question number {i}: how long to proof?", f"About {i % 5 + 2} hours."))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+        finally:
+            stop.set()
+
+    def organiser():
+        try:
+            while not stop.is_set():
+                tree.reorganize(similarity_threshold=0.5)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=adder), threading.Thread(target=organiser)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    check_invariants(tree)
+    assert len(tree.exchanges) == 30 + 21
+    assert tree.exchanges[-1].parent is tree.current_node  # the newest exchange is where add() put it
+    reopened = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm)
+    assert reopened.snapshot() == tree.snapshot()
+
+
+TRIVIAL = [("ok thanks", "you're welcome"), ("hi", "hello there")]
+
+
+def test_prune_trivial_leaves_archives_and_restores(tmp_path, minilm):
+    long_q = "Please explain in detail how a sourdough starter ferments flour and water over several days " * 2
+    talk = [(long_q, "Wild yeast and lactic acid bacteria " * 6)] + TRIVIAL + OTHER + [(long_q + "again", "More detail " * 15)]
+    tree = build(tmp_path, minilm, talk)
+    res = tree.reorganize(similarity_threshold=0.99, prune_trivial_leaves=True)
+    check_invariants(tree)
+    archived = {x.user for x in tree._archived_nodes}
+    assert {"ok thanks", "hi"} <= archived and res["pruned"] >= 2
+    assert long_q not in archived
+    synth = PromptSynthesizer(ctree=tree)
+    prompt = synth.synthesize_prompt("ok thanks hi hello", None, None, [])
+    assert "you're welcome" not in prompt and "hello there" not in prompt
+    reopened = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm)
+    assert {x.user for x in reopened._archived_nodes} == archived  # persisted
+    reopened.restore_archived()
+    check_invariants(reopened)
+    assert not reopened._archived_nodes
+    prompt = PromptSynthesizer(ctree=reopened).synthesize_prompt("ok thanks", None, None, [])
+    assert "you're welcome" in prompt
+
+
+def test_undo_restores_the_tree_node_for_node(tmp_path, minilm):
+    tree = build(tmp_path, minilm, (BREAD + OTHER[:2] + BREAD2 + OTHER[2:] + TRIVIAL) * 2)
+    before = tree.snapshot()
+    res = tree.reorganize(similarity_threshold=0.5, prune_trivial_leaves=True)
+    assert res["merged"] + res["pruned"] > 0 and tree.snapshot() != before
+    after_reopen = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm)
+    after_reopen.undo_reorganize()
+    check_invariants(after_reopen)
+    assert after_reopen.snapshot() == before
+    assert CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm).snapshot() == before
+    with pytest.raises(UndoError, match="no reorganisation"):
+        after_reopen.undo_reorganize()
+
+
+def test_undo_refuses_when_the_conversation_moved_on(tmp_path, minilm):
+    tree = build(tmp_path, minilm, BREAD + OTHER[:2] + BREAD2 + OTHER[2:])
+    tree.reorganize(similarity_threshold=0.5)
+    tree.add(ex("one more question", "one more answer"))
+    with pytest.raises(UndoError, match="added after"):
+        tree.undo_reorganize()
+
+
+def test_undo_without_a_store(minilm):
+    tree = CTree(judge="embedding", embed_fn=minilm)
+    for u, a in BREAD + OTHER[:2] + BREAD2 + OTHER[2:]:
+        tree.add(ex(u, a))
+    before = tree.snapshot()
+    if tree.reorganize(similarity_threshold=0.5)["merged"]:
+        tree.undo_reorganize()
+    assert tree.snapshot() == before
+
+
+CHILD = Path(__file__).parent / "helpers" / "reorganize_child.py"
+
+
+def test_a_reorganisation_killed_midway_leaves_before_or_after(tmp_path, minilm):
+    """SIGKILL at random moments of a (slowed) reorganisation: the session opens to the
+    tree before or the tree after, never a mix."""
+    rng = random.Random(7)
+    base = tmp_path / "base.db"
+    tree = build(tmp_path, minilm, (BREAD + OTHER[:2] + BREAD2 + OTHER[2:] + TRIVIAL) * 3, name="base.db")
+    before = tree.snapshot()
+    tree.vdb.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    tree.vdb.close()
+    # the tree after, from an uninterrupted run on a copy
+    done = tmp_path / "done.db"
+    done.write_bytes(base.read_bytes())
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    subprocess.run([sys.executable, str(CHILD), str(done), "0"], check=True, env=env, capture_output=True)
+    after = CTree.open(str(done), judge="embedding", embed_fn=minilm).snapshot()
+    assert after != before
+    outcomes = set()
+    for k in range(10):
+        path = tmp_path / f"kill{k}.db"
+        path.write_bytes(base.read_bytes())
+        proc = subprocess.Popen([sys.executable, str(CHILD), str(path), "0.02"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert proc.stdout.readline().startswith("READY")
+        time.sleep(rng.uniform(0.0, 0.6))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        snap = CTree.open(str(path), judge="embedding", embed_fn=minilm).snapshot()
+        assert snap in (before, after), f"round {k}: a mixed tree"
+        outcomes.add("before" if snap == before else "after")
+    assert "before" in outcomes  # the kills did land midway

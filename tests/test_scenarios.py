@@ -1,0 +1,35 @@
+"""The five TRACE stress scenarios, with the embedding judge and with a scripted
+server answering as a good model would."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from trace_core import scenarios as S
+from scenario_oracle import label_table, oracle
+
+NAMES = list(S.SCENARIOS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_scenario_with_the_embedding_judge(name, minilm):
+    out = io.StringIO()
+    (v,) = S.run([name], judge="embedding", embed_fn=minilm, out=out)
+    assert v.passed, out.getvalue()
+    assert f"PASS  {name}" in out.getvalue() and "ROOT [" in out.getvalue()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_scenario_with_a_good_model(name, minilm, server):
+    server.respond(oracle(label_table()))
+    out = io.StringIO()
+    (v,) = S.run([name], judge="llm", base_url=server.base_url, model="good-model", embed_fn=minilm, out=out)
+    assert v.passed, out.getvalue()
+    assert server.chat_requests(), "the LLM judge was asked"
+
+
+def test_cli_runs_and_reports(minilm, capsys):
+    assert S.main(["multihop", "--quiet"]) == 0
+    assert "PASS  multihop" in capsys.readouterr().out
