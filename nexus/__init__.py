@@ -1,0 +1,1 @@
+"""Nexus: the Textual workbench over an in-process TRACE (``trace_core``)."""

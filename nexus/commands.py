@@ -1,0 +1,81 @@
+"""Slash commands: one registry for the input line, tab completion and the palette."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    usage: str
+    help: str
+    handler: str  # the app method that runs it: f"cmd_{handler}"
+
+
+COMMANDS = [
+    Command("tree", "/tree [--messages]", "print the context tree (with exchanges: --messages)", "tree"),
+    Command("search", "/search <query>", "search memory: messages with thread paths and scores", "search"),
+    Command("reorganize", "/reorganize [--threshold X] [--prune]", "merge similar frozen topics now", "reorganize"),
+    Command("undo-reorganize", "/undo-reorganize", "restore the tree from before the last reorganisation", "undo"),
+    Command("ingest", "/ingest <path|folder|glob>", "describe images with the vision model into memory", "ingest"),
+    Command("web", "/web on|off|<query>", "web routing on/off, or answer with a search for <query>", "web"),
+    Command("model", "/model [name]", "list the server's models, or switch the chat model", "model"),
+    Command("save", "/save [path]", "export the tree as JSON", "save"),
+    Command("load", "/load <path>", "import a JSON export as a new session", "load"),
+    Command("new", "/new", "start a new session", "new"),
+    Command("sessions", "/sessions", "list sessions", "sessions"),
+    Command("stats", "/stats", "session statistics", "stats"),
+    Command("clear", "/clear", "clear the chat pane (memory is kept)", "clear"),
+    Command("help", "/help", "this list", "help"),
+    Command("quit", "/quit", "leave Nexus", "quit"),
+]
+BY_NAME = {c.name: c for c in COMMANDS}
+
+
+class UsageError(ValueError):
+    """Bad arguments: the message is the command's usage."""
+
+
+@dataclass
+class Parsed:
+    command: Command | None
+    args: list[str]
+    raw: str
+
+
+def parse(line: str) -> Parsed:
+    """``/name args...`` → the command and its arguments (shell-like quoting)."""
+    body = line.strip()[1:]
+    name, _, rest = body.partition(" ")
+    try:
+        args = shlex.split(rest)
+    except ValueError:
+        args = rest.split()
+    return Parsed(BY_NAME.get(name.lower()), args, rest.strip())
+
+
+def suggestion(name: str) -> str:
+    """A hint for an unknown command."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(BY_NAME), n=1)
+    return f"Unknown command /{name}." + (f" Did you mean /{close[0]}?" if close else "") + " Type /help for the list."
+
+
+def completions() -> list[str]:
+    return [f"/{c.name}" for c in COMMANDS]
+
+
+def flag_value(args: list[str], flag: str, cast: Callable = str, usage: str = ""):
+    if flag not in args:
+        return None
+    i = args.index(flag)
+    try:
+        value = cast(args[i + 1])
+    except (IndexError, ValueError):
+        raise UsageError(usage) from None
+    del args[i : i + 2]
+    return value

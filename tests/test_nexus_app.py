@@ -1,0 +1,227 @@
+"""Pilot tests of the Nexus app against the scripted OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from nexus.app import NexusApp
+from nexus.config import load_config
+from nexus.widgets import AssistantMessage, EventLog, MemoryTree, Notice, UserMessage
+from scripted_server import Reply
+
+
+def make_config(server_url: str, tmp_path: Path, **over):
+    cfg = load_config(env={}, user_file=tmp_path / "none.toml")
+    cfg.set("server", "base_url", server_url)
+    cfg.set("server", "api_key", "sk-test")
+    cfg.set("models", "chat", "test-model")
+    cfg.set("memory", "judge", "embedding")
+    cfg.set("memory", "idle_reorganize_seconds", 0)
+    cfg.set("web", "enabled", False)
+    for (section, key), value in over.items():
+        cfg.set(section, key, value)
+    return cfg
+
+
+def chat_reply(text: str):
+    def respond(req):
+        if req.get("response_format"):
+            return Reply('{"action": "continue"}')
+        return Reply(text, chunk_delay=0.0)
+    return respond
+
+
+async def wait_for(pilot, cond, timeout: float = 20.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            app = pilot.app
+            raise AssertionError("condition not reached; notices:\n" + notices(app) + "\nlog:\n" + log_text(app))
+        await pilot.pause(0.05)
+
+
+async def ready(app, pilot):
+    await wait_for(pilot, lambda: app.session is not None and app.embedder_state == "ready")
+
+
+async def type_and_send(pilot, app, text: str):
+    inp = app.query_one("#prompt")
+    inp.value = text
+    await pilot.press("enter")
+
+
+def log_text(app) -> str:
+    return "\n".join(t for _, t in app.query_one(EventLog).history)
+
+
+def notices(app) -> str:
+    return "\n".join(str(n.render()) for n in app.query(Notice))
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+async def test_a_message_streams_a_reply_and_is_remembered(server, tmp_path, minilm, data_dir):
+    server.respond(chat_reply("Hello! Here is **bold** and code:\n\n```python\nprint('hi')\n```"))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My cat is called Miso.")
+        await wait_for(pilot, lambda: app.session.tree and len(app.session.tree.exchanges) == 1)
+        replies = list(app.query(AssistantMessage))
+        assert replies and "print('hi')" in replies[-1].text
+        assert replies[-1].code_blocks() == ["print('hi')\n"]
+        assert list(app.query(UserMessage))
+        # streamed: the request asked for a stream, and arrived chunk by chunk
+        chat = [r for r in server.chat_requests() if not r.get("response_format")]
+        assert chat[-1]["stream"] is True
+        # the tree pane gained the node; the log shows the retrieval report
+        await wait_for(pilot, lambda: "remembered exchange #0" in log_text(app))
+        tree_pane = app.query_one(MemoryTree)
+        assert "1 exchanges" in str(tree_pane.root.label)
+        assert "retrieval:" in log_text(app)
+        # a second message: its system prompt carries the memory of the first
+        await type_and_send(pilot, app, "What is my cat called?")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+        system = [r for r in server.chat_requests() if not r.get("response_format")][-1]["messages"][0]["content"]
+        assert "Miso" in system
+
+
+async def test_markup_and_escape_sequences_are_shown_as_text(server, tmp_path, minilm, data_dir):
+    evil = "[bold red]not markup[/] \x1b[31mred\x1b[0m \x1b]0;title\x07 done"
+    server.respond(chat_reply(evil))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "say something odd")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        reply = list(app.query(AssistantMessage))[-1]
+        shown = reply.body.source
+        assert "[bold red]not markup[/]" in shown
+        assert "\x1b" not in shown and "␛[31m" in shown
+
+
+async def test_commands(server, tmp_path, minilm, data_dir):
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        for text in ["My sourdough starter smells like acetone.", "How do I roll back a kubernetes deployment?",
+                     "What flour is best for a sourdough starter?", "ok thanks"]:
+            n = len(app.session.tree.exchanges)
+            await type_and_send(pilot, app, text)
+            await wait_for(pilot, lambda n=n: len(app.session.tree.exchanges) == n + 1)
+        await type_and_send(pilot, app, "/search sourdough")
+        await wait_for(pilot, lambda: "Memory search: sourdough" in notices(app))
+        assert "ROOT → " in notices(app)
+        await type_and_send(pilot, app, "/tree --messages")
+        await wait_for(pilot, lambda: "ROOT [0:3]" in notices(app))
+        await type_and_send(pilot, app, "/frobnicate")
+        await wait_for(pilot, lambda: "Unknown command /frobnicate" in notices(app))
+        await type_and_send(pilot, app, "/reorganize --threshold banana")
+        await wait_for(pilot, lambda: "Usage: /reorganize" in notices(app))
+        await type_and_send(pilot, app, "/reorganize --threshold 0.3 --prune")
+        await wait_for(pilot, lambda: "Reorganised:" in notices(app))
+        await type_and_send(pilot, app, "/undo-reorganize")
+        await wait_for(pilot, lambda: "undone" in notices(app) or "Nothing undone" in notices(app))
+        export = tmp_path / "export.json"
+        await type_and_send(pilot, app, f"/save {export}")
+        await wait_for(pilot, lambda: export.exists())
+        assert json.loads(export.read_text())["format"] == "trace-ctree"
+        await type_and_send(pilot, app, f"/load {export}")
+        await wait_for(pilot, lambda: "Imported" in notices(app))
+        await wait_for(pilot, lambda: app.session is not None and app.session.path != tmp_path / "s.db"
+                       and app.session.tree is not None and len(app.session.tree.exchanges) == 4)
+        await type_and_send(pilot, app, "/stats")
+        await wait_for(pilot, lambda: "exchanges: 4" in notices(app))
+        await type_and_send(pilot, app, "/help")
+        await wait_for(pilot, lambda: "/undo-reorganize" in notices(app))
+
+
+async def test_escape_cancels_a_reply_and_keeps_the_partial_text(server, tmp_path, minilm, data_dir):
+    def respond(req):
+        if req.get("response_format"):
+            return Reply('{"action": "continue"}')
+        return Reply("", chunks=[f"word{i} " for i in range(200)], chunk_delay=0.05)
+
+    server.respond(respond)
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "count for me")
+        await wait_for(pilot, lambda: app.current_reply is not None and "word3" in app.current_reply.text)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        stored = app.session.tree.exchanges[0].assistant
+        assert "word0" in stored and "[reply cancelled]" in stored and "word199" not in stored
+        reply = list(app.query(AssistantMessage))[-1]
+        assert "word0" in reply.text
+
+
+async def test_server_down_then_up(tmp_path, minilm, data_dir):
+    from scripted_server import ScriptedServer
+
+    srv = ScriptedServer()
+    port = srv.port
+    srv.httpd.server_close()  # nothing listens yet
+    app = NexusApp(make_config(f"http://127.0.0.1:{port}/v1", tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Are you there?")
+        await wait_for(pilot, lambda: "No reply" in notices(app))
+        assert f"127.0.0.1:{port}" in notices(app)
+        assert app.session.pending == "Are you there?"
+        assert len(app.session.tree.exchanges) == 0
+        # the app stays usable
+        await type_and_send(pilot, app, "/stats")
+        await wait_for(pilot, lambda: "exchanges: 0" in notices(app))
+        # the server comes up on the same port; the message is resent with a key
+        with ScriptedServer(port=port) as up:
+            up.respond(chat_reply("Yes, here now."))
+            await pilot.press("ctrl+r")
+            await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert app.session.tree.exchanges[0].user == "Are you there?"
+        assert app.session.pending is None
+
+
+async def test_a_corrupt_session_is_reported_and_left_untouched(server, tmp_path, minilm, data_dir):
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"definitely not sqlite" * 50)
+    before = bad.read_bytes()
+    app = NexusApp(make_config(server.base_url, tmp_path), bad, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: "Cannot open the session" in notices(app))
+        assert "not a SQLite database" in notices(app) and "/new" in notices(app)
+        assert app.session is None
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None)
+    assert bad.read_bytes() == before
+
+
+async def test_tree_pane_keeps_expansion_and_marks_injected_branches(server, tmp_path, minilm, data_dir):
+    server.respond(chat_reply("Sure."))
+    cfg = make_config(server.base_url, tmp_path, **{("memory", "recent_exchanges"): 1})
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        for text in ["My sister Sarah is allergic to peanuts.", "How do I roll back a kubernetes deployment?",
+                     "What is Sarah allergic to?"]:
+            n = len(app.session.tree.exchanges)
+            await type_and_send(pilot, app, text)
+            await wait_for(pilot, lambda n=n: len(app.session.tree.exchanges) == n + 1)
+        tree_pane = app.query_one(MemoryTree)
+        await wait_for(pilot, lambda: any("★" in str(n.label) for n in tree_pane.root.children))
+        first = tree_pane.root.children[0]
+        first.expand()
+        await pilot.pause(0.1)
+        app.refresh_tree()
+        await pilot.pause(0.1)
+        assert tree_pane.root.children[0].is_expanded
