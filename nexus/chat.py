@@ -110,6 +110,7 @@ class ChatSession:
         if forced_query:
             decision = RouteDecision(True, "asked with /web", forced_query, by="command")
         elif not self.web_enabled:
+            self.emit(ev.WebRouted(False, "web search is off"))
             return RouteDecision(False, "web search is off", by="off"), []
         else:
             decision = self.router.decide(text)

@@ -16,7 +16,7 @@ BEGIN, END = "<<<WEB RESULTS (untrusted)>>>", "<<<END WEB RESULTS>>>"
 
 # fast rules: words that mean "now" or things that change
 NEEDS_WEB = re.compile(
-    r"\b(latest|newest|today|tonight|yesterday|tomorrow|this (?:week|month|year)|right now|currently|"
+    r"\b(latest|newest|today|tonight|yesterday|tomorrow|this (?:week|month|year)|right now|current|currently|"
     r"at the moment|news|headlines?|weather|forecast|temperature outside|price|prices|cost of|stock|"
     r"exchange rate|score|who won|election|release[sd]?|version|changelog|announced|breaking|"
     r"20[2-3]\d)\b",

@@ -14,7 +14,7 @@ from nexus.widgets import AssistantMessage, EventLog, MemoryTree, Notice, UserMe
 from scripted_server import Reply
 
 
-def make_config(server_url: str, tmp_path: Path, **over):
+def make_config(server_url: str, tmp_path: Path, over: dict | None = None):
     cfg = load_config(env={}, user_file=tmp_path / "none.toml")
     cfg.set("server", "base_url", server_url)
     cfg.set("server", "api_key", "sk-test")
@@ -22,7 +22,7 @@ def make_config(server_url: str, tmp_path: Path, **over):
     cfg.set("memory", "judge", "embedding")
     cfg.set("memory", "idle_reorganize_seconds", 0)
     cfg.set("web", "enabled", False)
-    for (section, key), value in over.items():
+    for (section, key), value in (over or {}).items():
         cfg.set(section, key, value)
     return cfg
 
@@ -208,7 +208,7 @@ async def test_a_corrupt_session_is_reported_and_left_untouched(server, tmp_path
 
 async def test_tree_pane_keeps_expansion_and_marks_injected_branches(server, tmp_path, minilm, data_dir):
     server.respond(chat_reply("Sure."))
-    cfg = make_config(server.base_url, tmp_path, **{("memory", "recent_exchanges"): 1})
+    cfg = make_config(server.base_url, tmp_path, {("memory", "recent_exchanges"): 1})
     app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)

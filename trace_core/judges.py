@@ -49,6 +49,7 @@ class TopicDigest:
     summary: str
     vector: np.ndarray
     text: str = ""  # the topic's raw text (first exchanges), for the embedding veto
+    _salient: set[str] | None = field(default=None, repr=False)
 
 
 def cosine(a: np.ndarray | None, b: np.ndarray | None) -> float:
@@ -165,10 +166,13 @@ def _norm_word(w: str) -> str:
 
 
 def _salient_set(d: TopicDigest) -> set[str]:
-    from .textutil import salient_words
+    """The topic's subject words (name and most salient words), normalised; cached."""
+    if d._salient is None:
+        from .textutil import salient_words
 
-    words = d.name.split() + salient_words(d.text or d.summary, 4)
-    return {_norm_word(w) for w in words if len(w) > 2}
+        words = d.name.split() + salient_words(d.text or d.summary, 4)
+        d._salient = {_norm_word(w) for w in words if len(w) > 2}
+    return d._salient
 
 
 def _mask(text: str, words: set[str]) -> str:

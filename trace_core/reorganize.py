@@ -207,6 +207,14 @@ class Reorganizer:
         approved: list[tuple[TopicNode, TopicNode, float, str, str]] = []
         into: dict[str, TopicNode] = {}  # absorbed topic -> the topic that absorbed it
         pos = {t.node_id: k for k, t in enumerate(frozen)}
+        digests: dict[str, TopicDigest] = {}
+
+        def digest(t: TopicNode) -> TopicDigest:
+            d = digests.get(t.node_id)
+            if d is None:
+                d = digests[t.node_id] = TopicDigest(t.topic_name, t.summary, vectors[pos[t.node_id]],
+                                                     raw_text[t.node_id])
+            return d
 
         def find(t: TopicNode) -> TopicNode:
             while t.node_id in into:
@@ -227,9 +235,8 @@ class Reorganizer:
             # axiom 1: the older absorbs the newer
             older, newer = (a, b) if (a.created_index, a.start_index) <= (b.created_index, b.start_index) else (b, a)
             # axiom 4: the veto judges the two branches that matched
-            da = TopicDigest(src_a.topic_name, src_a.summary, vectors[pos[src_a.node_id]], raw_text[src_a.node_id])
-            db = TopicDigest(src_b.topic_name, src_b.summary, vectors[pos[src_b.node_id]], raw_text[src_b.node_id])
-            ok, why, judge = tree.judges.approve_merge(da, db, lambda texts: embedder.embed_batch(texts))
+            ok, why, judge = tree.judges.approve_merge(digest(src_a), digest(src_b),
+                                                       lambda texts: embedder.embed_batch(texts))
             if not ok:
                 state["vetoed"].add(key)
                 res.vetoed += 1
@@ -263,8 +270,7 @@ class Reorganizer:
                 old_parent.remove_child(newer)
                 live.discard(newer)
                 prune_empty(tree, old_parent)
-                older.sort_children()
-                state["touched"].append(older)
+                state["touched"].append(older)  # sorted once in _settle, not per merge
                 state["absorbers"].add(older.node_id)
                 merged += 1
                 res.merges.append(MergeRecord(older.node_id, newer.node_id, older.topic_name, newer.topic_name,
@@ -278,7 +284,7 @@ class Reorganizer:
         """Ranges, fan-out (inside the touched frozen subtrees only), current node, sums,
         summaries. Called under the tree's lock."""
         tree = self.tree
-        recompute_ranges(tree.root)
+        recompute_ranges(tree.root)  # sorts every child list once
         live_topics = set(tree.root.iter_topics())
         for t in dict.fromkeys(touched):
             if t in live_topics:

@@ -1,0 +1,161 @@
+"""``/ingest``: validate images, swap in the vision model, describe them into memory."""
+
+from __future__ import annotations
+
+import base64
+import glob
+import io
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from trace_core import prompts
+from trace_core.llm import describe_error
+
+from . import events as ev
+
+IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
+
+
+class ImageError(ValueError):
+    pass
+
+
+@dataclass
+class PreparedImage:
+    path: Path
+    width: int
+    height: int
+    data_url: str
+    mime: str
+
+
+def find_images(target: str) -> list[Path]:
+    """A file, a folder (its images), or a glob."""
+    p = Path(target).expanduser()
+    if p.is_dir():
+        return sorted(q for q in p.iterdir() if q.suffix.lower() in IMAGE_EXTS and q.is_file())
+    if any(ch in target for ch in "*?["):
+        return sorted(Path(q) for q in glob.glob(os.path.expanduser(target)) if Path(q).is_file())
+    return [p]
+
+
+def prepare(path: Path, max_side: int, max_file_mb: float, max_megapixels: float) -> PreparedImage:
+    """Validate and re-encode one image, or raise ``ImageError`` saying what is wrong."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    if not path.exists():
+        raise ImageError(f"{path}: no such file")
+    if not path.is_file():
+        raise ImageError(f"{path}: not a file")
+    size = path.stat().st_size
+    if size == 0:
+        raise ImageError(f"{path}: the file is empty (0 bytes)")
+    if size > max_file_mb * 1024 * 1024:
+        raise ImageError(f"{path}: {size / 1024 / 1024:.1f} MB, over the {max_file_mb:g} MB limit")
+    limit = int(max_megapixels * 1_000_000)
+    try:
+        with Image.open(path) as im:
+            w, h = im.size  # read from the header: nothing decoded yet
+            if w * h > limit:
+                raise ImageError(f"{path}: {w}×{h} is {w * h / 1e6:.0f} megapixels, over the "
+                                 f"{max_megapixels:g}-megapixel limit (a decompression bomb?)")
+            im.verify()
+        with Image.open(path) as im:
+            im.load()
+            im = ImageOps.exif_transpose(im)
+            has_alpha = im.mode in ("RGBA", "LA", "P") and ("transparency" in im.info or im.mode != "P")
+            im = im.convert("RGBA" if has_alpha else "RGB")
+            im.thumbnail((max_side, max_side))
+            buf = io.BytesIO()
+            # LM Studio refuses webp data URLs: PNG (transparency) or JPEG
+            if has_alpha:
+                im.save(buf, "PNG", optimize=True)
+                mime = "image/png"
+            else:
+                im.save(buf, "JPEG", quality=90)
+                mime = "image/jpeg"
+            width, height = im.size
+    except ImageError:
+        raise
+    except UnidentifiedImageError:
+        raise ImageError(f"{path}: not an image (Pillow cannot read it)") from None
+    except Image.DecompressionBombError as exc:  # Pillow refuses it in open() already
+        import re
+
+        m = re.search(r"\((\d+) pixels\)", str(exc))
+        mp = f"{int(m.group(1)) / 1e6:.0f} megapixels" if m else "too many pixels"
+        raise ImageError(f"{path}: {mp}, over the {max_megapixels:g}-megapixel limit "
+                         "(a decompression bomb?)") from None
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImageError(f"{path}: the image is truncated or damaged ({exc})") from None
+    data = base64.b64encode(buf.getvalue()).decode()
+    return PreparedImage(path, width, height, f"data:{mime};base64,{data}", mime)
+
+
+def describe(client, model: str, image: PreparedImage, timeout: float) -> str:
+    resp = client.chat.completions.create(
+        model=model, max_tokens=400, temperature=0.2, timeout=timeout,
+        messages=[{"role": "user", "content": [
+            {"type": "text", "text": prompts.VISION_DESCRIBE},
+            {"type": "image_url", "image_url": {"url": image.data_url}},
+        ]}],
+    )
+    text = (resp.choices[0].message.content or "").strip() if resp.choices else ""
+    if not text:
+        raise RuntimeError("the vision model returned an empty description")
+    return text
+
+
+def ingest_images(session, manager, target: str, emit=lambda e: None) -> list[tuple[str, str]]:
+    """Describe every image of ``target`` into memory. Returns ``(message, level)`` lines."""
+    cfg = session.config.data["ingest"]
+    vision_model = str(session.config.get("models", "vision"))
+    lines: list[tuple[str, str]] = []
+    paths = find_images(target)
+    if not paths:
+        return [(f"No images found at {target}.", "warning")]
+    prepared: list[PreparedImage] = []
+    for p in paths:  # validate everything before touching the models
+        try:
+            prepared.append(prepare(p, int(cfg["max_side"]), float(cfg["max_file_mb"]), float(cfg["max_megapixels"])))
+        except ImageError as exc:
+            lines.append((f"Skipped {exc}", "error"))
+            emit(ev.Notice(f"ingest: {exc}", "error"))
+    if not prepared:
+        return lines
+    text_model = session.model or session.resolve_model()
+    timeout = float(cfg["load_timeout"])
+    try:
+        with manager.vision(text_model, vision_model):
+            for k, img in enumerate(prepared, 1):
+                emit(ev.Progress("ingest", k - 1, len(prepared)))
+                started = time.perf_counter()
+                try:
+                    text = describe(session.client, vision_model, img, timeout)
+                except Exception as exc:
+                    problem = describe_error(exc, session.config.base_url) if not isinstance(exc, RuntimeError) \
+                        else str(exc)
+                    lines.append((f"Could not describe {img.path.name}: {problem}", "error"))
+                    emit(ev.ModelStep(f"describe {img.path.name}", time.perf_counter() - started, False, problem))
+                    continue
+                emit(ev.ModelStep(f"describe {img.path.name}", time.perf_counter() - started))
+                note = f"Image ingested: {img.path.name} ({img.width}×{img.height}) described by {vision_model}."
+                session.remember(f"/ingest {img.path}", text, system=note)
+                lines.append((f"Ingested {img.path.name}: {text[:160]}{'…' if len(text) > 160 else ''}", "info"))
+    except Exception as exc:  # load refused, server down: the manager has restored the text model
+        lines.append((f"Ingest stopped: {exc}. The text model {text_model} was loaded again.", "error"))
+    return lines
+
+
+def ingest(app, target: str):
+    """The app's entry point: yields lines for the chat pane."""
+    from .models import ModelManager, detect
+
+    session = app.session
+    manager = app.model_manager or ModelManager(
+        detect(session.config.base_url, str(session.config.get("server", "kind")),
+               float(session.config.get("ingest", "load_timeout"))), app.post_event)
+    app.model_manager = manager
+    yield from ingest_images(session, manager, target, app.post_event)

@@ -1,0 +1,187 @@
+"""Loading and unloading models, one backend per server kind.
+
+- LM Studio: native REST ``GET /api/v1/models`` (loaded instances, vision capability),
+  ``POST /api/v1/models/load``, ``POST /api/v1/models/unload`` (by instance id).
+- Ollama: ``GET /api/ps``; load with an empty ``/api/generate``; unload with ``keep_alive: 0``.
+- Any other OpenAI-compatible server: no load control; the vision model is simply named
+  in the request.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable
+from urllib.parse import urlsplit
+
+from . import events as ev
+
+
+class ModelError(RuntimeError):
+    pass
+
+
+@dataclass
+class Loaded:
+    key: str
+    instance: str
+    vision: bool = False
+
+
+def _root(base_url: str) -> str:
+    u = urlsplit(base_url)
+    return f"{u.scheme}://{u.netloc}"
+
+
+def _http(method: str, url: str, body: dict | None = None, timeout: float = 30.0) -> dict:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            raw = r.read()
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", "replace")[:200]
+        raise ModelError(f"{method} {url} answered HTTP {exc.code}: {detail}") from None
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise ModelError(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None
+    try:
+        return json.loads(raw or b"{}")
+    except ValueError:
+        raise ModelError(f"{url} answered something that is not JSON") from None
+
+
+class NoLoadControl:
+    kind = "openai"
+
+    def __init__(self, base_url: str, timeout: float = 180) -> None:
+        self.base_url = base_url
+
+    def loaded(self) -> list[Loaded]:
+        return []
+
+    def load(self, key: str) -> str:
+        return key
+
+    def unload(self, item: Loaded) -> None:
+        pass
+
+
+class LMStudioBackend:
+    kind = "lmstudio"
+
+    def __init__(self, base_url: str, timeout: float = 180) -> None:
+        self.root = _root(base_url)
+        self.timeout = timeout
+
+    def catalogue(self) -> list[dict]:
+        return _http("GET", f"{self.root}/api/v1/models", timeout=10).get("models", [])
+
+    def loaded(self) -> list[Loaded]:
+        out = []
+        for m in self.catalogue():
+            for inst in m.get("loaded_instances", []) or []:
+                out.append(Loaded(m.get("key", ""), inst.get("id", m.get("key", "")),
+                                  bool((m.get("capabilities") or {}).get("vision"))))
+        return out
+
+    def load(self, key: str) -> str:
+        ans = _http("POST", f"{self.root}/api/v1/models/load", {"model": key}, timeout=self.timeout)
+        return ans.get("instance_id") or key
+
+    def unload(self, item: Loaded) -> None:
+        _http("POST", f"{self.root}/api/v1/models/unload", {"instance_id": item.instance}, timeout=self.timeout)
+
+
+class OllamaBackend:
+    kind = "ollama"
+
+    def __init__(self, base_url: str, timeout: float = 180) -> None:
+        self.root = _root(base_url)
+        self.timeout = timeout
+
+    def loaded(self) -> list[Loaded]:
+        models = _http("GET", f"{self.root}/api/ps", timeout=10).get("models", [])
+        return [Loaded(m.get("name") or m.get("model", ""), m.get("name") or m.get("model", "")) for m in models]
+
+    def load(self, key: str) -> str:
+        _http("POST", f"{self.root}/api/generate", {"model": key}, timeout=self.timeout)
+        return key
+
+    def unload(self, item: Loaded) -> None:
+        _http("POST", f"{self.root}/api/generate", {"model": item.key, "keep_alive": 0}, timeout=self.timeout)
+
+
+BACKENDS = {"lmstudio": LMStudioBackend, "ollama": OllamaBackend, "openai": NoLoadControl}
+
+
+def detect(base_url: str, kind: str = "auto", timeout: float = 180):
+    """The backend for ``base_url``: configured, or probed (LM Studio's REST API, then Ollama's)."""
+    if kind and kind != "auto":
+        if kind not in BACKENDS:
+            raise ModelError(f"server kind must be auto, lmstudio, ollama or openai, not {kind!r}")
+        return BACKENDS[kind](base_url, timeout)
+    root = _root(base_url)
+    for probe, cls in ((f"{root}/api/v1/models", LMStudioBackend), (f"{root}/api/ps", OllamaBackend)):
+        try:
+            ans = _http("GET", probe, timeout=3)
+        except ModelError:
+            continue
+        if isinstance(ans.get("models"), list):
+            return cls(base_url, timeout)
+    return NoLoadControl(base_url, timeout)
+
+
+class ModelManager:
+    def __init__(self, backend, emit: Callable[[object], None] = lambda e: None) -> None:
+        self.backend = backend
+        self.emit = emit
+
+    def _step(self, name: str, fn, *args):
+        started = time.perf_counter()
+        try:
+            result = fn(*args)
+        except ModelError as exc:
+            self.emit(ev.ModelStep(name, time.perf_counter() - started, False, str(exc)))
+            raise
+        self.emit(ev.ModelStep(name, time.perf_counter() - started))
+        return result
+
+    @contextmanager
+    def vision(self, text_model: str, vision_model: str):
+        """Unload the text model, load the vision model, yield, then swap back. The text
+        model is loaded again whatever happened inside."""
+        b = self.backend
+        if isinstance(b, NoLoadControl):
+            self.emit(ev.ModelStep(f"no load control on this server: asking {vision_model} directly"))
+            yield
+            return
+        loaded = self._step("list loaded models", b.loaded)
+        text_instances = [m for m in loaded if m.key == text_model]
+        vision_loaded = [m for m in loaded if m.key == vision_model]
+        try:
+            for m in text_instances:
+                self._step(f"unload {m.key}", b.unload, m)
+            if not vision_loaded:  # listed first: never a second instance
+                inst = self._step(f"load {vision_model}", b.load, vision_model)
+                vision_loaded = [Loaded(vision_model, inst, True)]
+            yield
+        finally:
+            errors = []
+            for m in vision_loaded:
+                try:
+                    self._step(f"unload {m.key}", b.unload, m)
+                except ModelError as exc:
+                    errors.append(str(exc))
+            if text_instances or text_model:
+                try:
+                    now = [m.key for m in self._step("list loaded models", b.loaded)]
+                    if text_model and text_model not in now:
+                        self._step(f"load {text_model}", b.load, text_model)
+                except ModelError as exc:
+                    errors.append(str(exc))
+            if errors:
+                self.emit(ev.Notice("could not restore the text model: " + "; ".join(errors), "error"))

@@ -1,0 +1,206 @@
+"""Model swapping for /ingest against scripted LM Studio and Ollama endpoints."""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from nexus.chat import ChatSession
+from nexus.config import load_config
+from nexus.ingest import ImageError, ingest_images, prepare
+from nexus.models import LMStudioBackend, ModelManager, NoLoadControl, OllamaBackend, detect
+from scripted_server import Reply
+
+DESCRIPTION = "A red bicycle leaning against a blue door, with a sign reading 'OPEN'."
+
+
+def session_for(server, tmp_path, minilm, kind="auto"):
+    cfg = load_config(env={}, user_file=tmp_path / "none.toml")
+    cfg.set("server", "base_url", server.base_url)
+    cfg.set("server", "kind", kind)
+    cfg.set("models", "chat", "qwen-7b")
+    cfg.set("models", "vision", "qwen2-vl")
+    cfg.set("memory", "judge", "embedding")
+    s = ChatSession(cfg, tmp_path / "s.db", embed_fn=minilm)
+    s.open()
+    return s
+
+
+def photo(path: Path, size=(640, 480), color=(200, 30, 30)) -> Path:
+    Image.new("RGB", size, color).save(path, "JPEG")
+    return path
+
+
+def vision_responder(req):
+    content = req["messages"][-1]["content"]
+    if isinstance(content, list):  # the vision request
+        assert content[1]["image_url"]["url"].startswith("data:image/jpeg;base64,")
+        return Reply(DESCRIPTION)
+    return Reply('{"action": "continue"}')
+
+
+def model_calls(server) -> list[str]:
+    out = []
+    for r in server.state.requests:
+        if r.path.startswith("/api/v1/models/load") or (r.path == "/api/generate" and r.body.get("keep_alive") != 0):
+            out.append(f"load {r.body.get('model')}")
+        elif r.path.startswith("/api/v1/models/unload"):
+            out.append(f"unload {r.body.get('instance_id')}")
+        elif r.path == "/api/generate":
+            out.append(f"unload {r.body.get('model')}")
+        elif r.path == "/v1/chat/completions" and isinstance(r.body["messages"][-1]["content"], list):
+            out.append(f"describe with {r.body['model']}")
+    return out
+
+
+def test_lmstudio_swap_sequence_and_memory(server, tmp_path, minilm):
+    server.state.catalogue = {"qwen-7b": {"type": "llm", "loaded": ["qwen-7b"]}, "qwen2-vl": {"type": "vlm"}}
+    server.respond(vision_responder)
+    s = session_for(server, tmp_path, minilm)
+    backend = detect(s.config.base_url)
+    assert isinstance(backend, LMStudioBackend)
+    steps = []
+    lines = ingest_images(s, ModelManager(backend, steps.append), str(photo(tmp_path / "bike.jpg")))
+    assert [lv for _, lv in lines] == ["info"] and "Ingested bike.jpg" in lines[0][0]
+    assert model_calls(server) == ["unload qwen-7b", "load qwen2-vl", "describe with qwen2-vl",
+                                   "unload qwen2-vl", "load qwen-7b"]
+    assert server.state.catalogue["qwen-7b"]["loaded"] == ["qwen-7b"]  # the text model is back
+    assert all(st.ok for st in steps if hasattr(st, "ok"))
+    x = s.tree.exchanges[-1]
+    assert x.system.startswith("Image ingested: bike.jpg") and x.assistant == DESCRIPTION
+    assert x.user == f"/ingest {tmp_path / 'bike.jpg'}"
+    # a later question about the image finds it
+    hits = s.search("what colour was the bicycle by the door?")
+    assert hits and "red bicycle" in hits[0].text
+
+
+def test_lmstudio_does_not_load_a_second_instance(server, tmp_path, minilm):
+    server.state.catalogue = {"qwen-7b": {"type": "llm", "loaded": ["qwen-7b"]},
+                              "qwen2-vl": {"type": "vlm", "loaded": ["qwen2-vl"]}}
+    server.respond(vision_responder)
+    s = session_for(server, tmp_path, minilm)
+    ingest_images(s, ModelManager(detect(s.config.base_url)), str(photo(tmp_path / "a.jpg")))
+    assert "load qwen2-vl" not in model_calls(server)
+
+
+def test_ollama_swap_sequence(server, tmp_path, minilm):
+    server.state.catalogue = {"qwen-7b": {"loaded": ["qwen-7b"]}, "qwen2-vl": {}}
+    server.respond(vision_responder)
+    s = session_for(server, tmp_path, minilm, kind="ollama")
+    backend = detect(s.config.base_url, "ollama")
+    assert isinstance(backend, OllamaBackend)
+    ingest_images(s, ModelManager(backend), str(photo(tmp_path / "b.jpg")))
+    assert model_calls(server) == ["unload qwen-7b", "load qwen2-vl", "describe with qwen2-vl",
+                                   "unload qwen2-vl", "load qwen-7b"]
+    keep = [r.body for r in server.state.requests if r.path == "/api/generate" and r.body.get("keep_alive") == 0]
+    assert {b["model"] for b in keep} == {"qwen-7b", "qwen2-vl"}
+
+
+def test_a_server_without_load_control_is_just_asked(server, tmp_path, minilm):
+    server.respond(vision_responder)
+    s = session_for(server, tmp_path, minilm, kind="openai")
+    lines = ingest_images(s, ModelManager(detect(s.config.base_url, "openai")), str(photo(tmp_path / "c.jpg")))
+    assert isinstance(detect(s.config.base_url, "openai"), NoLoadControl)
+    assert model_calls(server) == ["describe with qwen2-vl"] and lines[0][1] == "info"
+
+
+@pytest.mark.parametrize("failure", ["load refused", "vision missing", "describe 500", "describe timeout"])
+def test_failures_are_reported_and_the_text_model_comes_back(server, tmp_path, minilm, failure):
+    server.state.catalogue = {"qwen-7b": {"type": "llm", "loaded": ["qwen-7b"]}, "qwen2-vl": {"type": "vlm"}}
+    if failure == "load refused":
+        server.state.refuse_load = {"qwen2-vl"}
+    if failure == "vision missing":
+        del server.state.catalogue["qwen2-vl"]
+
+    def respond(req):
+        if isinstance(req["messages"][-1]["content"], list):
+            if failure == "describe 500":
+                return Reply(status=500)
+            if failure == "describe timeout":
+                return Reply(DESCRIPTION, delay=3)
+        return vision_responder(req)
+
+    server.respond(respond)
+    s = session_for(server, tmp_path, minilm)
+    s.config.set("ingest", "load_timeout", 1)
+    n = len(s.tree.exchanges)
+    lines = ingest_images(s, ModelManager(detect(s.config.base_url)), str(photo(tmp_path / "d.jpg")))
+    assert lines and lines[-1][1] == "error", lines
+    text = " ".join(t for t, _ in lines)
+    expected = {"load refused": "cannot load qwen2-vl", "vision missing": "cannot load qwen2-vl",
+                "describe 500": "HTTP 500", "describe timeout": "did not answer in time"}[failure]
+    assert expected in text
+    assert server.state.catalogue["qwen-7b"]["loaded"] == ["qwen-7b"]  # back before control returns
+    assert len(s.tree.exchanges) == n  # nothing half-stored
+
+
+def _png_header(w: int, h: int) -> bytes:
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00" * 1024)) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("kind, problem", [
+    ("zero", "empty (0 bytes)"),
+    ("truncated", "truncated or damaged"),
+    ("text", "not an image"),
+    ("bomb", "400 megapixels, over the 50-megapixel limit"),
+    ("bomb-ish", "8000×8000 is 64 megapixels"),
+    ("huge", "over the 20 MB limit"),
+    ("missing", "no such file"),
+])
+def test_bad_images_get_a_clear_error(tmp_path, kind, problem):
+    p = tmp_path / f"{kind}.png"
+    if kind == "zero":
+        p.write_bytes(b"")
+    elif kind == "truncated":
+        photo(tmp_path / "full.jpg", (800, 600))
+        data = (tmp_path / "full.jpg").read_bytes()
+        p = tmp_path / "truncated.jpg"
+        p.write_bytes(data[: len(data) // 3])
+    elif kind == "text":
+        p.write_text("this is a text file pretending to be a png")
+    elif kind == "bomb":
+        p.write_bytes(_png_header(20000, 20000))  # tiny file, 400 megapixels when decoded
+    elif kind == "bomb-ish":  # under Pillow's own limit, over ours
+        p.write_bytes(_png_header(8000, 8000))
+    elif kind == "huge":
+        with open(p, "wb") as fh:
+            fh.write(_png_header(10, 10))
+            fh.seek(21 * 1024 * 1024)
+            fh.write(b"\x00")
+    with pytest.raises(ImageError, match=re.escape(problem)) as err:
+        prepare(p, 1024, 20, 50)
+    assert str(p) in str(err.value)
+
+
+def test_images_are_oriented_downscaled_and_re_encoded(tmp_path):
+    img = Image.new("RGB", (3000, 1000), (0, 128, 0))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90°
+    p = tmp_path / "rot.jpg"
+    img.save(p, "JPEG", exif=exif)
+    out = prepare(p, 1024, 20, 50)
+    assert out.height == 1024 and out.width in (341, 342)  # turned upright, longest side 1024
+    assert out.mime == "image/jpeg"
+    webp = tmp_path / "t.webp"
+    Image.new("RGBA", (100, 100), (0, 0, 0, 0)).save(webp, "WEBP")
+    assert prepare(webp, 1024, 20, 50).mime == "image/png"  # never a webp data URL
+
+
+def test_bad_image_in_a_folder_does_not_stop_the_others(server, tmp_path, minilm):
+    server.state.catalogue = {"qwen-7b": {"type": "llm", "loaded": ["qwen-7b"]}, "qwen2-vl": {"type": "vlm"}}
+    server.respond(vision_responder)
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    photo(folder / "good.jpg")
+    (folder / "bad.png").write_bytes(b"")
+    s = session_for(server, tmp_path, minilm)
+    lines = ingest_images(s, ModelManager(detect(s.config.base_url)), str(folder))
+    assert [lv for _, lv in lines] == ["error", "info"]
