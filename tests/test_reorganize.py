@@ -56,6 +56,12 @@ def test_similar_pairs_is_vectorised_and_complete():
     expected = {(i, j) for i in range(300) for j in range(i + 1, 300) if sims[i, j] >= 0.5}
     assert {(i, j) for i, j, _ in pairs} == expected
     assert [s for _, _, s in pairs] == sorted((s for _, _, s in pairs), reverse=True)
+    # nearest-neighbour mode: each row's best partners only, still each pair once
+    near = similar_pairs(v, 0.0, block=64, max_per_row=3)
+    assert len({(i, j) for i, j, _ in near}) == len(near) <= 300 * 3
+    best = {i: int(np.argsort(-np.where(np.arange(300) == i, -9, sims[i]))[0]) for i in range(300)}
+    got = {(i, j) for i, j, _ in near}
+    assert all((min(i, b), max(i, b)) in got for i, b in best.items())
 
 
 def test_older_absorbs_newer_and_the_store_follows(tmp_path, minilm):

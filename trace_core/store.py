@@ -26,7 +26,7 @@ import numpy as np
 from .vectors import VectorIndex
 
 APP_ID = "trace-session"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
@@ -88,6 +88,15 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     3: [  # thread paths and archive flags are updated by exchange node
         "CREATE INDEX IF NOT EXISTS conversation_vectors_node ON conversation_vectors(node_id)",
+    ],
+    4: [  # FTS rows addressed by rowid (a message's index, a topic row's rowid): a
+          # replace or delete no longer scans the whole FTS table
+        "DELETE FROM messages_fts",
+        "INSERT INTO messages_fts(rowid, text, message_id) SELECT rowid, text, message_id"
+        " FROM conversation_vectors",
+        "DELETE FROM topics_fts",
+        "INSERT INTO topics_fts(rowid, topic_name, summary, node_id) SELECT rowid, topic_name, summary, node_id"
+        " FROM topic_summaries",
     ],
 }
 
@@ -266,14 +275,19 @@ class VectorDatabase:
     def add_conversation_message(self, cv: ConversationVector) -> None:
         emb = np.asarray(cv.embedding, dtype=np.float32)
         with self._lock:
-            self.con.execute(
-                "INSERT OR REPLACE INTO conversation_vectors(message_id, message_index, role, text, embedding,"
+            old = self.con.execute("SELECT rowid FROM conversation_vectors WHERE message_id=?",
+                                   (cv.message_id,)).fetchone()
+            if old:  # FTS rows share the vector row's rowid: delete by rowid, never scan
+                self.con.execute("DELETE FROM messages_fts WHERE rowid=?", (old[0],))
+                self.con.execute("DELETE FROM conversation_vectors WHERE rowid=?", (old[0],))
+            rowid = self.con.execute(
+                "INSERT INTO conversation_vectors(message_id, message_index, role, text, embedding,"
                 " timestamp, thread_path, node_id, exchange_index, archived) VALUES(?,?,?,?,?,?,?,?,?,0)",
                 (cv.message_id, cv.message_index, cv.role, cv.text, _blob(emb), cv.timestamp,
                  cv.thread_path, cv.node_id, cv.exchange_index),
-            )
-            self.con.execute("DELETE FROM messages_fts WHERE message_id=?", (cv.message_id,))
-            self.con.execute("INSERT INTO messages_fts(text, message_id) VALUES(?, ?)", (cv.text, cv.message_id))
+            ).lastrowid
+            self.con.execute("INSERT INTO messages_fts(rowid, text, message_id) VALUES(?, ?, ?)",
+                             (rowid, cv.text, cv.message_id))
             if self._conv_index is not None:
                 self._conv_index.add(cv.message_id, emb)
 
@@ -319,6 +333,10 @@ class VectorDatabase:
                 out.append(cv)
         return out
 
+    def conversation_index(self) -> VectorIndex:
+        """The live messages' vector index (ids and a version for caches)."""
+        return self._conv()
+
     def conversation_scores(self, query_vector) -> tuple[list[str], np.ndarray]:
         """Cosine of the query with every live message (for fused ranking)."""
         return self._conv().scores(np.asarray(query_vector, dtype=np.float32))
@@ -329,10 +347,10 @@ class VectorDatabase:
         if not q:
             return []
         with self._lock:
+            # FTS5's rank (BM25) with LIMIT takes its top-N path; archived messages are
+            # filtered by the caller against the live vector index, not by a join here
             rows = self.con.execute(
-                "SELECT f.message_id, bm25(messages_fts) FROM messages_fts f"
-                " JOIN conversation_vectors v ON v.message_id=f.message_id"
-                " WHERE messages_fts MATCH ? AND v.archived=0 ORDER BY bm25(messages_fts) LIMIT ?",
+                "SELECT message_id, rank FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rank LIMIT ?",
                 (q, limit),
             ).fetchall()
         return [(mid, -score) for mid, score in rows]
@@ -358,21 +376,32 @@ class VectorDatabase:
                              start_index: int = -1, end_index: int = -1) -> None:
         emb = np.asarray(embedding, dtype=np.float32)
         with self._lock:
-            self.con.execute(
-                "INSERT OR REPLACE INTO topic_summaries VALUES(?,?,?,?,?,?,?)",
-                (node_id, topic_name, summary, _blob(emb), start_index, end_index, now_iso()),
-            )
-            self.con.execute("DELETE FROM topics_fts WHERE node_id=?", (node_id,))
-            self.con.execute(
-                "INSERT INTO topics_fts(topic_name, summary, node_id) VALUES(?,?,?)", (topic_name, summary, node_id)
-            )
+            row = self.con.execute("SELECT rowid FROM topic_summaries WHERE node_id=?", (node_id,)).fetchone()
+            if row:
+                rowid = row[0]
+                self.con.execute(
+                    "UPDATE topic_summaries SET topic_name=?, summary=?, embedding=?, start_index=?, end_index=?,"
+                    " updated_at=? WHERE rowid=?",
+                    (topic_name, summary, _blob(emb), start_index, end_index, now_iso(), rowid),
+                )
+                self.con.execute("DELETE FROM topics_fts WHERE rowid=?", (rowid,))
+            else:
+                rowid = self.con.execute(
+                    "INSERT INTO topic_summaries VALUES(?,?,?,?,?,?,?)",
+                    (node_id, topic_name, summary, _blob(emb), start_index, end_index, now_iso()),
+                ).lastrowid
+            self.con.execute("INSERT INTO topics_fts(rowid, topic_name, summary, node_id) VALUES(?,?,?,?)",
+                             (rowid, topic_name, summary, node_id))
             if self._topic_index is not None:
                 self._topic_index.add(node_id, emb)
 
     def delete_topic_summary(self, node_id: str) -> None:
         with self._lock:
-            self.con.execute("DELETE FROM topic_summaries WHERE node_id=?", (node_id,))
-            self.con.execute("DELETE FROM topics_fts WHERE node_id=?", (node_id,))
+            row = self.con.execute("SELECT rowid FROM topic_summaries WHERE node_id=?", (node_id,)).fetchone()
+            if row is None:
+                return
+            self.con.execute("DELETE FROM topic_summaries WHERE rowid=?", (row[0],))
+            self.con.execute("DELETE FROM topics_fts WHERE rowid=?", (row[0],))
             if self._topic_index is not None:
                 self._topic_index.remove(node_id)
 
@@ -422,8 +451,7 @@ class VectorDatabase:
             return []
         with self._lock:
             rows = self.con.execute(
-                "SELECT node_id, bm25(topics_fts) FROM topics_fts WHERE topics_fts MATCH ?"
-                " ORDER BY bm25(topics_fts) LIMIT ?",
+                "SELECT node_id, rank FROM topics_fts WHERE topics_fts MATCH ? ORDER BY rank LIMIT ?",
                 (q, limit),
             ).fetchall()
         return [(nid, -score) for nid, score in rows]

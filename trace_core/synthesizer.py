@@ -129,6 +129,8 @@ class PromptSynthesizer:
         exchange_weight: float = 0.0,
         group_depth: int | None = 2,
         min_relevance: float = 0.20,
+        candidates: int = 300,
+        topic_candidates: int = 500,
     ) -> None:
         self.tree = ctree
         self.vdb = vector_db if vector_db is not None else ctree.vdb
@@ -142,6 +144,8 @@ class PromptSynthesizer:
         self.exchange_weight = exchange_weight
         self.group_depth = group_depth
         self.min_relevance = min_relevance
+        self.candidates = candidates
+        self.topic_candidates = topic_candidates
         self.last_report: RetrievalReport | None = None
         self._history_tokens: tuple[int, int] = (-1, 0)
 
@@ -160,7 +164,11 @@ class PromptSynthesizer:
         if self.vdb is None:
             return dense, keyword
         ids, sims = self.vdb.topic_scores(qvec)
-        dense = {i: float(s) for i, s in zip(ids, sims)}
+        if len(ids) > self.topic_candidates:  # the rest score 0: far below the best
+            top = np.argpartition(-sims, self.topic_candidates - 1)[: self.topic_candidates]
+            dense = {ids[k]: float(sims[k]) for k in top}
+        else:
+            dense = {i: float(s) for i, s in zip(ids, sims)}
         keyword = dict(self.vdb.keyword_search_topics(query, limit=50))
         return dense, keyword
 
@@ -202,72 +210,108 @@ class PromptSynthesizer:
 
     def memory_block(self, query, query_vector, recent_messages, top_k_docs, top_k_history,
                      min_history_similarity, budget, report: RetrievalReport) -> str:
-        """The memory block for ``query`` within ``budget`` tokens; fills ``report``."""
+        """The memory block for ``query`` within ``budget`` tokens; fills ``report``.
+
+        Scoring runs on candidates only: the best messages by cosine and by BM25 (a
+        candidate's conversation neighbours lend it score when they are candidates
+        too). That keeps a query at 100,000 stored exchanges
+        in milliseconds (``bench/scale.py``).
+        """
         tree = self.tree
         n = len(tree._exchanges)
         if n == 0 or budget <= 0 or not query.strip():
             return ""
         qvec = np.asarray(query_vector if query_vector is not None else tree.embed_fn.embed(query), dtype=np.float32)
         qvec = qvec / (np.linalg.norm(qvec) or 1.0)
-        live = np.array([not x.archived for x in tree._exchanges])
         recent_texts = {m.get("content", "") for m in recent_messages}
-        for i, x in enumerate(tree._exchanges):
-            if x.user in recent_texts and x.assistant in recent_texts:
-                live[i] = False  # already in the recent window
 
-        units, dense = self._dense_units(qvec, n)  # units: (exchange, role)
-        unit_pos = {u: k for k, u in enumerate(units)}
-        keyword = np.zeros(len(units))
-        if self.vdb is not None:
-            for mid, score in self.vdb.keyword_search_messages(query, limit=200):
-                k = unit_pos.get(_parse_id(mid))
-                if k is not None:
-                    keyword[k] = max(keyword[k], score)
-        # relevant at all: close in meaning, or sharing a content word with the query
-        keep = np.array([live[i] for i, _ in units], dtype=bool) & ((dense >= self.min_relevance) | (keyword > 0))
-        if not keep.any():
+        def live(i: int) -> bool:
+            x = tree._exchanges[i]
+            if x.archived:
+                return False
+            return not (recent_texts and x.user in recent_texts and x.assistant in recent_texts)
+
+        ex_of, role_of, all_dense = self._dense_all(qvec)
+        m = len(ex_of)
+        if m == 0:
             return ""
+        top = min(self.candidates, m)
+        cand_idx = np.argpartition(-all_dense, top - 1)[:top] if top < m else np.arange(m)
+        keyword_hits: dict[int, float] = {}
+        if self.vdb is not None:
+            pos = self._unit_positions()
+            for mid, score in self.vdb.keyword_search_messages(query, limit=200):
+                k = pos.get(mid)
+                if k is not None:
+                    keyword_hits[k] = max(keyword_hits.get(k, 0.0), score)
+        # relevant at all: close in meaning, or sharing a content word with the query
+        seeds = {int(k) for k in cand_idx if all_dense[k] >= self.min_relevance} | set(keyword_hits)
+        seeds = {k for k in seeds if live(int(ex_of[k]))}
+        if not seeds:
+            return ""
+        units = {k: (int(ex_of[k]), role_of[k]) for k in seeds}
+        if self.neighbour_weight:
+            # relevant conversation neighbours of the candidates join them (a question's
+            # answer is often the next message, below the candidate cut)
+            by_unit = self._unit_lookup()
+            for k in list(seeds):
+                i = int(ex_of[k])
+                for j in (i - 1, i, i + 1):
+                    if 0 <= j < n and live(j):
+                        for msg in tree._exchanges[j].messages:
+                            kk = by_unit.get((j, msg["role"]))
+                            if kk is not None and kk not in units and (
+                                    all_dense[kk] >= self.min_relevance or kk in keyword_hits):
+                                units[kk] = (j, msg["role"])
+        keys = list(units)
+        cand = [units[k] for k in keys]
+        dense = all_dense[keys].astype(np.float64)
+        keyword = np.array([keyword_hits.get(k, 0.0) for k in keys])
+        in_seed = np.ones(len(keys), dtype=bool)
 
         # branch score: the best topic (by summary cosine, nudged by BM25) above each exchange
         t_dense, t_key = self._topic_scores(query, qvec)
         t_key_max = max(t_key.values(), default=0.0) or 1.0
         topic_score = {nid: s + 0.25 * t_key.get(nid, 0.0) / t_key_max for nid, s in t_dense.items()}
-        ex_branch = np.zeros(n)
-        if topic_score:
-            for i, x in enumerate(tree._exchanges):
-                if live[i] and x.parent is not None:
-                    ex_branch[i] = max((topic_score.get(t.node_id, 0.0) for t in tree.get_ancestors(x.parent)),
-                                       default=0.0)
-        branch = np.array([ex_branch[i] for i, _ in units])
+        ex_branch: dict[int, float] = {}
+        for i, _ in cand:
+            if i not in ex_branch:
+                x = tree._exchanges[i]
+                ex_branch[i] = max((topic_score.get(t.node_id, 0.0) for t in tree.get_ancestors(x.parent)),
+                                   default=0.0) if topic_score and x.parent is not None else 0.0
+        branch = np.array([ex_branch[i] for i, _ in cand])
 
-        m = len(units)
-        cand = np.flatnonzero(keep)
+        c = len(cand)
         wd, wk, wb = self.weights
-        fused = wd * _rrf([int(k) for k in cand[np.argsort(-dense[cand], kind="stable")]], m)
-        fused += wk * _rrf([int(k) for k in cand[np.argsort(-keyword[cand], kind="stable")] if keyword[k] > 0], m)
-        fused += wb * _rrf([int(k) for k in cand[np.argsort(-branch[cand], kind="stable")] if branch[k] > 0], m)
+        idx = np.arange(c)
+        seed_idx = idx[in_seed]
+        fused = wd * _rrf([int(k) for k in seed_idx[np.argsort(-dense[seed_idx], kind="stable")]], c)
+        fused += wk * _rrf([int(k) for k in idx[np.argsort(-keyword, kind="stable")] if keyword[k] > 0], c)
+        fused += wb * _rrf([int(k) for k in seed_idx[np.argsort(-branch[seed_idx], kind="stable")]
+                            if branch[k] > 0], c)
         if self.exchange_weight:
-            # the whole exchange's meaning: a short reply ("Wow, what did you get?") is
-            # found through the message it answers
-            ex_dense = np.array([float(tree.exchange_vector(i) @ qvec) for i, _ in units])
-            fused += self.exchange_weight * _rrf([int(k) for k in cand[np.argsort(-ex_dense[cand], kind="stable")]], m)
+            ex_dense = np.array([float(tree.exchange_vector(i) @ qvec) for i, _ in cand])
+            fused += self.exchange_weight * _rrf([int(k) for k in seed_idx[np.argsort(-ex_dense[seed_idx])]], c)
         if self.neighbour_weight:
             # conversation neighbours share context: a message next to a hit gains a little
-            order_pos = sorted(range(m), key=lambda k: (units[k][0], _ROLE_ORDER.get(units[k][1], 3)))
+            order_pos = sorted(range(c), key=lambda k: (cand[k][0], _ROLE_ORDER.get(cand[k][1], 3)))
             f = fused[order_pos]
-            near = np.maximum(np.concatenate([[0.0], f[:-1]]), np.concatenate([f[1:], [0.0]]))
-            fused[order_pos] = f + self.neighbour_weight * near
-        fused[~keep] = -1.0
-        ranking = [int(k) for k in np.argsort(-fused, kind="stable") if keep[k]]
-        report.ranking = [units[k] for k in ranking]
+            adjacent = [(cand[order_pos[q]][0], cand[order_pos[q + 1]][0]) for q in range(c - 1)]
+            left = np.concatenate([[0.0], [f[q] if abs(a - b) <= 1 else 0.0 for q, (a, b) in enumerate(adjacent)]])
+            right = np.concatenate([[f[q + 1] if abs(a - b) <= 1 else 0.0 for q, (a, b) in enumerate(adjacent)],
+                                    [0.0]])
+            fused[order_pos] = f + self.neighbour_weight * np.maximum(left, right)
+        ranking = [int(k) for k in np.argsort(-fused, kind="stable")]
+        report.ranking = [cand[k] for k in ranking]
 
         # recalled past messages (TRACE's top_k_history) are pinned first
-        pinned = [int(k) for k in np.argsort(-dense) if keep[k] and dense[k] >= min_history_similarity]
+        pinned = [int(k) for k in seed_idx[np.argsort(-dense[seed_idx])] if dense[k] >= min_history_similarity]
         pinned = pinned[:top_k_history]
-        queue = pinned + [k for k in ranking if k not in set(pinned)]
+        pinned_set = set(pinned)
+        queue = pinned + [k for k in ranking if k not in pinned_set]
 
-        newer, status = self._supersessions(live)
-        chosen = self._select([units[k] for k in queue], budget, newer, status)
+        newer, status = self._supersessions([i for i, _ in cand])
+        chosen = self._select([cand[k] for k in queue], budget, newer, status)
         if not chosen:
             return ""
         chosen_ex = {i for i, _ in chosen}
@@ -276,31 +320,53 @@ class PromptSynthesizer:
         report.memory_tokens = count_tokens(text)
         report.paths = paths
         best: dict[int, int] = {}
-        for k in range(m):
-            i = units[k][0]
-            if (i, units[k][1]) in shown and (i not in best or fused[k] > fused[best[i]]):
+        for k in range(c):
+            i = cand[k][0]
+            if cand[k] in shown and (i not in best or fused[k] > fused[best[i]]):
                 best[i] = k
         for i in sorted(best, key=lambda i: -fused[best[i]]):
             x = tree._exchanges[i]
-            ks = [k for k in range(m) if units[k][0] == i]
+            ks = [k for k in range(c) if cand[k][0] == i]
             report.exchanges.append(InjectedExchange(
                 i, x.node_id, tree.thread_path(x) if x.parent is not None else "", x.timestamp,
-                float(max(dense[k] for k in ks)), float(max(keyword[k] for k in ks)), float(ex_branch[i]),
-                float(fused[best[i]]), status.get(i, ""), any(k in pinned for k in ks),
-                sum(shown[u] for u in shown if u[0] == i)))
+                float(max(max(dense[k] for k in ks), 0.0)), float(max(keyword[k] for k in ks)),
+                float(ex_branch.get(i, 0.0)), float(fused[best[i]]), status.get(i, ""),
+                any(k in pinned_set for k in ks), sum(shown[u] for u in shown if u[0] == i)))
         return text
 
-    def _dense_units(self, qvec: np.ndarray, n: int) -> tuple[list[tuple[int, str]], np.ndarray]:
+    def _dense_all(self, qvec: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """Every live message: its exchange, its role, its cosine to the query."""
         if self.vdb is not None:
-            ids, sims = self.vdb.conversation_scores(qvec)
-            return [_parse_id(i) for i in ids], np.asarray(sims, dtype=np.float64)
-        units, sims = [], []  # no store: each message scored by its exchange's vector
+            index = self.vdb.conversation_index()
+            key = (id(index), index.version)
+            if getattr(self, "_units_key", None) != key:
+                parsed = [_parse_id(i) for i in index.ids]
+                self._units_cache = (np.array([p[0] for p in parsed], dtype=np.int64), [p[1] for p in parsed])
+                self._positions = {mid: k for k, mid in enumerate(index.ids)}
+                self._by_unit = {p: k for k, p in enumerate(parsed)}
+                self._units_key = key
+            ex_of, role_of = self._units_cache
+            _ids, sims = index.scores(qvec)
+            return ex_of, role_of, np.asarray(sims, dtype=np.float64)
+        # no store: each message scored by its exchange's vector
+        ex, roles, sims = [], [], []
         for i, x in enumerate(self.tree._exchanges):
+            if x.archived:
+                continue
             s = float(self.tree.exchange_vector(i) @ qvec)
             for msg in x.messages:
-                units.append((i, msg["role"]))
+                ex.append(i)
+                roles.append(msg["role"])
                 sims.append(s)
-        return units, np.array(sims)
+        self._by_unit = {(i, r): k for k, (i, r) in enumerate(zip(ex, roles))}
+        self._positions = {}
+        return np.array(ex, dtype=np.int64), roles, np.array(sims)
+
+    def _unit_positions(self) -> dict[str, int]:
+        return getattr(self, "_positions", {})
+
+    def _unit_lookup(self) -> dict[tuple[int, str], int]:
+        return getattr(self, "_by_unit", {})
 
     # --- selection, supersession, rendering ----------------------------------------------------
 
@@ -348,7 +414,8 @@ class PromptSynthesizer:
         noted = False  # the [current]/[superseded] note is paid for once
         queue = list(queue)
         pos = 0
-        while pos < len(queue):
+        misses = 0
+        while pos < len(queue) and budget - used >= 12 and misses < 40:
             i, role = queue[pos]
             pos += 1
             if (i, role) in taken or not self._text(i, role):
@@ -361,6 +428,7 @@ class PromptSynthesizer:
             if bid not in branches:
                 cost += count_tokens(self._header(topic)) + 1
             if used + cost > budget:
+                misses += 1
                 continue  # a shorter message further down may still fit
             chosen.append((i, role))
             taken.add((i, role))
@@ -371,32 +439,32 @@ class PromptSynthesizer:
             queue[pos:pos] = [u for u in follow if u not in taken]
         return chosen
 
-    def _supersessions(self, live: np.ndarray) -> tuple[dict[int, list[int]], dict[int, str]]:
-        """Which exchanges were updated by a later one: a later exchange that reads as an
-        update (an update cue such as "actually" or "no longer") and is similar
-        (cosine ≥ supersede_similarity). Cached per conversation length."""
-        key = (len(self.tree._exchanges), int(live.sum()))
-        if getattr(self, "_sup_key", None) == key:
-            return self._sup
+    def _supersessions(self, exchanges: list[int]) -> tuple[dict[int, list[int]], dict[int, str]]:
+        """Which of ``exchanges`` were updated by a later exchange: one that reads as an
+        update (a cue such as "actually" or "no longer"), is live, and is similar
+        (cosine ≥ supersede_similarity). Updates are few; their vectors are cached."""
         tree = self.tree
-        newer: dict[int, list[int]] = {}
         cues = self._update_cues()
-        updates = [int(j) for j in np.flatnonzero(cues) if live[j]]
-        if updates:
-            older = [i for i in range(len(tree._exchanges)) if live[i]]
-            mat = np.array([tree.exchange_vector(i) for i in older])
-            for j in updates:
-                sims = mat @ tree.exchange_vector(j)
-                for i, sim in zip(older, sims):
-                    if i < j and sim >= self.supersede_similarity:
-                        newer.setdefault(i, []).append(j)
+        upd = [int(j) for j in np.flatnonzero(cues) if not tree._exchanges[j].archived]
+        newer: dict[int, list[int]] = {}
+        if upd and exchanges:
+            key = (len(upd), upd[-1])
+            if getattr(self, "_upd_key", None) != key:
+                self._upd_mat = np.array([tree.exchange_vector(j) for j in upd])
+                self._upd_key = key
+            mat = self._upd_mat
+            olds = sorted(set(exchanges))
+            sims = np.array([tree.exchange_vector(i) for i in olds]) @ mat.T
+            for a, i in enumerate(olds):
+                for b, j in enumerate(upd):
+                    if j > i and sims[a, b] >= self.supersede_similarity and not tree._exchanges[i].archived:
+                        newer.setdefault(i, []).append(int(j))
         status: dict[int, str] = {}
-        for i, js in newer.items():
+        for i in newer:
             status[i] = "superseded"
         for js in newer.values():
             for j in js:
                 status.setdefault(j, "current")  # an update that was itself updated stays superseded
-        self._sup_key, self._sup = key, (newer, status)
         return newer, status
 
     def _update_cues(self) -> np.ndarray:

@@ -11,6 +11,11 @@ class VectorIndex:
         self._ids: list[str] = []
         self._pos: dict[str, int] = {}
         self._matrix = np.zeros((0, dim or 0), dtype=np.float32)
+        self.version = 0  # bumped on every change: callers cache what they derive from ids
+
+    @property
+    def ids(self) -> list[str]:
+        return self._ids
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -36,6 +41,7 @@ class VectorIndex:
         if key in self._pos:
             self._matrix[self._pos[key]] = vector
             return
+        self.version += 1
         self._grow(len(self._ids) + 1)
         self._matrix[len(self._ids)] = vector
         self._pos[key] = len(self._ids)
@@ -45,6 +51,7 @@ class VectorIndex:
         i = self._pos.pop(key, None)
         if i is None:
             return
+        self.version += 1
         last = len(self._ids) - 1
         if i != last:  # move the last row into the hole
             self._matrix[i] = self._matrix[last]
