@@ -224,6 +224,8 @@ class NexusApp(App):
             if load:
                 load()
             self.embedder_state = "ready"
+            backend = getattr(tree.embed_fn, "backend", "")
+            self.post_event(ev.Notice(f"embedder ready: {tree.embed_fn.name}" + (f" ({backend})" if backend else "")))
         except Exception as exc:
             self.embedder_state = "failed"
             self.post_event(ev.Notice(f"embedder failed to load: {exc}", "error"))

@@ -74,3 +74,11 @@ def test_importing_trace_core_does_not_import_torch():
     code = "import sys, trace_core; from trace_core import CTree, PromptSynthesizer; print('torch' in sys.modules, 'sentence_transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_the_onnx_export_leaves_the_torch_path_intact(tmp_path):
+    torch_path = MiniLMEmbedder(use_onnx=False)
+    before = torch_path.embed_batch(TEXTS)
+    MiniLMEmbedder()._export(str(tmp_path / "m.onnx"))
+    assert (tmp_path / "m.onnx").stat().st_size > 1_000_000
+    assert np.allclose(torch_path.embed_batch(TEXTS), before, atol=1e-5)

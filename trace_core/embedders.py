@@ -147,8 +147,11 @@ class MiniLMEmbedder(SentenceTransformerEmbedder):
         import tempfile
 
         import torch
+        from sentence_transformers import SentenceTransformer
 
-        st = self._model()
+        # a model instance of its own: exporting leaves a model altered (seen: the torch
+        # path then gave cosine 0.86 to its own earlier output), so never the cached one
+        st = SentenceTransformer(self.model_path, device="cpu")
         bert = st[0].auto_model.eval()
 
         class Encoder(torch.nn.Module):

@@ -131,6 +131,7 @@ class PromptSynthesizer:
         min_relevance: float = 0.20,
         candidates: int = 300,
         topic_candidates: int = 500,
+        common_word_share: float = 0.05,
     ) -> None:
         self.tree = ctree
         self.vdb = vector_db if vector_db is not None else ctree.vdb
@@ -146,6 +147,7 @@ class PromptSynthesizer:
         self.min_relevance = min_relevance
         self.candidates = candidates
         self.topic_candidates = topic_candidates
+        self.common_word_share = common_word_share
         self.last_report: RetrievalReport | None = None
         self._history_tokens: tuple[int, int] = (-1, 0)
 
@@ -169,7 +171,7 @@ class PromptSynthesizer:
             dense = {ids[k]: float(sims[k]) for k in top}
         else:
             dense = {i: float(s) for i, s in zip(ids, sims)}
-        keyword = dict(self.vdb.keyword_search_topics(query, limit=50))
+        keyword = dict(self.vdb.keyword_search_topics(self._keyword_query(query), limit=50))
         return dense, keyword
 
     # --- the prompt -----------------------------------------------------------------------
@@ -240,7 +242,7 @@ class PromptSynthesizer:
         keyword_hits: dict[int, float] = {}
         if self.vdb is not None:
             pos = self._unit_positions()
-            for mid, score in self.vdb.keyword_search_messages(query, limit=200):
+            for mid, score in self.vdb.keyword_search_messages(self._keyword_query(query), limit=200):
                 k = pos.get(mid)
                 if k is not None:
                     keyword_hits[k] = max(keyword_hits.get(k, 0.0), score)
@@ -333,6 +335,22 @@ class PromptSynthesizer:
                 float(ex_branch.get(i, 0.0)), float(fused[best[i]]), status.get(i, ""),
                 any(k in pinned_set for k in ks), sum(shown[u] for u in shown if u[0] == i)))
         return text
+
+    def _keyword_query(self, query: str) -> str:
+        """The query's rarer words for BM25. A word found in more than ``common_word_share``
+        of all exchanges adds little to BM25 yet makes SQLite score every message holding
+        it (60 ms a query at 100,000 exchanges); the rarest words are kept, at most 8."""
+        from .store import FUNCTION_WORDS, _FTS_WORD
+
+        df = self.tree.judges.embedding.doc_freq
+        words = list(dict.fromkeys(w.lower() for w in _FTS_WORD.findall(query)
+                                   if len(w) > 1 and w.lower() not in FUNCTION_WORDS))
+        if df.docs < 200 or not words:
+            return " ".join(words)
+        limit = max(self.common_word_share * df.docs, 50)
+        ranked = sorted(words, key=lambda w: df.counts.get(w, 0))
+        kept = [w for w in ranked if df.counts.get(w, 0) <= limit] or ranked[:2]
+        return " ".join(kept[:8])
 
     def _dense_all(self, qvec: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
         """Every live message: its exchange, its role, its cosine to the query."""

@@ -1,0 +1,59 @@
+"""A real terminal: ``nexus --local`` under tmux, typed into like a person would."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.llama
+ROOT = Path(__file__).parent.parent
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=False).stdout
+
+
+def screen(name: str) -> str:
+    return tmux("capture-pane", "-p", "-t", name)
+
+
+def wait_screen(name: str, text: str, seconds: float) -> str:
+    end = time.time() + seconds
+    shown = ""
+    while time.time() < end:
+        shown = screen(name)
+        if text in shown:
+            return shown
+        time.sleep(0.5)
+    raise AssertionError(f"{text!r} did not appear; the screen:\n{shown}")
+
+
+def test_nexus_local_in_a_real_terminal(tmp_path):
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    pytest.importorskip("llama_cpp")
+    name = f"nexus-test-{os.getpid()}"
+    exit_file = tmp_path / "exit.txt"
+    cmd = (f"cd {ROOT} && NEXUS_DATA_DIR={tmp_path / 'data'} TERM=xterm-256color "
+           f"{sys.executable} -m nexus --local --no-web --session {tmp_path / 's.db'}; "
+           f"echo EXIT=$? > {exit_file}")
+    tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd)
+    try:
+        wait_screen(name, "embedder ready", 240)
+        tmux("send-keys", "-t", name, "Hello! My name is Ada and I like sailing.", "Enter")
+        wait_screen(name, "remembered exchange #0", 240)  # the streamed reply finished and was stored
+        tmux("send-keys", "-t", name, "/tree", "Enter")
+        wait_screen(name, "ROOT [0:0] (2 msgs)", 30)
+        tmux("send-keys", "-t", name, "/quit", "Enter")
+        end = time.time() + 60
+        while time.time() < end and not exit_file.exists():
+            time.sleep(0.5)
+        assert exit_file.read_text().strip() == "EXIT=0"
+    finally:
+        tmux("kill-session", "-t", name)
