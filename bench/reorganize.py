@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import random
-import statistics
 import tempfile
 import time
 
@@ -128,7 +127,8 @@ def main() -> None:
             disk = time.perf_counter() - t
             tree2.vdb.close()
         results[n] = {"topics": n, "seconds_in_memory": mem, "seconds_with_session_file": disk,
-                      "merged": res["merged"], "vetoed": res["vetoed"], "pairs": res["pairs"]}
+                      "merged": res["merged"], "vetoed": res["vetoed"], "pairs": res["pairs"],
+                      "merged_with_session_file": res2["merged"]}
         print(f"{n:>6} topics: reorganize() {mem:.2f} s in memory, {disk:.2f} s with a session file; "
               f"{res['pairs']} pairs ≥ 0.55, {res['merged']} merged, {res['vetoed']} vetoed", flush=True)
         if n == 1000:

@@ -56,14 +56,17 @@ def main(argv: list[str] | None = None) -> int:
         config.set("server", "kind", "openai")
         config.set("models", "chat", local.model_name)
         config.set("models", "memory", local.model_name)
+    from trace_core.embedders import make_embedder
+
     from . import sessions
     from .app import NexusApp
-    from trace_core.embedders import make_embedder
 
     embed = make_embedder(str(config.get("memory", "embed")), config.base_url, config.api_key)
     try:
         app = NexusApp(config, sessions.resolve(args.session), embed_fn=embed)
-        code = app.run()
+        import os
+
+        code = app.run(headless=bool(os.environ.get("NEXUS_STARTUP_PROBE")))
     finally:
         if local is not None:
             local.stop()

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from textual import on, work
 from textual.app import App, ComposeResult
-from textual.binding import Binding
 from textual.command import Hit, Hits, Provider
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
@@ -96,9 +95,26 @@ class NexusApp(App):
         self.update_header()
         self.query_one("#prompt").focus()
         self.open_session(self.session_path)
+        self.call_after_refresh(self._probe, "first_paint")
         idle = float(self.config.get("memory", "idle_reorganize_seconds"))
         if idle > 0:
             self.set_interval(min(idle, 30.0), self.idle_consolidate)
+
+    def _probe(self, event: str) -> None:
+        """Start-up timing for bench/startup.py (NEXUS_STARTUP_PROBE=file): when the
+        first frame was drawn, when the embedder was ready, and what was imported."""
+        import json
+        import os
+        import sys
+
+        path = os.environ.get("NEXUS_STARTUP_PROBE")
+        if not path:
+            return
+        with open(path, "a") as fh:
+            fh.write(json.dumps({"event": event, "t": time.time(), "torch": "torch" in sys.modules,
+                                 "sentence_transformers": "sentence_transformers" in sys.modules}) + "\n")
+        if event == "ready":
+            self.exit(0)
 
     def update_header(self) -> None:
         model = (self.session.model if self.session and self.session.model else self.config.chat_model) or "auto"
@@ -230,6 +246,7 @@ class NexusApp(App):
             self.embedder_state = "failed"
             self.post_event(ev.Notice(f"embedder failed to load: {exc}", "error"))
         self.call_from_thread(self.update_header)
+        self.call_from_thread(self._probe, "ready")
 
     def _setup_file_log(self) -> None:
         root = logging.getLogger()

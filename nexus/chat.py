@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from trace_core import CTree, PromptSynthesizer
 from trace_core.llm import describe_error

@@ -13,9 +13,9 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
 from urllib.parse import urlsplit
 
 from . import events as ev

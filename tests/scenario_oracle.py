@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import re
 
-from trace_core import scenarios as S
-
 from scripted_server import Reply
+
+from trace_core import scenarios as S
 
 NAMES = {
     "sourdough": "Sourdough Baking", "marathon": "Marathon Training", "kubernetes": "Kubernetes Operations",

@@ -12,10 +12,10 @@ import threading
 import time
 from pathlib import Path
 
+from conftest import HashEmbedder
+
 from trace_core import CTree
 from trace_core.invariants import check_invariants
-
-from conftest import HashEmbedder
 
 CHILD = Path(__file__).parent / "helpers" / "crash_child.py"
 ROOT = Path(__file__).parent.parent

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from scripted_server import Reply
 
 from nexus.chat import ChatSession
 from nexus.config import load_config
 from nexus.ingest import ImageError, ingest_images, prepare
 from nexus.models import LMStudioBackend, ModelManager, NoLoadControl, OllamaBackend, detect
-from scripted_server import Reply
 
 DESCRIPTION = "A red bicycle leaning against a blue door, with a sign reading 'OPEN'."
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import socket
 
 import pytest
+from scripted_server import Reply
 
 from trace_core import CTree
 from trace_core.events import JudgeDecided, LLMFailed
 from trace_core.invariants import check_invariants
 from trace_core.jsonparse import JSONParseError, parse_json_object
 from trace_core.llm import _MODE_MEMORY, JSONLLM, LLMError
-from scripted_server import Reply
 
 
 def ex(user: str, assistant: str = "ok") -> list[dict]:

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from scripted_server import Reply
 
 from nexus.app import NexusApp
 from nexus.config import load_config
 from nexus.widgets import AssistantMessage, EventLog, MemoryTree, Notice, UserMessage
-from scripted_server import Reply
 
 
 def make_config(server_url: str, tmp_path: Path, over: dict | None = None):

@@ -11,15 +11,13 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scripted_server import Reply
 
 from trace_core import CTree, PromptSynthesizer
 from trace_core.invariants import check_invariants
 from trace_core.reorganize import UndoError, similar_pairs
-
-import numpy as np
-
-from scripted_server import Reply
 
 
 def ex(user: str, assistant: str) -> list[dict]:

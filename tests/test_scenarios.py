@@ -6,9 +6,9 @@ from __future__ import annotations
 import io
 
 import pytest
+from scenario_oracle import label_table, oracle
 
 from trace_core import scenarios as S
-from scenario_oracle import label_table, oracle
 
 NAMES = list(S.SCENARIOS)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from scripted_server import Reply
 
 from nexus import events as ev
 from nexus.chat import ChatSession
 from nexus.config import load_config
 from nexus.web import BEGIN, END, WebRouter, WebSearch, WebSearchError, ddgs_search, results_block
-from scripted_server import Reply
 
 
 @pytest.mark.parametrize("question, search", [

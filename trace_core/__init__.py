@@ -5,6 +5,8 @@ the TRACE README. Nothing heavy is imported here: torch and sentence-transformer
 load when an embedder is first used.
 """
 
+import logging as _logging
+
 from .nodes import MessageNode, TopicNode
 from .store import ConversationVector, EmbedderMismatchError, SessionFileError, VectorDatabase
 from .tree import CTree, SessionConflictError
@@ -29,7 +31,5 @@ def __getattr__(name: str):
 
         return PromptSynthesizer
     raise AttributeError(name)
-
-import logging as _logging
 
 _logging.getLogger("trace_core").addHandler(_logging.NullHandler())  # a library never prints on its own

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -7,8 +7,7 @@ items are least alike, so each group is a coherent stretch of the conversation.
 
 from __future__ import annotations
 
-import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

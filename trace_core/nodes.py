@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Union
 
 
 def new_id(prefix: str) -> str:
@@ -127,4 +126,4 @@ class TopicNode:
         self.end_index = max(ends) if ends else -1
 
 
-Node = Union[TopicNode, MessageNode]
+Node = TopicNode | MessageNode

@@ -379,7 +379,7 @@ def rebuild_from_rows(tree: "CTree", state: dict) -> None:
     by_index = {x.index: x for x in tree._exchanges}
     nodes: dict = {}
     parents: dict = {}
-    for nid, pid, kind, name, summary, start, end, xidx, created, ts, archived in state["rows"]:
+    for nid, pid, kind, name, summary, start, end, xidx, created, _ts, archived in state["rows"]:
         if kind == "topic":
             node = tree.root if nid == tree.root.node_id else TopicNode(name or "", node_id=nid)
             node.topic_name, node.summary = name or "", summary or ""

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .synthesizer import PromptSynthesizer
 from .tree import CTree

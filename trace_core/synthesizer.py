@@ -27,7 +27,6 @@ from . import prompts
 from .tokens import count_tokens
 
 if TYPE_CHECKING:
-    from .nodes import MessageNode
     from .store import VectorDatabase
     from .tree import CTree
 
@@ -340,7 +339,7 @@ class PromptSynthesizer:
         """The query's rarer words for BM25. A word found in more than ``common_word_share``
         of all exchanges adds little to BM25 yet makes SQLite score every message holding
         it (60 ms a query at 100,000 exchanges); the rarest words are kept, at most 8."""
-        from .store import FUNCTION_WORDS, _FTS_WORD
+        from .store import _FTS_WORD, FUNCTION_WORDS
 
         df = self.tree.judges.embedding.doc_freq
         words = list(dict.fromkeys(w.lower() for w in _FTS_WORD.findall(query)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timezone
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -239,7 +239,7 @@ class CTree:
         """Store one completed exchange (user + assistant, optional system message)."""
         msgs = _validate(messages)
         started = time.perf_counter()
-        ts = timestamp or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        ts = timestamp or datetime.now(UTC).isoformat(timespec="seconds")
         with self._lock:
             index = len(self._exchanges)
             node = MessageNode(index, msgs, ts)
