@@ -395,10 +395,14 @@ class PromptSynthesizer:
         return f"{role.capitalize()}: {clip_text(content, self.max_message_chars)}"
 
     def _line(self, i: int, roles: list[str], status: str = "") -> str:
-        x = self.tree._exchanges[i]
+        """One entry. Its date is on the line above it, shared by the branch's entries
+        of the same day."""
         parts = [t for t in (self._text(i, r) for r in sorted(roles, key=lambda r: _ROLE_ORDER.get(r, 3))) if t]
-        tag = f" [{status}]" if status else ""
-        return f"- [{short_date(x.timestamp)}]{tag} " + " | ".join(parts)
+        tag = f"[{status}] " if status else ""
+        return f"- {tag}" + " | ".join(parts)
+
+    def _date_line(self, i: int) -> str:
+        return f"[{short_date(self.tree._exchanges[i].timestamp)}]"
 
     def _branch(self, i: int):
         """The topic an exchange is shown under: its own, or its ancestor at
@@ -426,6 +430,7 @@ class PromptSynthesizer:
         An exchange that was updated later brings its update right after it."""
         used = count_tokens(prompts.MEMORY_HEADER) + 1
         branches: set[str] = set()
+        days: set[tuple[str, str]] = set()  # (branch, date) lines already paid for
         chosen: list[tuple[int, str]] = []
         taken: set[tuple[int, str]] = set()
         noted = False  # the [current]/[superseded] note is paid for once
@@ -444,6 +449,9 @@ class PromptSynthesizer:
             bid = topic.node_id if topic is not None else "archived"
             if bid not in branches:
                 cost += count_tokens(self._header(topic)) + 1
+            day = (bid, short_date(self.tree._exchanges[i].timestamp))
+            if day not in days:
+                cost += count_tokens(self._date_line(i)) + 1
             if used + cost > budget:
                 misses += 1
                 continue  # a shorter message further down may still fit
@@ -452,6 +460,7 @@ class PromptSynthesizer:
             noted = noted or bool(status.get(i))
             used += cost
             branches.add(bid)
+            days.add(day)
             follow = [(j, m["role"]) for j in newer.get(i, []) for m in self.tree._exchanges[j].messages]
             queue[pos:pos] = [u for u in follow if u not in taken]
         return chosen
@@ -515,14 +524,20 @@ class PromptSynthesizer:
         for bid in order:
             head = self._header(topics[bid])
             block, block_used = [head], count_tokens(head) + 1
+            last_day = None
             for i in sorted(groups[bid]):
                 roles = groups[bid][i]
                 line = self._line(i, roles, status.get(i, ""))
                 c = count_tokens(line) + 1
-                if used + block_used + c > budget:
+                day = self._date_line(i)
+                dc = count_tokens(day) + 1 if day != last_day else 0
+                if used + block_used + c + dc > budget:
                     continue
+                if dc:
+                    block.append(day)
+                    last_day = day
                 block.append(line)
-                block_used += c
+                block_used += c + dc
                 for r in roles:
                     shown[(i, r)] = c // len(roles)
             if len(block) > 1:
