@@ -225,3 +225,42 @@ async def test_tree_pane_keeps_expansion_and_marks_injected_branches(server, tmp
         app.refresh_tree()
         await pilot.pause(0.1)
         assert tree_pane.root.children[0].is_expanded
+
+
+async def test_ingest_command_describes_an_image_into_memory(server, tmp_path, minilm, data_dir):
+    from PIL import Image
+
+    server.state.catalogue = {"test-model": {"type": "llm", "loaded": ["test-model"]}, "qwen2-vl": {"type": "vlm"}}
+
+    def respond(req):
+        if isinstance(req["messages"][-1]["content"], list):
+            return Reply("A lighthouse on a rocky coast at sunset.")
+        return chat_reply("ok")(req)
+
+    server.respond(respond)
+    img = tmp_path / "lighthouse.jpg"
+    Image.new("RGB", (300, 200), (10, 20, 200)).save(img)
+    cfg = make_config(server.base_url, tmp_path, {("models", "vision"): "qwen2-vl"})
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, f"/ingest {img}")
+        await wait_for(pilot, lambda: "Ingested lighthouse.jpg" in notices(app))
+        assert app.session.tree.exchanges[-1].assistant == "A lighthouse on a rocky coast at sunset."
+        assert "model: load qwen2-vl" in log_text(app) and "model: load test-model" in log_text(app)
+        await type_and_send(pilot, app, f"/ingest {tmp_path / 'missing.png'}")
+        await wait_for(pilot, lambda: "no such file" in notices(app))
+        await type_and_send(pilot, app, "/ingest")
+        await wait_for(pilot, lambda: "Usage: /ingest" in notices(app))
+
+
+async def test_idle_consolidation_runs_in_the_background(server, tmp_path, minilm, data_dir):
+    server.respond(chat_reply("Noted."))
+    cfg = make_config(server.base_url, tmp_path, {("memory", "idle_reorganize_seconds"): 0.5})
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My sourdough starter smells like acetone.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await wait_for(pilot, lambda: "idle: reorganising memory" in log_text(app))
+        await wait_for(pilot, lambda: "reorganize:" in log_text(app) and "merged" in log_text(app))
