@@ -225,10 +225,12 @@ class CTree:
         return out
 
     def _name_group(self, group: list[Node]) -> str:
+        """A name for a new grouping topic: from its subtopics' names (short texts: this
+        runs for every group the fan-out creates), or from its exchanges."""
         texts: list[tuple[str, str]] = []
         for n in group:
             if n.is_topic:
-                texts.append((n.topic_name, n.summary or " ".join(u for u, _ in self._texts(n, 2))))
+                texts.append((n.topic_name, ""))
             else:
                 texts.append((n.user, n.assistant))
         return self.judges.name_topic(texts)
