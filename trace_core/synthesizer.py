@@ -275,11 +275,17 @@ class PromptSynthesizer:
         t_key_max = max(t_key.values(), default=0.0) or 1.0
         topic_score = {nid: s + 0.25 * t_key.get(nid, 0.0) / t_key_max for nid, s in t_dense.items()}
         ex_branch: dict[int, float] = {}
+        by_parent: dict[str, float] = {}  # candidates share topics: walk each ancestry once
         for i, _ in cand:
             if i not in ex_branch:
-                x = tree._exchanges[i]
-                ex_branch[i] = max((topic_score.get(t.node_id, 0.0) for t in tree.get_ancestors(x.parent)),
-                                   default=0.0) if topic_score and x.parent is not None else 0.0
+                parent = tree._exchanges[i].parent
+                if not topic_score or parent is None:
+                    ex_branch[i] = 0.0
+                    continue
+                if parent.node_id not in by_parent:
+                    by_parent[parent.node_id] = max(
+                        (topic_score.get(t.node_id, 0.0) for t in tree.get_ancestors(parent)), default=0.0)
+                ex_branch[i] = by_parent[parent.node_id]
         branch = np.array([ex_branch[i] for i, _ in cand])
 
         c = len(cand)
@@ -325,9 +331,12 @@ class PromptSynthesizer:
             i = cand[k][0]
             if cand[k] in shown and (i not in best or fused[k] > fused[best[i]]):
                 best[i] = k
+        positions: dict[int, list[int]] = {}
+        for k in range(c):
+            positions.setdefault(cand[k][0], []).append(k)
         for i in sorted(best, key=lambda i: -fused[best[i]]):
             x = tree._exchanges[i]
-            ks = [k for k in range(c) if cand[k][0] == i]
+            ks = positions[i]
             report.exchanges.append(InjectedExchange(
                 i, x.node_id, tree.thread_path(x) if x.parent is not None else "", x.timestamp,
                 float(max(max(dense[k] for k in ks), 0.0)), float(max(keyword[k] for k in ks)),
