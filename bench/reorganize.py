@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from bench.synthetic import layout_balanced
 from trace_core import CTree, VectorDatabase
 from trace_core.embedders import MiniLMEmbedder, normalise
 from trace_core.nodes import MessageNode, TopicNode
@@ -78,21 +79,7 @@ def build(n: int, emb, rng: random.Random, max_children: int = 5) -> CTree:
         topic.recompute_range()
         topic.summary = tree.judges.summarize(talk)
         leaves.append(topic)
-    level = leaves
-    while len(level) > max_children:  # balanced grouping, bottom-up
-        nxt = []
-        for k in range(0, len(level), max_children):
-            group = level[k : k + max_children]
-            w = TopicNode(group[0].topic_name + " etc", created_index=group[0].created_index)
-            for g in group:
-                w.add_child(g)
-            w.recompute_range()
-            nxt.append(w)
-        level = nxt
-    for t in level:
-        tree.root.add_child(t)
-    tree.root.recompute_range()
-    tree.current_node = leaves[-1]
+    layout_balanced(tree, leaves, max_children)
     return tree
 
 

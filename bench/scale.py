@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 
+from bench.synthetic import layout_balanced
 from trace_core import CTree, PromptSynthesizer, VectorDatabase
 from trace_core.embedders import MiniLMEmbedder, normalise
 from trace_core.nodes import MessageNode, TopicNode
@@ -97,20 +98,7 @@ def build_session(path: str, n: int, emb, sentences, vecs, rng: random.Random) -
             topic.recompute_range()
             topic.summary = tree.judges.summarize([(x.user, x.assistant) for x in topic.message_children])
             leaves.append(topic)
-        level: list[TopicNode] = leaves
-        while len(level) > 5:
-            nxt = []
-            for k in range(0, len(level), 5):
-                w = TopicNode(level[k].topic_name + " and more", created_index=level[k].created_index)
-                for g in level[k : k + 5]:
-                    w.add_child(g)
-                w.recompute_range()
-                nxt.append(w)
-            level = nxt
-        for t in level:
-            tree.root.add_child(t)
-        tree.root.recompute_range()
-        tree.current_node = leaves[-1]
+        layout_balanced(tree, leaves)
         rows = []
         for t in tree.root.iter_topics():
             rows.append(_row(t, t.parent.node_id if t.parent else None))
