@@ -122,7 +122,7 @@ class PromptSynthesizer:
         memory_token_budget: int = 1000,
         topic_threshold: float = 0.40,
         max_message_chars: int = 480,
-        weights: tuple[float, float, float] = (1.0, 1.0, 0.25),
+        weights: tuple[float, float, float] = (1.0, 1.0, 0.5),
         neighbour_weight: float = 0.5,
         supersede_similarity: float = 0.65,
         exchange_weight: float = 0.0,
