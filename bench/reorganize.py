@@ -3,9 +3,9 @@
     python -m bench.reorganize [--sizes 100,1000,10000] [--json OUT]
 
 The trees are synthetic: each topic holds two exchanges about one of 240 subjects
-(a subject line from 40 templates x 6 objects, with a random detail), so some topics are
-near-duplicates (merged), some share words only (vetoed or merged by the masked rule),
-most are unrelated. Texts are embedded with the real MiniLM before the clock starts;
+(one of 8 question templates about one of 30 objects, with a random detail), so many
+topics are near-duplicates (merged: the expensive case), some share words only
+(vetoed or merged by the masked rule). Texts are embedded with the real MiniLM before the clock starts;
 the topics are laid out in a balanced tree (max 5 children). Timed: one
 ``reorganize()`` (phases 1-5, the veto's embeddings included), in memory and with a
 session file (one transaction). Baseline in the same run: the naive O(n²) Python
