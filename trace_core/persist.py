@@ -111,20 +111,15 @@ class TreeStore:
         caller's transaction: a reorganisation commits whole or not at all)."""
         with self.db.transaction():
             self.db.replace_all_nodes(self.all_rows(tree))
-            keep = {t.node_id for t in self._frozen_topics(tree, tree.root.iter_topics())}
-            for nid in self.db.topic_summary_ids() - keep:
-                self.db.delete_topic_summary(nid)
-            stale = [t for t in self._frozen_topics(tree, tree.root.iter_topics())
-                     if not self._indexed_as(t)]
+            frozen = self._frozen_topics(tree, tree.root.iter_topics())
+            keep = {t.node_id for t in frozen}
+            self.db.delete_topic_summaries(self.db.topic_summary_ids() - keep)
+            indexed = self.db.indexed_topics()
+            stale = [t for t in frozen
+                     if indexed.get(t.node_id) != (t.topic_name, t.summary, t.start_index, t.end_index)]
             self._upsert_summaries(tree, stale)
             self._refresh_paths(tree, [tree.root])
             self._meta(tree)
-
-    def _indexed_as(self, t: TopicNode) -> bool:
-        row = self.db.con.execute(
-            "SELECT topic_name, summary, start_index, end_index FROM topic_summaries WHERE node_id=?", (t.node_id,)
-        ).fetchone()
-        return row == (t.topic_name, t.summary, t.start_index, t.end_index)
 
     def write_everything(self, tree: "CTree") -> None:
         """A store that was empty receives a whole tree (e.g. after a JSON import)."""

@@ -363,12 +363,34 @@ class VectorDatabase:
             self._conv_index = None
 
     def update_thread_paths(self, paths: dict[str, str]) -> None:
-        """``node_id -> thread path`` after the tree changed shape."""
+        """``node_id -> thread path`` after the tree changed shape (only rows that change)."""
         with self._lock:
+            current = dict(self.con.execute("SELECT node_id, thread_path FROM conversation_vectors"))
             self.con.executemany(
                 "UPDATE conversation_vectors SET thread_path=? WHERE node_id=?",
-                [(p, nid) for nid, p in paths.items()],
+                [(p, nid) for nid, p in paths.items() if current.get(nid) != p],
             )
+
+    def delete_topic_summaries(self, node_ids) -> None:
+        """Many at once (a reorganisation removes thousands)."""
+        ids = list(node_ids)
+        with self._lock:
+            for k in range(0, len(ids), 500):
+                chunk = ids[k : k + 500]
+                q = ",".join("?" * len(chunk))
+                rowids = [r[0] for r in self.con.execute(
+                    f"SELECT rowid FROM topic_summaries WHERE node_id IN ({q})", chunk)]
+                self.con.executemany("DELETE FROM topics_fts WHERE rowid=?", [(r,) for r in rowids])
+                self.con.execute(f"DELETE FROM topic_summaries WHERE node_id IN ({q})", chunk)
+            if self._topic_index is not None:
+                for nid in ids:
+                    self._topic_index.remove(nid)
+
+    def indexed_topics(self) -> dict[str, tuple]:
+        """``node_id -> (name, summary, start, end)`` as indexed."""
+        with self._lock:
+            return {r[0]: tuple(r[1:]) for r in self.con.execute(
+                "SELECT node_id, topic_name, summary, start_index, end_index FROM topic_summaries")}
 
     # --- topic summaries ---------------------------------------------------------------
 
