@@ -177,3 +177,22 @@ def test_a_different_embedder_is_detected(tmp_path, hash_embed, minilm):
     assert tree.vdb.get_meta("embed_dim") == "384"
     with pytest.raises(EmbedderMismatchError, match="all-MiniLM-L6-v2.*384.*hash-bow-64.*64"):
         CTree.open(path, judge="embedding", embed_fn=hash_embed)
+
+
+def test_bulk_upsert_equals_one_by_one(tmp_path):
+    rows = [(f"t{k}", f"Topic {k}", f"summary number {k} about item{k}", unit(1, k % 3, k % 5), k, k + 1)
+            for k in range(60)]
+    a, b = VectorDatabase(str(tmp_path / "a.db")), VectorDatabase(str(tmp_path / "b.db"))
+    for r in rows[:30]:
+        a.upsert_topic_summary(*r)
+        b.upsert_topic_summary(*r)
+    changed = [(i, n + " v2", s + " again", e, x, y) for i, n, s, e, x, y in rows]
+    for r in changed:
+        a.upsert_topic_summary(*r)
+    b.upsert_topic_summaries(changed)
+    assert a.indexed_topics() == b.indexed_topics()
+    for q in ("item7", "again", "item59"):
+        assert a.keyword_search_topics(q) == b.keyword_search_topics(q)
+    qv = unit(1, 2, 4)
+    assert [h["node_id"] for h in a.search_topic_summaries(qv, top_k=10, min_similarity=0)] == \
+        [h["node_id"] for h in b.search_topic_summaries(qv, top_k=10, min_similarity=0)]

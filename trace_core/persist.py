@@ -57,8 +57,8 @@ class TreeStore:
         if not topics:
             return
         vecs = tree.summary_vectors(topics)
-        for t, v in zip(topics, vecs):
-            self.db.upsert_topic_summary(t.node_id, t.topic_name, t.summary, v, t.start_index, t.end_index)
+        self.db.upsert_topic_summaries(
+            [(t.node_id, t.topic_name, t.summary, v, t.start_index, t.end_index) for t, v in zip(topics, vecs)])
 
     def _meta(self, tree: "CTree") -> None:
         self.db.set_meta("current_node", tree.current_node.node_id)

@@ -139,10 +139,12 @@ def _balance_in_place(tree: "CTree", node: TopicNode) -> list[TopicNode]:
                 break
             size = max(2, -(-len(kids) // m))  # ceil: at most m groups
             groups = [kids[k : k + size] for k in range(0, len(kids), size)]
-            for g in groups:
+            for part, g in enumerate(groups, 1):
                 if len(g) == 1:
                     continue
-                t = TopicNode(tree._name_group(g), created_index=min(
+                # parts of a merged topic: named after it (naming each from its text cost
+                # a second per 10,000 merges, and says less)
+                t = TopicNode(f"{node.topic_name} · part {part}", created_index=min(
                     c.created_index if c.is_topic else c.index for c in g))
                 for c in g:
                     node.remove_child(c)

@@ -417,6 +417,40 @@ class VectorDatabase:
             if self._topic_index is not None:
                 self._topic_index.add(node_id, emb)
 
+    def upsert_topic_summaries(self, rows: list[tuple]) -> None:
+        """Many ``(node_id, topic_name, summary, embedding, start, end)`` at once."""
+        if len(rows) < 20:
+            for r in rows:
+                self.upsert_topic_summary(*r)
+            return
+        with self._lock:
+            ids = [r[0] for r in rows]
+            old: dict[str, int] = {}
+            for k in range(0, len(ids), 500):
+                chunk = ids[k : k + 500]
+                q = ",".join("?" * len(chunk))
+                old.update(self.con.execute(f"SELECT node_id, rowid FROM topic_summaries WHERE node_id IN ({q})", chunk))
+            self.con.executemany("DELETE FROM topics_fts WHERE rowid=?", [(rid,) for rid in old.values()])
+            stamp = now_iso()
+            self.con.executemany(
+                "UPDATE topic_summaries SET topic_name=?, summary=?, embedding=?, start_index=?, end_index=?,"
+                " updated_at=? WHERE rowid=?",
+                [(n, s, _blob(e), a, b, stamp, old[i]) for i, n, s, e, a, b in rows if i in old])
+            self.con.executemany(
+                "INSERT INTO topic_summaries VALUES(?,?,?,?,?,?,?)",
+                [(i, n, s, _blob(e), a, b, stamp) for i, n, s, e, a, b in rows if i not in old])
+            rowids: dict[str, int] = {}
+            for k in range(0, len(ids), 500):
+                chunk = ids[k : k + 500]
+                q = ",".join("?" * len(chunk))
+                rowids.update(self.con.execute(
+                    f"SELECT node_id, rowid FROM topic_summaries WHERE node_id IN ({q})", chunk))
+            self.con.executemany("INSERT INTO topics_fts(rowid, topic_name, summary, node_id) VALUES(?,?,?,?)",
+                                 [(rowids[i], n, s, i) for i, n, s, _e, _a, _b in rows])
+            if self._topic_index is not None:
+                for i, _n, _s, e, _a, _b in rows:
+                    self._topic_index.add(i, np.asarray(e, dtype=np.float32))
+
     def delete_topic_summary(self, node_id: str) -> None:
         with self._lock:
             row = self.con.execute("SELECT rowid FROM topic_summaries WHERE node_id=?", (node_id,)).fetchone()
