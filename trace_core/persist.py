@@ -87,10 +87,13 @@ class TreeStore:
 
     def _refresh_paths(self, tree: "CTree", nodes: list[Node]) -> None:
         paths: dict[str, str] = {}
+        by_topic: dict[str, str] = {}  # exchanges share their topic's path: compute it once
         for n in nodes:
             msgs = n.iter_messages() if n.is_topic else [n]
             for m in msgs:
-                paths[m.node_id] = tree.thread_path(m)
+                if m.parent.node_id not in by_topic:
+                    by_topic[m.parent.node_id] = tree.thread_path(m.parent)
+                paths[m.node_id] = by_topic[m.parent.node_id]
         self.db.update_thread_paths(paths)
 
     def write_topics(self, tree: "CTree", topics: list[TopicNode]) -> None:
