@@ -47,15 +47,6 @@ class ExchangeAdded(EngineEvent):
 
 
 @dataclass(frozen=True)
-class TreeRestructured(EngineEvent):
-    """Fan-out bounds made a node expand into subtopics or split."""
-
-    kind: str  # "expand" | "split"
-    node: str
-    groups: int
-
-
-@dataclass(frozen=True)
 class TopicsFrozen(EngineEvent):
     topics: tuple[str, ...]
 

@@ -413,12 +413,4 @@ def rebuild_from_rows(tree: "CTree", state: dict) -> None:
     tree._stale.clear()
 
 
-def journal_summary(tree: "CTree") -> list[dict]:
-    """The last reorganisation's journal (for UIs)."""
-    if tree._store is None:
-        return []
-    op = tree._vdb.journal_last_op()
-    return [{"kind": k, **({} if k == "before" else p)} for k, p in tree._vdb.journal_entries(op)] if op else []
-
-
-__all__ = ["Reorganizer", "UndoError", "undo_reorganize", "similar_pairs", "is_trivial", "journal_summary"]
+__all__ = ["Reorganizer", "UndoError", "undo_reorganize", "similar_pairs", "is_trivial"]

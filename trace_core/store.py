@@ -341,19 +341,22 @@ class VectorDatabase:
         """Cosine of the query with every live message (for fused ranking)."""
         return self._conv().scores(np.asarray(query_vector, dtype=np.float32))
 
-    def keyword_search_messages(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
-        """BM25 over message text: ``(message_id, score)``, higher is better."""
+    def _bm25(self, table: str, id_column: str, text: str, limit: int) -> list[tuple[str, float]]:
+        """``(id, score)`` by BM25, higher is better. FTS5's rank with LIMIT takes its
+        top-N path; archived messages are filtered by callers against the live vector
+        index, not by a join here."""
         q = fts_query(text)
         if not q:
             return []
         with self._lock:
-            # FTS5's rank (BM25) with LIMIT takes its top-N path; archived messages are
-            # filtered by the caller against the live vector index, not by a join here
             rows = self.con.execute(
-                "SELECT message_id, rank FROM messages_fts WHERE messages_fts MATCH ? ORDER BY rank LIMIT ?",
-                (q, limit),
+                f"SELECT {id_column}, rank FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT ?", (q, limit)
             ).fetchall()
-        return [(mid, -score) for mid, score in rows]
+        return [(i, -score) for i, score in rows]
+
+    def keyword_search_messages(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
+        """BM25 over message text: ``(message_id, score)``, higher is better."""
+        return self._bm25("messages_fts", "message_id", text, limit)
 
     def set_exchange_archived(self, node_id: str, archived: bool) -> None:
         with self._lock:
@@ -470,9 +473,6 @@ class VectorDatabase:
                 self._topic_index = idx
             return self._topic_index
 
-    def topic_embedding(self, node_id: str) -> np.ndarray | None:
-        return self._topics().get(node_id)
-
     def topic_summary_ids(self) -> set[str]:
         with self._lock:
             return {r[0] for r in self.con.execute("SELECT node_id FROM topic_summaries")}
@@ -502,15 +502,7 @@ class VectorDatabase:
         return self._topics().scores(np.asarray(query_vector, dtype=np.float32))
 
     def keyword_search_topics(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
-        q = fts_query(text)
-        if not q:
-            return []
-        with self._lock:
-            rows = self.con.execute(
-                "SELECT node_id, rank FROM topics_fts WHERE topics_fts MATCH ? ORDER BY rank LIMIT ?",
-                (q, limit),
-            ).fetchall()
-        return [(nid, -score) for nid, score in rows]
+        return self._bm25("topics_fts", "node_id", text, limit)
 
     # --- conversation and tree (used by CTree) ---------------------------------------------
 
@@ -548,11 +540,6 @@ class VectorDatabase:
                 "SELECT node_id, parent_id, kind, topic_name, summary, start_index, end_index, exchange_index,"
                 " created_index, timestamp, archived FROM nodes"
             ).fetchall()
-
-    def count_exchanges(self) -> int:
-        with self._lock:
-            row = self.con.execute("SELECT COUNT(DISTINCT exchange_index) FROM messages").fetchone()
-        return int(row[0])
 
     # --- journal (reorganisation undo) ------------------------------------------------------
 
