@@ -186,3 +186,18 @@ def test_env_and_dotenv_supply_endpoint_and_key(tmp_path, monkeypatch, server):
     monkeypatch.chdir(tmp_path.parent)
     llm = JSONLLM("m")
     assert llm.base_url == "http://127.0.0.1:1234/v1" and llm.api_key == "lm-studio"
+
+
+def test_cached_sentence_weights_give_the_same_summaries():
+    from trace_core.textutil import DocumentFrequency, extractive_summary
+
+    df = DocumentFrequency()
+    talk = [(f"I fixed the {w} on Monday. It was hard.", f"Good work on the {w}! Thanks.") for w in
+            ["bike", "sink", "roof", "fence", "car", "door", "lamp", "chair", "boat", "clock"] * 3]
+    for u, a in talk:
+        df.observe(f"{u}\n{a}")
+    cache: dict[str, float] = {}
+    for k in range(0, len(talk), 4):
+        texts = talk[k : k + 8]
+        assert extractive_summary(texts, limit=80, df=df, cache=cache) == extractive_summary(texts, limit=80, df=df)
+    assert cache  # it was used

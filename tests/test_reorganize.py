@@ -74,6 +74,11 @@ def test_older_absorbs_newer_and_the_store_follows(tmp_path, minilm):
     assert leaf_of(tree, BREAD[0][0]) is older
     ids = tree.vdb.topic_summary_ids()
     assert newer.node_id not in ids and older.node_id in ids  # VDB: deleted, re-upserted
+    # every stored message carries its exchange's new thread path
+    stored = tree.vdb.get_conversation_messages([f"x{x.index}-{r}" for x in tree.exchanges for r in ("user", "assistant")])
+    assert len(stored) == 2 * len(tree.exchanges)
+    by_node = {x.node_id: tree.thread_path(x) for x in tree.exchanges}
+    assert all(cv.thread_path == by_node[cv.node_id] for cv in stored.values())
     reopened = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm)
     assert reopened.snapshot() == tree.snapshot()
 

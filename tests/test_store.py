@@ -71,6 +71,28 @@ def test_schema_version_and_pragmas(tmp_path):
     assert db.con.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
 
 
+def test_schema_5_moves_thread_paths_out_of_the_vector_rows(tmp_path):
+    path = str(tmp_path / "old.db")
+    db = VectorDatabase(path)
+    db.add_conversation_message(ConversationVector("a", 0, "user", "cats", unit(1, 0), "t", "ROOT → Old",
+                                                node_id="n1", exchange_index=0))
+    db.add_conversation_message(ConversationVector("b", 1, "user", "plain", unit(0, 1), "t", "ROOT → Free"))
+    db.close()
+    # make it a schema-4 file whose paths live only in conversation_vectors
+    con = sqlite3.connect(path)
+    con.execute("DROP TABLE thread_paths")
+    con.execute("UPDATE conversation_vectors SET thread_path='ROOT → Pets' WHERE node_id='n1'")
+    con.execute("PRAGMA user_version=4")
+    con.commit()
+    con.close()
+    db = VectorDatabase(path)
+    assert db.schema_version == SCHEMA_VERSION == 5
+    got = db.get_conversation_messages(["a", "b"])
+    assert got["a"].thread_path == "ROOT → Pets" and got["b"].thread_path == "ROOT → Free"
+    db.update_thread_paths({"n1": "ROOT → Animals → Cats"})
+    assert db.search_conversation(unit(1, 0), top_k=1)[0].thread_path == "ROOT → Animals → Cats"
+
+
 def test_session_reopens_identically(tmp_path, minilm):
     path = str(tmp_path / "session.db")
     tree = CTree(judge="embedding", embed_fn=minilm, max_children=3)

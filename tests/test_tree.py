@@ -162,6 +162,11 @@ def test_invariant_checker_catches_damage(hash_embed):
     with pytest.raises(InvariantError):
         check_invariants(tree)
     topic.children.append(moved)
+    check_invariants(tree)
+    tree._sum_of(topic)  # cached sums are checked against the exchanges too
+    tree._sums[topic.node_id] = tree._sums[topic.node_id] + 1.0
+    with pytest.raises(InvariantError, match="vector sum"):
+        check_invariants(tree)
 
 
 decision = st.one_of(st.just(("continue",)), st.tuples(st.just("new"), st.integers(0, 6)))
@@ -242,3 +247,33 @@ def test_events_say_which_judge_decided(hash_embed):
     tree.add(ex("hello there"))
     decided = [e for e in seen if type(e).__name__ == "JudgeDecided"]
     assert decided and decided[0].judge == "embedding" and decided[0].reason
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 1000)), max_size=80))
+def test_tree_walks_are_depth_first_in_order(steps):
+    def topics(t):
+        yield t
+        for c in t.children:
+            if c.is_topic:
+                yield from topics(c)
+
+    def messages(t):
+        for c in t.children:
+            if c.is_topic:
+                yield from messages(c)
+            else:
+                yield c
+
+    root, nodes = TopicNode("ROOT"), []
+    nodes.append(root)
+    for k, (is_topic, pick) in enumerate(steps):
+        parent = nodes[pick % len(nodes)]
+        if is_topic:
+            nodes.append(TopicNode(f"t{k}"))
+            parent.add_child(nodes[-1])
+        else:
+            parent.add_child(MessageNode(k, []))
+    for n in nodes:
+        assert list(n.iter_topics()) == list(topics(n))
+        assert list(n.iter_messages()) == list(messages(n))

@@ -9,11 +9,15 @@
 5. Fan-out: at most ``max_children`` exchange children and at most ``max_children``
    topic children per node.
 6. The current node is a topic in the tree.
+7. A topic's cached vector sum (its centroid before normalising) is the sum of the
+   vectors of the exchanges below it.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 if TYPE_CHECKING:
     from .tree import CTree
@@ -71,3 +75,11 @@ def check_invariants(tree: "CTree") -> None:
         fail("conversation length does not match the exchanges")
     if tree.current_node not in topic_set:
         fail("the current node is not a topic in the tree")
+    for t in topics:
+        cached = tree._sums.get(t.node_id)
+        if cached is None:
+            continue
+        msgs = [tree._vectors[m.index] for m in t.iter_messages() if m.index in tree._vectors]
+        want = np.sum(msgs, axis=0) if msgs else np.zeros_like(cached)
+        if not np.allclose(cached, want, atol=1e-3):
+            fail(f"the cached vector sum of {t.topic_name} does not match its exchanges")

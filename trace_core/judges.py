@@ -78,6 +78,8 @@ class EmbeddingJudge:
     name = "embedding"
 
     _recent_sims: list[float] = field(default_factory=list, repr=False)
+    _weights: dict[str, float] = field(default_factory=dict, repr=False)  # sentence -> summary weight
+    _weights_at: int = field(default=-1, repr=False)  # doc_freq.docs the weights were computed at
 
     def threshold(self) -> float:
         """The continue threshold in force. Conversations differ in how alike their
@@ -128,7 +130,10 @@ class EmbeddingJudge:
         return extractive_name("\n".join(f"{u}\n{a}" for u, a in texts), df=self.doc_freq)
 
     def summarize(self, texts: list[tuple[str, str]]) -> str:
-        return extractive_summary(texts, df=self.doc_freq)
+        # sentence weights hold while the word counts do (no exchange added meanwhile)
+        if self._weights_at != self.doc_freq.docs or len(self._weights) > 100_000:
+            self._weights, self._weights_at = {}, self.doc_freq.docs
+        return extractive_summary(texts, df=self.doc_freq, cache=self._weights)
 
     def approve_merge(self, a: TopicDigest, b: TopicDigest, embed: Callable[[list[str]], np.ndarray]) -> tuple[bool, str]:
         """The stricter rule used without an LLM.

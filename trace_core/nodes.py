@@ -88,20 +88,27 @@ class TopicNode:
     def message_children(self) -> list[MessageNode]:
         return [c for c in self.children if not c.is_topic]
 
+    # iterative walks: nested generators cost a frame per level for every node yielded
+
     def iter_messages(self):
         """Every exchange below this node, in tree order."""
-        for c in self.children:
-            if c.is_topic:
-                yield from c.iter_messages()
-            else:
+        stack = [iter(self.children)]
+        while stack:
+            for c in stack[-1]:
+                if c.is_topic:
+                    stack.append(iter(c.children))
+                    break
                 yield c
+            else:
+                stack.pop()
 
     def iter_topics(self):
         """This node and every topic below it, depth first."""
-        yield self
-        for c in self.children:
-            if c.is_topic:
-                yield from c.iter_topics()
+        stack = [self]
+        while stack:
+            t = stack.pop()
+            yield t
+            stack.extend(c for c in reversed(t.children) if c.is_topic)
 
     @property
     def message_count(self) -> int:

@@ -328,11 +328,10 @@ class Reorganizer:
             return
         db = tree._vdb
         with db.transaction():
-            db.journal_append(res.op_id, "before", before)
-            for m in res.merges:
-                db.journal_append(res.op_id, "merge", m.__dict__)
+            entries = [("before", before)] + [("merge", m.__dict__) for m in res.merges]
             if res.pruned:
-                db.journal_append(res.op_id, "pruned", {"count": res.pruned})
+                entries.append(("pruned", {"count": res.pruned}))
+            db.journal_extend(res.op_id, entries)
             for x in tree._archived_nodes:
                 db.set_exchange_archived(x.node_id, True)
             tree._store.write_structure(tree)

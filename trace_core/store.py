@@ -26,7 +26,7 @@ import numpy as np
 from .vectors import VectorIndex
 
 APP_ID = "trace-session"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
@@ -98,7 +98,18 @@ MIGRATIONS: dict[int, list[str]] = {
         "INSERT INTO topics_fts(rowid, topic_name, summary, node_id) SELECT rowid, topic_name, summary, node_id"
         " FROM topic_summaries",
     ],
+    5: [  # thread paths in their own small table: a reorganisation that moves every
+          # exchange rewrote every vector row (and its 1.5 KB embedding) to change a path
+        "CREATE TABLE IF NOT EXISTS thread_paths(node_id TEXT PRIMARY KEY, path TEXT NOT NULL) WITHOUT ROWID",
+        "INSERT OR REPLACE INTO thread_paths SELECT node_id, thread_path FROM conversation_vectors"
+        " WHERE node_id IS NOT NULL AND node_id != '' AND thread_path IS NOT NULL",
+    ],
 }
+
+# a message's thread path: its exchange's row in thread_paths, else the one it was stored with
+_CV_COLUMNS = ("cv.message_id, cv.message_index, cv.role, cv.text, cv.embedding, cv.timestamp,"
+               " COALESCE(tp.path, cv.thread_path), cv.node_id, cv.exchange_index"
+               " FROM conversation_vectors cv LEFT JOIN thread_paths tp ON tp.node_id = cv.node_id")
 
 _FTS_WORD = re.compile(r"\w+", re.UNICODE)
 FUNCTION_WORDS = frozenset(
@@ -288,6 +299,9 @@ class VectorDatabase:
             ).lastrowid
             self.con.execute("INSERT INTO messages_fts(rowid, text, message_id) VALUES(?, ?, ?)",
                              (rowid, cv.text, cv.message_id))
+            if cv.node_id:
+                self.con.execute("INSERT OR REPLACE INTO thread_paths(node_id, path) VALUES(?, ?)",
+                                 (cv.node_id, cv.thread_path or ""))
             if self._conv_index is not None:
                 self._conv_index.add(cv.message_id, emb)
 
@@ -314,11 +328,7 @@ class VectorDatabase:
             for i in range(0, len(message_ids), 500):
                 chunk = message_ids[i : i + 500]
                 q = ",".join("?" * len(chunk))
-                for row in self.con.execute(
-                    "SELECT message_id, message_index, role, text, embedding, timestamp, thread_path, node_id,"
-                    f" exchange_index FROM conversation_vectors WHERE message_id IN ({q})",
-                    chunk,
-                ):
+                for row in self.con.execute(f"SELECT {_CV_COLUMNS} WHERE cv.message_id IN ({q})", chunk):
                     out[row[0]] = self._row_to_cv(row)
         return out
 
@@ -368,10 +378,10 @@ class VectorDatabase:
     def update_thread_paths(self, paths: dict[str, str]) -> None:
         """``node_id -> thread path`` after the tree changed shape (only rows that change)."""
         with self._lock:
-            current = dict(self.con.execute("SELECT node_id, thread_path FROM conversation_vectors"))
+            current = dict(self.con.execute("SELECT node_id, path FROM thread_paths"))
             self.con.executemany(
-                "UPDATE conversation_vectors SET thread_path=? WHERE node_id=?",
-                [(p, nid) for nid, p in paths.items() if current.get(nid) != p],
+                "INSERT OR REPLACE INTO thread_paths(node_id, path) VALUES(?, ?)",
+                [(nid, p) for nid, p in paths.items() if current.get(nid) != p],
             )
 
     def delete_topic_summaries(self, node_ids) -> None:
@@ -381,9 +391,8 @@ class VectorDatabase:
             for k in range(0, len(ids), 500):
                 chunk = ids[k : k + 500]
                 q = ",".join("?" * len(chunk))
-                rowids = [r[0] for r in self.con.execute(
-                    f"SELECT rowid FROM topic_summaries WHERE node_id IN ({q})", chunk)]
-                self.con.executemany("DELETE FROM topics_fts WHERE rowid=?", [(r,) for r in rowids])
+                self.con.execute(f"DELETE FROM topics_fts WHERE rowid IN (SELECT rowid FROM topic_summaries"
+                                 f" WHERE node_id IN ({q}))", chunk)
                 self.con.execute(f"DELETE FROM topic_summaries WHERE node_id IN ({q})", chunk)
             if self._topic_index is not None:
                 for nid in ids:
@@ -543,11 +552,13 @@ class VectorDatabase:
 
     # --- journal (reorganisation undo) ------------------------------------------------------
 
-    def journal_append(self, op_id: str, kind: str, payload: dict) -> None:
+    def journal_extend(self, op_id: str, entries: list[tuple[str, dict]]) -> None:
+        """Several ``(kind, payload)`` entries of one operation, in order."""
+        stamp = now_iso()
         with self._lock:
-            self.con.execute(
+            self.con.executemany(
                 "INSERT INTO journal(op_id, kind, payload, created_at) VALUES(?,?,?,?)",
-                (op_id, kind, json.dumps(payload), now_iso()),
+                [(op_id, kind, json.dumps(payload), stamp) for kind, payload in entries],
             )
 
     def journal_last_op(self) -> str | None:

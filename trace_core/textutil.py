@@ -94,10 +94,13 @@ def extractive_name(text: str, n: int = 3, df: DocumentFrequency | None = None) 
 
 
 def extractive_summary(exchanges: list[tuple[str, str]], limit: int = 300,
-                       df: DocumentFrequency | None = None) -> str:
+                       df: DocumentFrequency | None = None, cache: dict[str, float] | None = None) -> str:
     """The most informative sentences of the exchanges, in conversation order, up to
     ``limit`` characters. A sentence's weight is the rarity of its content words, so
-    greetings and "Thanks, Mel!" lose to "I went to a LGBTQ support group"."""
+    greetings and "Thanks, Mel!" lose to "I went to a LGBTQ support group".
+
+    ``cache`` keeps sentence weights between calls made with the same ``df`` counts
+    (a reorganisation summarises each exchange once per level of its topic)."""
     import math
 
     sentences: list[str] = []
@@ -107,13 +110,18 @@ def extractive_summary(exchanges: list[tuple[str, str]], limit: int = 300,
                 if sent and sent not in sentences and sent not in ("(no message)", "(no reply)"):
                     sentences.append(sent)
 
+    use_df = df is not None and df.docs >= 20
+
     def weight(sent: str) -> float:
-        words = [w for w in (m.group().strip("'-").lower() for m in _WORD.finditer(sent))
+        if cache is not None and sent in cache:
+            return cache[sent]
+        words = [w for w in (w.strip("'-").lower() for w in _WORD.findall(sent))
                  if len(w) > 2 and w not in STOPWORDS]
-        if not words:
-            return 0.0
-        rarity = sum(df.idf(w) if df is not None and df.docs >= 20 else 1.0 for w in words)
-        return rarity / (1 + math.log(len(sent.split())))
+        rarity = sum(df.idf(w) for w in words) if use_df else float(len(words))
+        value = rarity / (1 + math.log(len(sent.split()))) if words else 0.0
+        if cache is not None:
+            cache[sent] = value
+        return value
 
     ranked = sorted(range(len(sentences)), key=lambda i: (-weight(sentences[i]), i))
     picked: list[int] = []

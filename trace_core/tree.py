@@ -207,8 +207,8 @@ class CTree:
 
     def _sum_of(self, node: TopicNode) -> np.ndarray:
         s = self._sums.get(node.node_id)
-        if s is None:
-            parts = [self.exchange_vector(m.index) for m in node.iter_messages()]
+        if s is None:  # from the children's sums: each level is summed once, not per ancestor
+            parts = [self._sum_of(c) if c.is_topic else self.exchange_vector(c.index) for c in node.children]
             s = np.sum(parts, axis=0) if parts else np.zeros(self.embed_fn.dim, dtype=np.float32)
             self._sums[node.node_id] = s
         return s
