@@ -247,6 +247,10 @@ class NexusApp(App):
             self.post_event(ev.Notice(f"embedder failed to load: {exc}", "error"))
         self.call_from_thread(self.update_header)
         self.call_from_thread(self._probe, "ready")
+        if self.embedder_state == "ready" and tree.pending_parts():
+            # a session written before sentence indexing: catch up in the background
+            done = session.index_sentences()
+            self.post_event(ev.Notice(f"indexed the sentences of {done} earlier exchanges"))
 
     def _setup_file_log(self) -> None:
         root = logging.getLogger()

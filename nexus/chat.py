@@ -186,6 +186,18 @@ class ChatSession:
             n = int(self.config.get("memory", "recent_exchanges"))
             self.recent = (self.recent + [m for m in msgs if m["role"] != "system"])[-2 * n:]
         self.emit(ev.Remembered(node.index, self.tree.thread_path(node)))
+        self.index_sentences()
+
+    def index_sentences(self) -> int:
+        """Embed the sentences of exchanges not indexed yet (retrieval scores a message by
+        its best sentence too). Idle work: after a reply is stored, or a session opened."""
+        if self.tree is None:
+            return 0
+        try:
+            return self.tree.index_pending()
+        except Exception as exc:  # retrieval still works on message vectors
+            self.emit(ev.Notice(f"sentence index not updated: {exc}", "warning"))
+            return 0
 
     def cancel(self) -> None:
         self.cancel_event.set()

@@ -224,16 +224,23 @@ class MiniLMEmbedder(SentenceTransformerEmbedder):
         if rt is None:
             return self._encode_torch(texts)
         session, tok = rt
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        # batches of similar length: a batch is padded to its longest text
+        order = sorted(range(len(texts)), key=lambda k: len(texts[k]))
+        texts = [texts[k] for k in order]
         out = []
-        for i in range(0, len(texts), 64):
-            encs = tok.encode_batch(texts[i : i + 64])
+        for i in range(0, len(texts), 32):
+            encs = tok.encode_batch(texts[i : i + 32])
             ids = np.array([e.ids for e in encs], dtype=np.int64)
             mask = np.array([e.attention_mask for e in encs], dtype=np.int64)
             types = np.array([e.type_ids for e in encs], dtype=np.int64)
             hidden = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
             m = mask[..., None].astype(np.float32)
             out.append((hidden * m).sum(1) / np.clip(m.sum(1), 1e-9, None))
-        return np.concatenate(out, axis=0)
+        result = np.empty((len(texts), out[0].shape[1]), dtype=np.float32)
+        result[order] = np.concatenate(out, axis=0)
+        return result
 
     def _encode_torch(self, texts: list[str]) -> np.ndarray:
         import torch

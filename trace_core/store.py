@@ -26,7 +26,7 @@ import numpy as np
 from .vectors import VectorIndex
 
 APP_ID = "trace-session"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
@@ -103,6 +103,11 @@ MIGRATIONS: dict[int, list[str]] = {
         "CREATE TABLE IF NOT EXISTS thread_paths(node_id TEXT PRIMARY KEY, path TEXT NOT NULL) WITHOUT ROWID",
         "INSERT OR REPLACE INTO thread_paths SELECT node_id, thread_path FROM conversation_vectors"
         " WHERE node_id IS NOT NULL AND node_id != '' AND thread_path IS NOT NULL",
+    ],
+    6: [  # sentence vectors of longer messages, written at idle time (CTree.index_pending)
+        """CREATE TABLE IF NOT EXISTS message_parts(
+            message_id TEXT NOT NULL, part INTEGER NOT NULL, text TEXT NOT NULL, embedding BLOB NOT NULL,
+            PRIMARY KEY(message_id, part))""",
     ],
 }
 
@@ -343,9 +348,53 @@ class VectorDatabase:
                 out.append(cv)
         return out
 
+    # --- sentence parts of messages ---------------------------------------------------
+
+    def add_message_parts(self, rows: list[tuple[str, int, str, np.ndarray]]) -> None:
+        """``(message_id, part, text, embedding)`` rows (a message's sentences)."""
+        with self._lock:
+            self.con.executemany("INSERT OR REPLACE INTO message_parts VALUES(?,?,?,?)",
+                                 [(m, k, t, _blob(e)) for m, k, t, e in rows])
+
+    def message_parts(self, message_ids: list[str]) -> dict[str, tuple[list[str], np.ndarray]]:
+        """The parts of these messages (those that have any): texts and a matrix of vectors."""
+        out: dict[str, tuple[list[str], list[np.ndarray]]] = {}
+        with self._lock:
+            for i in range(0, len(message_ids), 500):
+                chunk = message_ids[i : i + 500]
+                q = ",".join("?" * len(chunk))
+                for mid, text, blob in self.con.execute(
+                        f"SELECT message_id, text, embedding FROM message_parts WHERE message_id IN ({q})"
+                        " ORDER BY message_id, part", chunk):
+                    texts, vecs = out.setdefault(mid, ([], []))
+                    texts.append(text)
+                    vecs.append(_vec(blob))
+        return {m: (t, np.array(v, dtype=np.float32)) for m, (t, v) in out.items()}
+
+    def message_part_vectors(self, message_ids: list[str]) -> tuple[list[str], np.ndarray]:
+        """The part vectors of these messages as one matrix, with the message of each row
+        (the fast path of retrieval: no per-row objects)."""
+        owners: list[str] = []
+        blobs: list[bytes] = []
+        with self._lock:
+            for i in range(0, len(message_ids), 500):
+                chunk = message_ids[i : i + 500]
+                q = ",".join("?" * len(chunk))
+                for mid, blob in self.con.execute(
+                        f"SELECT message_id, embedding FROM message_parts WHERE message_id IN ({q})", chunk):
+                    owners.append(mid)
+                    blobs.append(blob)
+        if not blobs:
+            return [], np.zeros((0, 0), dtype=np.float32)
+        return owners, np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), -1)
+
     def conversation_index(self) -> VectorIndex:
         """The live messages' vector index (ids and a version for caches)."""
         return self._conv()
+
+    def topic_index(self) -> VectorIndex:
+        """The indexed topic summaries' vector index."""
+        return self._topics()
 
     def conversation_scores(self, query_vector) -> tuple[list[str], np.ndarray]:
         """Cosine of the query with every live message (for fused ranking)."""

@@ -4,8 +4,12 @@ TRACE's flow — cosine over topic summaries, walk each hit's ancestry, dedupe s
 ancestors, rank, a multi-path block, recalled past messages, the recent window — plus:
 
 - hybrid ranking: dense cosine over every past message and BM25 (FTS5) over message
-  text, fused by reciprocal rank with the score of the exchange's branch (topic
+  text, fused by score (z-scores) with the score of the exchange's branch (topic
   summaries by cosine and BM25), then smoothed to conversation neighbours;
+- the best candidates are also scored by their parts (``CTree.index_pending``): each
+  sentence of a longer message, and the message read after the one it answers;
+- the query is read twice, as asked and without the words found in most exchanges
+  (a transcript's speaker names), and a date it names lifts that day's exchanges;
 - raw exchanges of the best branches, grouped under their thread path, each dated;
 - a hard token budget for the memory block (``memory_token_budget``);
 - newer-supersedes-older: a later, similar exchange that reads as an update marks the
@@ -24,13 +28,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import prompts
+from .dates import dates_in
+from .textutil import SPEAKER_LABEL
 from .tokens import count_tokens
 
 if TYPE_CHECKING:
     from .store import VectorDatabase
     from .tree import CTree
 
-RRF_K = 60
 # words that mark a statement as an update of an earlier one
 UPDATE_CUES = re.compile(
     r"\b(actually|anymore|any more|no longer|changed|update|updated|instead|turns out|correction|"
@@ -75,6 +80,7 @@ class RetrievalReport:
     full_history_tokens: int = 0
     recent_tokens: int = 0
     seconds: float = 0.0
+    embed_seconds: float = 0.0  # of that, embedding the focused query (see _focused_query_vector)
     ranking: list[int] = field(default_factory=list)  # every candidate exchange, best first
 
     @property
@@ -82,11 +88,10 @@ class RetrievalReport:
         return self.memory_tokens / self.full_history_tokens if self.full_history_tokens else 0.0
 
 
-def _rrf(order: list[int], n: int) -> np.ndarray:
-    out = np.zeros(n, dtype=np.float64)
-    for rank, i in enumerate(order):
-        out[i] += 1.0 / (RRF_K + rank + 1)
-    return out
+def _z(x: np.ndarray) -> np.ndarray:
+    """Standard scores (a constant array gives zeros)."""
+    sd = float(x.std())
+    return (x - x.mean()) / sd if sd > 0 else np.zeros_like(x)
 
 
 def clip_text(text: str, max_chars: int) -> str:
@@ -122,15 +127,20 @@ class PromptSynthesizer:
         memory_token_budget: int = 1000,
         topic_threshold: float = 0.40,
         max_message_chars: int = 480,
-        weights: tuple[float, float, float] = (1.0, 1.0, 0.5),
+        weights: tuple[float, float, float] = (1.0, 4.0, 0.3),
         neighbour_weight: float = 0.5,
         supersede_similarity: float = 0.65,
-        exchange_weight: float = 0.0,
         group_depth: int | None = 2,
         min_relevance: float = 0.20,
-        candidates: int = 300,
+        candidates: int = 200,
         topic_candidates: int = 500,
         common_word_share: float = 0.05,
+        date_weight: float = 1.0,  # in standard deviations of the cosine
+        focus_query: bool = True,
+        use_parts: bool = True,
+        part_candidates: int = 400,
+        neighbour_seeds: int = 150,
+        keyword_candidates: int = 100,
     ) -> None:
         self.tree = ctree
         self.vdb = vector_db if vector_db is not None else ctree.vdb
@@ -141,12 +151,17 @@ class PromptSynthesizer:
         self.weights = weights
         self.neighbour_weight = neighbour_weight
         self.supersede_similarity = supersede_similarity
-        self.exchange_weight = exchange_weight
         self.group_depth = group_depth
         self.min_relevance = min_relevance
         self.candidates = candidates
         self.topic_candidates = topic_candidates
         self.common_word_share = common_word_share
+        self.date_weight = date_weight
+        self.focus_query = focus_query
+        self.use_parts = use_parts
+        self.part_candidates = part_candidates
+        self.neighbour_seeds = neighbour_seeds
+        self.keyword_candidates = keyword_candidates
         self.last_report: RetrievalReport | None = None
         self._history_tokens: tuple[int, int] = (-1, 0)
 
@@ -159,19 +174,29 @@ class PromptSynthesizer:
             self._history_tokens = (n, total)
         return self._history_tokens[1]
 
-    def _topic_scores(self, query: str, qvec: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:
-        dense: dict[str, float] = {}
-        keyword: dict[str, float] = {}
-        if self.vdb is None:
-            return dense, keyword
-        ids, sims = self.vdb.topic_scores(qvec)
-        if len(ids) > self.topic_candidates:  # the rest score 0: far below the best
-            top = np.argpartition(-sims, self.topic_candidates - 1)[: self.topic_candidates]
-            dense = {ids[k]: float(sims[k]) for k in top}
-        else:
-            dense = {i: float(s) for i, s in zip(ids, sims)}
-        keyword = dict(self.vdb.keyword_search_topics(self._keyword_query(query), limit=50))
-        return dense, keyword
+    def _topic_dense(self, index, qvec: np.ndarray) -> dict[str, float]:
+        if index is None:
+            return {}
+        sims = index.similarities(qvec)
+        ids = index.ids
+        if len(sims) > self.topic_candidates:  # the rest score 0: far below the best
+            top = np.argpartition(sims, len(sims) - self.topic_candidates)[len(sims) - self.topic_candidates:]
+            return {ids[k]: float(sims[k]) for k in top}
+        return {ids[k]: float(s) for k, s in enumerate(sims)}
+
+    def _keyword_searches(self, query: str) -> tuple[list[tuple[str, float]], dict[str, float]]:
+        """BM25 over messages and over topic summaries (run beside the vector products:
+        SQLite and numpy both release the GIL, and there are two cores to use)."""
+        words = self._keyword_query(query)
+        return (self.vdb.keyword_search_messages(words, limit=self.keyword_candidates),
+                dict(self.vdb.keyword_search_topics(words, limit=50)))
+
+    def _background(self):
+        if getattr(self, "_pool", None) is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-bm25")
+        return self._pool
 
     # --- the prompt -----------------------------------------------------------------------
 
@@ -232,16 +257,29 @@ class PromptSynthesizer:
                 return False
             return not (recent_texts and x.user in recent_texts and x.assistant in recent_texts)
 
-        ex_of, role_of, all_dense = self._dense_all(qvec)
+        t_embed = time.perf_counter()
+        qvec2 = self._focused_query_vector(query)
+        report.embed_seconds = time.perf_counter() - t_embed
+        # the indexes are taken before the keyword job holds the store's lock
+        conv_index = self.vdb.conversation_index() if self.vdb is not None else None
+        topic_index = self.vdb.topic_index() if self.vdb is not None else None
+        job = self._background().submit(self._keyword_searches, query) if self.vdb is not None else None
+        try:
+            # both readings count, with the names (who said it) and without (what was said):
+            # the mean of two cosines is the product with the mean vector, one pass
+            ex_of, role_of, all_dense = self._dense_all(qvec if qvec2 is None else 0.5 * (qvec + qvec2), conv_index)
+            t_dense = self._topic_dense(topic_index, qvec)
+        finally:
+            msg_hits, t_key = job.result() if job is not None else ([], {})
         m = len(ex_of)
         if m == 0:
             return ""
         top = min(self.candidates, m)
-        cand_idx = np.argpartition(-all_dense, top - 1)[:top] if top < m else np.arange(m)
+        cand_idx = np.argpartition(all_dense, m - top)[m - top:] if top < m else np.arange(m)
         keyword_hits: dict[int, float] = {}
         if self.vdb is not None:
             pos = self._unit_positions()
-            for mid, score in self.vdb.keyword_search_messages(self._keyword_query(query), limit=200):
+            for mid, score in msg_hits:
                 k = pos.get(mid)
                 if k is not None:
                     keyword_hits[k] = max(keyword_hits.get(k, 0.0), score)
@@ -255,7 +293,10 @@ class PromptSynthesizer:
             # relevant conversation neighbours of the candidates join them (a question's
             # answer is often the next message, below the candidate cut)
             by_unit = self._unit_lookup()
-            for k in list(seeds):
+            # around the strongest seeds only (keyword hits, then by cosine): neighbours
+            # of weak candidates rarely reach the block, and each costs time at scale
+            strongest = sorted(seeds, key=lambda k: (k not in keyword_hits, -all_dense[k]))
+            for k in strongest[: self.neighbour_seeds]:
                 i = int(ex_of[k])
                 for j in (i - 1, i, i + 1):
                     if 0 <= j < n and live(j):
@@ -266,12 +307,11 @@ class PromptSynthesizer:
                                 units[kk] = (j, msg["role"])
         keys = list(units)
         cand = [units[k] for k in keys]
-        dense = all_dense[keys].astype(np.float64)
+        dense = self._with_parts(keys, all_dense[keys].astype(np.float64), qvec, qvec2)
         keyword = np.array([keyword_hits.get(k, 0.0) for k in keys])
         in_seed = np.ones(len(keys), dtype=bool)
 
         # branch score: the best topic (by summary cosine, nudged by BM25) above each exchange
-        t_dense, t_key = self._topic_scores(query, qvec)
         t_key_max = max(t_key.values(), default=0.0) or 1.0
         topic_score = {nid: s + 0.25 * t_key.get(nid, 0.0) / t_key_max for nid, s in t_dense.items()}
         ex_branch: dict[int, float] = {}
@@ -292,13 +332,17 @@ class PromptSynthesizer:
         wd, wk, wb = self.weights
         idx = np.arange(c)
         seed_idx = idx[in_seed]
-        fused = wd * _rrf([int(k) for k in seed_idx[np.argsort(-dense[seed_idx], kind="stable")]], c)
-        fused += wk * _rrf([int(k) for k in idx[np.argsort(-keyword, kind="stable")] if keyword[k] > 0], c)
-        fused += wb * _rrf([int(k) for k in seed_idx[np.argsort(-branch[seed_idx], kind="stable")]
-                            if branch[k] > 0], c)
-        if self.exchange_weight:
-            ex_dense = np.array([float(tree.exchange_vector(i) @ qvec) for i, _ in cand])
-            fused += self.exchange_weight * _rrf([int(k) for k in seed_idx[np.argsort(-ex_dense[seed_idx])]], c)
+        # score fusion: cosines and branch scores as z-scores among the candidates, BM25
+        # relative to the best match (0 without a shared word); unlike ranks, scores keep
+        # how far ahead a clear winner is
+        fused = wd * _z(dense) + wk * keyword / (keyword.max() or 1.0) + wb * _z(branch)
+        if self.date_weight:
+            # the question names a date: what was said that day
+            specs = dates_in(query)
+            if specs:
+                fused += self.date_weight * np.array(
+                    [any(sp.matches(tree._exchanges[i].timestamp) for sp in specs) for i, _ in cand], dtype=float)
+        fused -= fused.min()  # non-negative: neighbours below lend score, never take it
         if self.neighbour_weight:
             # conversation neighbours share context: a message next to a hit gains a little
             order_pos = sorted(range(c), key=lambda k: (cand[k][0], _ROLE_ORDER.get(cand[k][1], 3)))
@@ -344,6 +388,41 @@ class PromptSynthesizer:
                 any(k in pinned_set for k in ks), sum(shown[u] for u in shown if u[0] == i)))
         return text
 
+    def _focused_query_vector(self, query: str) -> np.ndarray | None:
+        """The query embedded again without the words found in most exchanges (the
+        speakers' names in a transcript): alone, those words make every message by the
+        person asked about look relevant. ``None`` when no such word is in the query."""
+        df = self.tree.judges.embedding.doc_freq
+        if not self.focus_query or df.docs < 20:
+            return None
+        words = query.split()
+        kept = [w for w in words if df.counts.get(w.strip(".,!?;:\"()'").lower().removesuffix("'s"), 0) <= df.docs / 2]
+        if len(kept) == len(words) or not kept:
+            return None
+        v = np.asarray(self.tree.embed_fn.embed(" ".join(kept)), dtype=np.float32)
+        return v / (np.linalg.norm(v) or 1.0)
+
+    def _with_parts(self, keys: list[int], dense: np.ndarray, qvec: np.ndarray, qvec2) -> np.ndarray:
+        """The best ``part_candidates`` candidates scored by their best part too (their
+        sentences, and each read after its cue: ``CTree.index_pending``). Part vectors
+        are read from the store for those candidates only, so memory stays flat."""
+        if self.vdb is None or not self.use_parts or not keys:
+            return dense
+        top = np.argsort(-dense, kind="stable")[: self.part_candidates]
+        index = self.vdb.conversation_index()
+        pos_of = {index.ids[keys[p]]: int(p) for p in top}
+        owners, mat = self.vdb.message_part_vectors(list(pos_of))
+        if not owners:
+            return dense
+        qs = np.array([qvec] if qvec2 is None else [qvec, qvec2], dtype=np.float32)
+        # each query's score of a message: its best vector, the message's own or a part's
+        best = index.rows([keys[p] for p in top]) @ qs.T
+        slot = {int(p): r for r, p in enumerate(top)}
+        np.maximum.at(best, np.array([slot[pos_of[o]] for o in owners]), mat @ qs.T)
+        out = dense.copy()
+        out[top] = best.mean(axis=1)
+        return out
+
     def _keyword_query(self, query: str) -> str:
         """The query's rarer words for BM25. A word found in more than ``common_word_share``
         of all exchanges adds little to BM25 yet makes SQLite score every message holding
@@ -360,10 +439,9 @@ class PromptSynthesizer:
         kept = [w for w in ranked if df.counts.get(w, 0) <= limit] or ranked[:2]
         return " ".join(kept[:8])
 
-    def _dense_all(self, qvec: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
+    def _dense_all(self, qvec: np.ndarray, index=None) -> tuple[np.ndarray, list[str], np.ndarray]:
         """Every live message: its exchange, its role, its cosine to the query."""
-        if self.vdb is not None:
-            index = self.vdb.conversation_index()
+        if index is not None:
             key = (id(index), index.version)
             if getattr(self, "_units_key", None) != key:
                 parsed = [_parse_id(i) for i in index.ids]
@@ -372,8 +450,7 @@ class PromptSynthesizer:
                 self._by_unit = {p: k for k, p in enumerate(parsed)}
                 self._units_key = key
             ex_of, role_of = self._units_cache
-            _ids, sims = index.scores(qvec)
-            return ex_of, role_of, np.asarray(sims, dtype=np.float64)
+            return ex_of, role_of, index.similarities(qvec)  # float32: only candidates are widened
         # no store: each message scored by its exchange's vector
         ex, roles, sims = [], [], []
         for i, x in enumerate(self.tree._exchanges):
@@ -401,7 +478,10 @@ class PromptSynthesizer:
         content = x.role_text(role)
         if content in ("(no message)", "(no reply)"):
             return ""
-        return f"{role.capitalize()}: {clip_text(content, self.max_message_chars)}"
+        content = clip_text(content, self.max_message_chars)
+        if SPEAKER_LABEL.match(content):
+            return content  # a transcript line names its speaker: the role adds nothing
+        return f"{role.capitalize()}: {content}"
 
     def _line(self, i: int, roles: list[str], status: str = "") -> str:
         """One entry. Its date is on the line above it, shared by the branch's entries

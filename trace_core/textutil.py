@@ -145,3 +145,33 @@ def clean_name(name: str, max_words: int = 5) -> str:
     name = re.sub(r"[\r\n\t]+", " ", str(name)).strip().strip("\"'`*#:.- ")
     words = name.split()
     return " ".join(words[:max_words])
+
+
+# "Caroline: I went to..." — a transcript's speaker label opening a message
+SPEAKER_LABEL = re.compile(r"^[A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,2}: ")
+
+
+def sentence_parts(text: str, min_words: int = 3, max_parts: int = 16, max_chars: int = 300) -> list[str]:
+    """The sentences of a longer message, each embedded on its own: a message's vector
+    averages everything it says, so one fact among small talk ("BTW, I had a setback
+    last month…") scores low as a whole. Short sentences are dropped; a message of fewer
+    than two remaining sentences has no parts (its own vector is already that). Each
+    part keeps the message's speaker label, if it opens with one."""
+    text = " ".join(text.split())
+    m = SPEAKER_LABEL.match(text)
+    label = m.group(0) if m else ""
+    sents = [s for s in _SENTENCE.split(text[len(label):]) if len(s.split()) >= min_words]
+    if len(sents) < 2:
+        return []
+    return [label + s[:max_chars] for s in sents[:max_parts]]
+
+
+def message_parts(text: str, previous: str = "", context_chars: int = 300) -> list[str]:
+    """What a message is indexed under besides its own vector: its sentences, and the
+    message read after the one it answers ("Seven years now." means little alone; after
+    "How long have you been painting?" it is an answer)."""
+    parts = sentence_parts(text)
+    previous = " ".join(previous.split())
+    if previous and previous not in ("(no message)", "(no reply)"):
+        parts.append(f"{previous[-context_chars:]} {' '.join(text.split())[:context_chars]}")
+    return parts

@@ -441,6 +441,60 @@ class CTree:
             for i, m in enumerate(msgs)
         ]
 
+    # --- sentence index (idle time) --------------------------------------------------------------
+
+    def pending_parts(self) -> int:
+        """Exchanges whose sentences are not embedded yet (see ``index_pending``)."""
+        if self._vdb is None:
+            return 0
+        return len(self._exchanges) - int(self._vdb.get_meta("parts_indexed") or 0)
+
+    def _previous_text(self, x: MessageNode, m: dict) -> str:
+        """What a message answers: the message before it in the conversation."""
+        if m["role"] == "assistant":
+            return x.user
+        if m["role"] == "user" and x.index > 0:
+            return self._exchanges[x.index - 1].assistant
+        return ""
+
+    def index_pending(self, max_exchanges: int | None = None, batch: int = 32) -> int:
+        """Embed the parts of messages (``textutil.message_parts``: their sentences, and
+        each read after the message it answers) for exchanges not done yet; returns how
+        many exchanges were done. Retrieval scores a message by its best part too.
+
+        This is idle-time work, kept off ``add()`` (it doubles the embedding cost of an
+        exchange): Nexus runs it in the background after each reply; a library user calls
+        it when convenient. Retrieval works without it, with message vectors only."""
+        if self._vdb is None:
+            return 0
+        from .textutil import message_parts
+
+        done = 0
+        while max_exchanges is None or done < max_exchanges:
+            with self._lock:
+                start = int(self._vdb.get_meta("parts_indexed") or 0)
+                stop = min(len(self._exchanges), start + batch)
+                if max_exchanges is not None:
+                    stop = min(stop, start + max_exchanges - done)
+                todo = [(f"x{x.index}-{m['role']}", message_parts(m["content"], self._previous_text(x, m)))
+                        for x in self._exchanges[start:stop] for m in x.messages]
+            if stop <= start:
+                break
+            texts = [t for _, parts in todo for t in parts]
+            vecs = self.embed_fn.embed_batch(texts) if texts else []  # outside the lock
+            rows, k = [], 0
+            for mid, parts in todo:
+                for p, t in enumerate(parts):
+                    rows.append((mid, p, t, normalise(vecs[k])))
+                    k += 1
+            with self._lock, self._vdb.transaction():
+                if int(self._vdb.get_meta("parts_indexed") or 0) != start:
+                    continue  # another thread did this batch meanwhile
+                self._vdb.add_message_parts(rows)
+                self._vdb.set_meta("parts_indexed", str(stop))
+            done += stop - start
+        return done
+
     # --- consolidation ---------------------------------------------------------------------------
 
     def reorganize(self, embed_fn=None, similarity_threshold: float = 0.55, prune_trivial_leaves: bool = False) -> dict:

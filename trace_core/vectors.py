@@ -65,16 +65,24 @@ class VectorIndex:
 
     def scores(self, query: np.ndarray) -> tuple[list[str], np.ndarray]:
         """Cosine of ``query`` (unit) with every row."""
+        return list(self._ids), self.similarities(query)
+
+    def similarities(self, query: np.ndarray) -> np.ndarray:
+        """Cosine of ``query`` with every row, in ``ids`` order (no copy of the ids)."""
         n = len(self._ids)
         if n == 0 or self.dim is None:
-            return [], np.zeros(0, dtype=np.float32)
+            return np.zeros(0, dtype=np.float32)
         q = np.asarray(query, dtype=np.float32).ravel()
         if q.shape[0] != self.dim:
             raise ValueError(f"query has dimension {q.shape[0]}, the index holds {self.dim}")
         norm = float(np.linalg.norm(q))
         if norm > 0:
             q = q / norm
-        return list(self._ids), self._matrix[:n] @ q
+        return self._matrix[:n] @ q
+
+    def rows(self, positions) -> np.ndarray:
+        """The vectors at these positions (in ``ids`` order)."""
+        return self._matrix[np.asarray(positions, dtype=np.int64)]
 
     def search(self, query: np.ndarray, top_k: int, min_similarity: float) -> list[tuple[str, float]]:
         ids, sims = self.scores(query)
