@@ -93,6 +93,9 @@ async def test_a_message_streams_a_reply_and_is_remembered(server, tmp_path, min
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
         system = [r for r in server.chat_requests() if not r.get("response_format")][-1]["messages"][0]["content"]
         assert "Miso" in system
+        # the sentence index follows each reply, in the background
+        await wait_for(pilot, lambda: app.session.tree.pending_parts() == 0)
+        assert app.session.tree.vdb.message_parts(["x1-user"])  # read after the reply it follows
 
 
 async def test_markup_and_escape_sequences_are_shown_as_text(server, tmp_path, minilm, data_dir):

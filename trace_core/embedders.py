@@ -206,6 +206,8 @@ class MiniLMEmbedder(SentenceTransformerEmbedder):
                 opts = ort.SessionOptions()
                 opts.intra_op_num_threads = min(os.cpu_count() or 1, 4)
                 opts.log_severity_level = 3
+                # idle threads sleep: spinning ones took the CPU from the retrieval that follows
+                opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
                 tok = Tokenizer.from_file(os.path.join(self.model_path, "tokenizer.json"))
                 tok.enable_truncation(self.max_length)

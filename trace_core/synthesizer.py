@@ -141,6 +141,7 @@ class PromptSynthesizer:
         part_candidates: int = 400,
         neighbour_seeds: int = 150,
         keyword_candidates: int = 100,
+        parallel_from: int = 20_000,
     ) -> None:
         self.tree = ctree
         self.vdb = vector_db if vector_db is not None else ctree.vdb
@@ -162,6 +163,7 @@ class PromptSynthesizer:
         self.part_candidates = part_candidates
         self.neighbour_seeds = neighbour_seeds
         self.keyword_candidates = keyword_candidates
+        self.parallel_from = parallel_from  # stored messages from which BM25 runs in a thread
         self.last_report: RetrievalReport | None = None
         self._history_tokens: tuple[int, int] = (-1, 0)
 
@@ -263,14 +265,20 @@ class PromptSynthesizer:
         # the indexes are taken before the keyword job holds the store's lock
         conv_index = self.vdb.conversation_index() if self.vdb is not None else None
         topic_index = self.vdb.topic_index() if self.vdb is not None else None
-        job = self._background().submit(self._keyword_searches, query) if self.vdb is not None else None
+        # in a thread beside the vector products only where those take milliseconds: a
+        # handoff can wait for the GIL's switch interval (5 ms), more than small sessions gain
+        parallel = conv_index is not None and len(conv_index) >= self.parallel_from
+        job = self._background().submit(self._keyword_searches, query) if parallel else None
         try:
             # both readings count, with the names (who said it) and without (what was said):
             # the mean of two cosines is the product with the mean vector, one pass
             ex_of, role_of, all_dense = self._dense_all(qvec if qvec2 is None else 0.5 * (qvec + qvec2), conv_index)
             t_dense = self._topic_dense(topic_index, qvec)
         finally:
-            msg_hits, t_key = job.result() if job is not None else ([], {})
+            if job is not None:
+                msg_hits, t_key = job.result()
+        if job is None:
+            msg_hits, t_key = self._keyword_searches(query) if self.vdb is not None else ([], {})
         m = len(ex_of)
         if m == 0:
             return ""
