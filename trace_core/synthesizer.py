@@ -317,7 +317,6 @@ class PromptSynthesizer:
         cand = [units[k] for k in keys]
         dense = self._with_parts(keys, all_dense[keys].astype(np.float64), qvec, qvec2)
         keyword = np.array([keyword_hits.get(k, 0.0) for k in keys])
-        in_seed = np.ones(len(keys), dtype=bool)
 
         # branch score: the best topic (by summary cosine, nudged by BM25) above each exchange
         t_key_max = max(t_key.values(), default=0.0) or 1.0
@@ -338,8 +337,6 @@ class PromptSynthesizer:
 
         c = len(cand)
         wd, wk, wb = self.weights
-        idx = np.arange(c)
-        seed_idx = idx[in_seed]
         # score fusion: cosines and branch scores as z-scores among the candidates, BM25
         # relative to the best match (0 without a shared word); unlike ranks, scores keep
         # how far ahead a clear winner is
@@ -364,7 +361,7 @@ class PromptSynthesizer:
         report.ranking = [cand[k] for k in ranking]
 
         # recalled past messages (TRACE's top_k_history) are pinned first
-        pinned = [int(k) for k in seed_idx[np.argsort(-dense[seed_idx])] if dense[k] >= min_history_similarity]
+        pinned = [int(k) for k in np.argsort(-dense, kind="stable") if dense[k] >= min_history_similarity]
         pinned = pinned[:top_k_history]
         pinned_set = set(pinned)
         queue = pinned + [k for k in ranking if k not in pinned_set]
