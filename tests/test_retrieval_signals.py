@@ -7,6 +7,7 @@ import numpy as np
 
 from trace_core import CTree, PromptSynthesizer
 from trace_core.dates import DateSpec, dates_in
+from trace_core.embedders import FunctionEmbedder
 from trace_core.synthesizer import RetrievalReport
 from trace_core.textutil import message_parts, sentence_parts
 
@@ -142,3 +143,19 @@ def test_transcript_lines_are_not_given_a_role_label(tmp_path, minilm):
     prompt = synth.synthesize_prompt("cat Miso", minilm.embed("cat Miso"), None, [])
     assert "- Caroline: I adopted a cat named Miso." in prompt
     assert "Assistant: Miso is a nice name for a cat!" in prompt
+
+
+def test_a_failing_second_embedding_costs_only_the_focused_reading(tmp_path, minilm):
+    tree = labelled_tree(tmp_path, minilm, [(u, a, "2023-05-01T10:00") for u, a in FILLER[:20]])
+    synth = PromptSynthesizer(ctree=tree)
+    query = "What hobby did Melanie start?"
+    qvec = minilm.embed(query)
+
+    def down(text):
+        raise ConnectionError("embedding server down")
+
+    broken = FunctionEmbedder(down)
+    broken._dim = minilm.dim
+    tree.embed_fn = broken
+    prompt = synth.synthesize_prompt(query, qvec, None, [])
+    assert "painting class" in prompt and synth.last_report.embed_seconds < 1.0

@@ -404,7 +404,10 @@ class PromptSynthesizer:
         kept = [w for w in words if df.counts.get(w.strip(".,!?;:\"()'").lower().removesuffix("'s"), 0) <= df.docs / 2]
         if len(kept) == len(words) or not kept:
             return None
-        v = np.asarray(self.tree.embed_fn.embed(" ".join(kept)), dtype=np.float32)
+        try:
+            v = np.asarray(self.tree.embed_fn.embed(" ".join(kept)), dtype=np.float32)
+        except Exception:  # an optional second reading: a failing embedder costs only it
+            return None
         return v / (np.linalg.norm(v) or 1.0)
 
     def _with_parts(self, keys: list[int], dense: np.ndarray, qvec: np.ndarray, qvec2) -> np.ndarray:
