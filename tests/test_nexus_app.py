@@ -267,3 +267,22 @@ async def test_idle_consolidation_runs_in_the_background(server, tmp_path, minil
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         await wait_for(pilot, lambda: "idle: reorganising memory" in log_text(app))
         await wait_for(pilot, lambda: "reorganize:" in log_text(app) and "merged" in log_text(app))
+
+
+async def test_an_older_session_gets_its_sentence_index_in_the_background(server, tmp_path, minilm, data_dir):
+    from trace_core import CTree
+
+    path = tmp_path / "older.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    for u, a in [("My cat is called Miso. She is three.", "Miso is a lovely name. Three is a fun age."),
+                 ("I also have a dog named Rex.", "Rex and Miso, quite the household!")]:
+        tree.add([{"role": "user", "content": u}, {"role": "assistant", "content": a}])
+    assert tree.pending_parts() == 2  # as a session written before the sentence index
+    tree.vdb.close()
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: app.session.tree.pending_parts() == 0)
+        await wait_for(pilot, lambda: "indexed the sentences of 2 earlier exchanges" in log_text(app))
+        assert app.session.tree.vdb.message_parts(["x0-user"])["x0-user"][0] == [
+            "My cat is called Miso.", "She is three."]
