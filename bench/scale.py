@@ -16,9 +16,10 @@ everything is written to a real session file through the store's own calls
 transaction, which is what a long conversation leaves behind.
 
 Measured: ``CTree.open()`` of the file (median of 3), then ``memory_block`` per query,
-median and p95, query embeddings excluded (the question's, and for the half of the
-queries that name a speaker, the focused second reading's). Queries are drawn from
-the same templates. Baseline in the same run: the same queries through a flat dense top-k over all
+median and p95, query embeddings excluded (the question's, and the focused second
+reading's). Queries are drawn from the same templates; half name a speaker, and every
+one holds a word found in most exchanges ("Alex", "about", "the"), so all take the
+focused path, the costlier one (``focused_queries`` in the JSON). Baseline in the same run: the same queries through a flat dense top-k over all
 messages (numpy matrix product + argpartition) at the same size, the cheapest possible
 retrieval.
 """
@@ -40,7 +41,7 @@ from trace_core import CTree, PromptSynthesizer, VectorDatabase
 from trace_core.embedders import MiniLMEmbedder, normalise
 from trace_core.nodes import MessageNode, TopicNode
 from trace_core.persist import _row
-from trace_core.store import ConversationVector
+from trace_core.store import ConversationVector, message_id
 from trace_core.synthesizer import RetrievalReport
 
 SUBJECTS = [
@@ -76,7 +77,7 @@ def pool(rng: random.Random, n: int = 3000) -> list[tuple[str, str, str]]:
 
 
 def make_queries(rng: random.Random, n: int) -> list[str]:
-    """Half name a speaker (found in every exchange: the focused second query runs)."""
+    """Questions from the templates; half ask what a speaker said."""
     out = []
     for k in range(n):
         s, d = rng.choice(SUBJECTS), rng.choice(DETAILS)
@@ -108,9 +109,9 @@ def build_session(path: str, n: int, emb, sentences, vecs, rng: random.Random) -
                 for r, (role, text) in enumerate((("user", q), ("assistant", a))):
                     v = vecs[2 * k + r]
                     db.add_conversation_message(ConversationVector(
-                        f"x{idx}-{role}", 2 * idx + r, role, text, v, ts, path_s, m.node_id, idx))
+                        message_id(idx, role), 2 * idx + r, role, text, v, ts, path_s, m.node_id, idx))
                     if prev is not None:  # the message read after its cue (see message_parts)
-                        parts.append((f"x{idx}-{role}", 0, f"{prev[0]} {text}", normalise(prev[1] + v)))
+                        parts.append((message_id(idx, role), 0, f"{prev[0]} {text}", normalise(prev[1] + v)))
                     prev = (text, v)
                 db.add_message_parts(parts)
                 tree._exchanges.append(m)

@@ -250,7 +250,8 @@ class NexusApp(App):
         if self.embedder_state == "ready" and tree.pending_parts():
             # a session written before sentence indexing: catch up in the background
             done = session.index_sentences()
-            self.post_event(ev.Notice(f"indexed the sentences of {done} earlier exchanges"))
+            if done:
+                self.post_event(ev.Notice(f"indexed the sentences of {done} earlier exchanges"))
 
     def _setup_file_log(self) -> None:
         root = logging.getLogger()

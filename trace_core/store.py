@@ -137,6 +137,24 @@ def _vec(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype=np.float32)
 
 
+def message_id(exchange_index: int, role: str) -> str:
+    """A conversation vector's id: its exchange and role ("x12-user")."""
+    return f"x{exchange_index}-{role}"
+
+
+def parse_message_id(mid: str) -> tuple[int, str]:
+    """"x12-user" -> (12, "user")."""
+    head, role = mid[1:].split("-", 1)
+    return int(head), role
+
+
+def _chunks(ids: list[str], size: int = 500):
+    """``(chunk, "?,?,…")`` pairs: SQLite caps the parameters of one statement."""
+    for k in range(0, len(ids), size):
+        chunk = ids[k : k + size]
+        yield chunk, ",".join("?" * len(chunk))
+
+
 def fts_query(text: str) -> str:
     """An FTS5 OR-query of the words in ``text`` (quoted: user text is never syntax;
     function words dropped, so a match means a shared content word)."""
@@ -330,9 +348,7 @@ class VectorDatabase:
             return {}
         out = {}
         with self._lock:
-            for i in range(0, len(message_ids), 500):
-                chunk = message_ids[i : i + 500]
-                q = ",".join("?" * len(chunk))
+            for chunk, q in _chunks(message_ids):
                 for row in self.con.execute(f"SELECT {_CV_COLUMNS} WHERE cv.message_id IN ({q})", chunk):
                     out[row[0]] = self._row_to_cv(row)
         return out
@@ -360,9 +376,7 @@ class VectorDatabase:
         """The parts of these messages (those that have any): texts and a matrix of vectors."""
         out: dict[str, tuple[list[str], list[np.ndarray]]] = {}
         with self._lock:
-            for i in range(0, len(message_ids), 500):
-                chunk = message_ids[i : i + 500]
-                q = ",".join("?" * len(chunk))
+            for chunk, q in _chunks(message_ids):
                 for mid, text, blob in self.con.execute(
                         f"SELECT message_id, text, embedding FROM message_parts WHERE message_id IN ({q})"
                         " ORDER BY message_id, part", chunk):
@@ -377,9 +391,7 @@ class VectorDatabase:
         owners: list[str] = []
         blobs: list[bytes] = []
         with self._lock:
-            for i in range(0, len(message_ids), 500):
-                chunk = message_ids[i : i + 500]
-                q = ",".join("?" * len(chunk))
+            for chunk, q in _chunks(message_ids):
                 for mid, blob in self.con.execute(
                         f"SELECT message_id, embedding FROM message_parts WHERE message_id IN ({q})", chunk):
                     owners.append(mid)
@@ -395,10 +407,6 @@ class VectorDatabase:
     def topic_index(self) -> VectorIndex:
         """The indexed topic summaries' vector index."""
         return self._topics()
-
-    def conversation_scores(self, query_vector) -> tuple[list[str], np.ndarray]:
-        """Cosine of the query with every live message (for fused ranking)."""
-        return self._conv().scores(np.asarray(query_vector, dtype=np.float32))
 
     def _bm25(self, table: str, id_column: str, text: str, limit: int) -> list[tuple[str, float]]:
         """``(id, score)`` by BM25, higher is better. FTS5's rank with LIMIT takes its
@@ -437,9 +445,7 @@ class VectorDatabase:
         """Many at once (a reorganisation removes thousands)."""
         ids = list(node_ids)
         with self._lock:
-            for k in range(0, len(ids), 500):
-                chunk = ids[k : k + 500]
-                q = ",".join("?" * len(chunk))
+            for chunk, q in _chunks(ids):
                 self.con.execute(f"DELETE FROM topics_fts WHERE rowid IN (SELECT rowid FROM topic_summaries"
                                  f" WHERE node_id IN ({q}))", chunk)
                 self.con.execute(f"DELETE FROM topic_summaries WHERE node_id IN ({q})", chunk)
@@ -487,9 +493,7 @@ class VectorDatabase:
         with self._lock:
             ids = [r[0] for r in rows]
             old: dict[str, int] = {}
-            for k in range(0, len(ids), 500):
-                chunk = ids[k : k + 500]
-                q = ",".join("?" * len(chunk))
+            for chunk, q in _chunks(ids):
                 old.update(self.con.execute(f"SELECT node_id, rowid FROM topic_summaries WHERE node_id IN ({q})", chunk))
             self.con.executemany("DELETE FROM topics_fts WHERE rowid=?", [(rid,) for rid in old.values()])
             stamp = now_iso()
@@ -501,9 +505,7 @@ class VectorDatabase:
                 "INSERT INTO topic_summaries VALUES(?,?,?,?,?,?,?)",
                 [(i, n, s, _blob(e), a, b, stamp) for i, n, s, e, a, b in rows if i not in old])
             rowids: dict[str, int] = {}
-            for k in range(0, len(ids), 500):
-                chunk = ids[k : k + 500]
-                q = ",".join("?" * len(chunk))
+            for chunk, q in _chunks(ids):
                 rowids.update(self.con.execute(
                     f"SELECT node_id, rowid FROM topic_summaries WHERE node_id IN ({q})", chunk))
             self.con.executemany("INSERT INTO topics_fts(rowid, topic_name, summary, node_id) VALUES(?,?,?,?)",
@@ -555,9 +557,6 @@ class VectorDatabase:
             for nid, sim in hits
             if nid in rows
         ]
-
-    def topic_scores(self, query_vector) -> tuple[list[str], np.ndarray]:
-        return self._topics().scores(np.asarray(query_vector, dtype=np.float32))
 
     def keyword_search_topics(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
         return self._bm25("topics_fts", "node_id", text, limit)

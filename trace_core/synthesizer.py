@@ -9,7 +9,7 @@ ancestors, rank, a multi-path block, recalled past messages, the recent window â
 - the best candidates are also scored by their parts (``CTree.index_pending``): each
   sentence of a longer message, and the message read after the one it answers;
 - the query is read twice, as asked and without the words found in most exchanges
-  (a transcript's speaker names), and a date it names lifts that day's exchanges;
+  (a transcript's speaker names, "the"), and a date it names lifts that day's exchanges;
 - raw exchanges of the best branches, grouped under their thread path, each dated;
 - a hard token budget for the memory block (``memory_token_budget``);
 - newer-supersedes-older: a later, similar exchange that reads as an update marks the
@@ -29,7 +29,8 @@ import numpy as np
 
 from . import prompts
 from .dates import dates_in
-from .textutil import SPEAKER_LABEL
+from .store import parse_message_id
+from .textutil import PLACEHOLDERS, SPEAKER_LABEL
 from .tokens import count_tokens
 
 if TYPE_CHECKING:
@@ -103,12 +104,6 @@ def clip_text(text: str, max_chars: int) -> str:
 
 
 _ROLE_ORDER = {"system": 0, "user": 1, "assistant": 2}
-
-
-def _parse_id(message_id: str) -> tuple[int, str]:
-    """"x12-user" -> (12, "user"): conversation vector ids name their exchange and role."""
-    head, role = message_id[1:].split("-", 1)
-    return int(head), role
 
 
 def short_date(ts: str) -> str:
@@ -394,14 +389,15 @@ class PromptSynthesizer:
         return text
 
     def _focused_query_vector(self, query: str) -> np.ndarray | None:
-        """The query embedded again without the words found in most exchanges (the
-        speakers' names in a transcript): alone, those words make every message by the
-        person asked about look relevant. ``None`` when no such word is in the query."""
+        """The query embedded again without the words found in most exchanges (in a
+        transcript, the speakers' names, and the commonest words such as "the"): the
+        names alone make every message by the person asked about look relevant.
+        ``None`` when no such word is in the query."""
         df = self.tree.judges.embedding.doc_freq
         if not self.focus_query or df.docs < 20:
             return None
         words = query.split()
-        kept = [w for w in words if df.counts.get(w.strip(".,!?;:\"()'").lower().removesuffix("'s"), 0) <= df.docs / 2]
+        kept = [w for w in words if not df.is_common(w.strip(".,!?;:\"()'").lower().removesuffix("'s"))]
         if len(kept) == len(words) or not kept:
             return None
         try:
@@ -418,15 +414,14 @@ class PromptSynthesizer:
             return dense
         top = np.argsort(-dense, kind="stable")[: self.part_candidates]
         index = self.vdb.conversation_index()
-        pos_of = {index.ids[keys[p]]: int(p) for p in top}
-        owners, mat = self.vdb.message_part_vectors(list(pos_of))
+        row_of = {index.ids[keys[p]]: r for r, p in enumerate(top)}  # message id -> row of ``best``
+        owners, mat = self.vdb.message_part_vectors(list(row_of))
         if not owners:
             return dense
         qs = np.array([qvec] if qvec2 is None else [qvec, qvec2], dtype=np.float32)
         # each query's score of a message: its best vector, the message's own or a part's
         best = index.rows([keys[p] for p in top]) @ qs.T
-        slot = {int(p): r for r, p in enumerate(top)}
-        np.maximum.at(best, np.array([slot[pos_of[o]] for o in owners]), mat @ qs.T)
+        np.maximum.at(best, np.array([row_of[o] for o in owners]), mat @ qs.T)
         out = dense.copy()
         out[top] = best.mean(axis=1)
         return out
@@ -452,7 +447,7 @@ class PromptSynthesizer:
         if index is not None:
             key = (id(index), index.version)
             if getattr(self, "_units_key", None) != key:
-                parsed = [_parse_id(i) for i in index.ids]
+                parsed = [parse_message_id(i) for i in index.ids]
                 self._units_cache = (np.array([p[0] for p in parsed], dtype=np.int64), [p[1] for p in parsed])
                 self._positions = {mid: k for k, mid in enumerate(index.ids)}
                 self._by_unit = {p: k for k, p in enumerate(parsed)}
@@ -484,7 +479,7 @@ class PromptSynthesizer:
     def _text(self, i: int, role: str) -> str:
         x = self.tree._exchanges[i]
         content = x.role_text(role)
-        if content in ("(no message)", "(no reply)"):
+        if content in PLACEHOLDERS:
             return ""
         content = clip_text(content, self.max_message_chars)
         if SPEAKER_LABEL.match(content):

@@ -24,6 +24,8 @@ STOPWORDS = frozenset(
 )
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9'\-]*")
+# what stands in for the missing side of an exchange (a transcript turn without a partner)
+PLACEHOLDERS = frozenset({"(no message)", "(no reply)"})
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -42,6 +44,11 @@ class DocumentFrequency:
     def observe(self, text: str) -> None:
         self.counts.update(words_of(text))
         self.docs += 1
+
+    def is_common(self, word: str) -> bool:
+        """In more than half of the exchanges (the speakers' names, "the"): names nothing
+        in particular."""
+        return self.counts.get(word, 0) > self.docs / 2
 
     def idf(self, word: str) -> float:
         import math
@@ -71,7 +78,7 @@ def salient_words(text: str, n: int = 3, df: DocumentFrequency | None = None) ->
 
     if df is not None and df.docs >= 20:
         # a word in most exchanges (the speakers' names) names nothing in particular
-        common = [w for w in counts if df.counts.get(w, 0) > df.docs / 2]
+        common = [w for w in counts if df.is_common(w)]
         if len(common) < len(counts):
             for w in common:
                 del counts[w]
@@ -107,7 +114,7 @@ def extractive_summary(exchanges: list[tuple[str, str]], limit: int = 300,
     for user, assistant in exchanges:
         for text in (user, assistant):
             for sent in _SENTENCE.split(" ".join(text.split())):
-                if sent and sent not in sentences and sent not in ("(no message)", "(no reply)"):
+                if sent and sent not in sentences and sent not in PLACEHOLDERS:
                     sentences.append(sent)
 
     use_df = df is not None and df.docs >= 20
@@ -172,6 +179,6 @@ def message_parts(text: str, previous: str = "", context_chars: int = 300) -> li
     "How long have you been painting?" it is an answer)."""
     parts = sentence_parts(text)
     previous = " ".join(previous.split())
-    if previous and previous not in ("(no message)", "(no reply)"):
+    if previous and previous not in PLACEHOLDERS:
         parts.append(f"{previous[-context_chars:]} {' '.join(text.split())[:context_chars]}")
     return parts

@@ -15,7 +15,8 @@ from .fanout import FanoutBalancer
 from .judges import EmbeddingJudge, Judges, LLMJudge, Placement, PlacementContext
 from .nodes import MessageNode, Node, TopicNode
 from .persist import TreeStore, tree_from_json, tree_to_json
-from .store import ConversationVector, VectorDatabase
+from .store import ConversationVector, VectorDatabase, message_id
+from .textutil import message_parts
 
 ROOT_ID = "root"
 ARROW = " → "
@@ -436,18 +437,20 @@ class CTree:
         msgs = node.messages
         path = self.thread_path(node) if node.parent is not None else ""
         return [
-            ConversationVector(f"x{node.index}-{m['role']}", first + i, m["role"], m["content"], vecs[i],
+            ConversationVector(message_id(node.index, m["role"]), first + i, m["role"], m["content"], vecs[i],
                                node.timestamp, path, 0.0, node.node_id, node.index)
             for i, m in enumerate(msgs)
         ]
 
     # --- sentence index (idle time) --------------------------------------------------------------
 
+    def _parts_indexed(self) -> int:
+        """How many exchanges, from the first, have their parts in the store."""
+        return int(self._vdb.get_meta("parts_indexed") or 0)
+
     def pending_parts(self) -> int:
         """Exchanges whose sentences are not embedded yet (see ``index_pending``)."""
-        if self._vdb is None:
-            return 0
-        return len(self._exchanges) - int(self._vdb.get_meta("parts_indexed") or 0)
+        return 0 if self._vdb is None else len(self._exchanges) - self._parts_indexed()
 
     def _previous_text(self, x: MessageNode, m: dict) -> str:
         """What a message answers: the message before it in the conversation."""
@@ -467,16 +470,14 @@ class CTree:
         it when convenient. Retrieval works without it, with message vectors only."""
         if self._vdb is None:
             return 0
-        from .textutil import message_parts
-
         done = 0
         while max_exchanges is None or done < max_exchanges:
             with self._lock:
-                start = int(self._vdb.get_meta("parts_indexed") or 0)
+                start = self._parts_indexed()
                 stop = min(len(self._exchanges), start + batch)
                 if max_exchanges is not None:
                     stop = min(stop, start + max_exchanges - done)
-                todo = [(f"x{x.index}-{m['role']}", message_parts(m["content"], self._previous_text(x, m)))
+                todo = [(message_id(x.index, m["role"]), message_parts(m["content"], self._previous_text(x, m)))
                         for x in self._exchanges[start:stop] for m in x.messages]
             if stop <= start:
                 break
@@ -488,7 +489,7 @@ class CTree:
                     rows.append((mid, p, t, normalise(vecs[k])))
                     k += 1
             with self._lock, self._vdb.transaction():
-                if int(self._vdb.get_meta("parts_indexed") or 0) != start:
+                if self._parts_indexed() != start:
                     continue  # another thread did this batch meanwhile
                 self._vdb.add_message_parts(rows)
                 self._vdb.set_meta("parts_indexed", str(stop))
