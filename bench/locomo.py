@@ -172,7 +172,7 @@ def run(data: str, budgets: list[int]) -> dict:
                 for kk in r_at:
                     top = set(ranked[:kk])
                     r_at[kk].append(sum(e in top for e in ev) / len(ev))
-            history_tokens.append(synth._full_history_tokens())
+            history_tokens.append(synth.full_history_tokens())
             tree.vdb.close()
     res = {
         "conversations": [c.name for c in convs],

@@ -24,9 +24,24 @@ STOPWORDS = frozenset(
 )
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9'\-]*")
+# search terms: any run of word characters in any script (what FTS5's unicode61 indexes)
+_TERM = re.compile(r"\w+", re.UNICODE)
+# dropped from search queries: a keyword match means a shared content word
+FUNCTION_WORDS = frozenset(
+    "a an the is are was were be been being am to of and or but if in on at by for with from as it its "
+    "this that these those i me my you your he him his she her we us our they them their do does did "
+    "what when where who whom how why which there here not no so than then too very can could would "
+    "should will shall may might must has have had into about".split()
+)
 # what stands in for the missing side of an exchange (a transcript turn without a partner)
 PLACEHOLDERS = frozenset({"(no message)", "(no reply)"})
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def query_terms(text: str) -> list[str]:
+    """The search terms of ``text``: lower-cased words of two or more characters that are
+    not function words, each once, in order of appearance."""
+    return list(dict.fromkeys(w.lower() for w in _TERM.findall(text) if len(w) > 1 and w.lower() not in FUNCTION_WORDS))
 
 
 def words_of(text: str) -> set[str]:

@@ -1,0 +1,264 @@
+"""The synthesizer's stages, each on its own: candidates, scoring/fusion, budgeted
+selection, rendering; and the facade's lifetime (params, close, async)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+
+import numpy as np
+import pytest
+
+from trace_core import CTree, PromptSynthesizer
+from trace_core.nodes import MessageNode, TopicNode
+from trace_core.synthesis import SynthesisParams
+from trace_core.synthesis.candidates import CandidateFinder, UnitTable, focused_query_vector, keyword_query
+from trace_core.synthesis.fusion import fuse, neighbour_smoothing, queue_order, topic_scores, z_scores
+from trace_core.synthesis.rendering import BlockLayout, render
+from trace_core.synthesis.selection import Supersessions, select
+from trace_core.textutil import DocumentFrequency
+from trace_core.vectors import VectorIndex
+
+
+def ex(user: str, assistant: str) -> list[dict]:
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
+
+def words_of(texts: list[str]) -> DocumentFrequency:
+    df = DocumentFrequency()
+    for t in texts:
+        df.observe(t)
+    return df
+
+
+def small_tree(texts, timestamps=None) -> tuple[TopicNode, list[MessageNode]]:
+    """ROOT → one topic per pair of exchanges, built by hand (no embedder needed)."""
+    root = TopicNode("ROOT", node_id="root")
+    xs = []
+    for i, (u, a) in enumerate(texts):
+        if i % 2 == 0:
+            topic = TopicNode(f"Topic {i // 2}", summary=f"about {u}", node_id=f"t{i // 2}")
+            root.add_child(topic)
+        x = MessageNode(i, ex(u, a), (timestamps or {}).get(i, f"2024-01-{i + 1:02d}T10:00"), node_id=f"m{i}")
+        topic.add_child(x)
+        xs.append(x)
+    return root, xs
+
+
+def ancestors(node, include_self=True, exclude_root=False):
+    chain = []
+    cur = node if include_self else node.parent
+    while cur is not None:
+        chain.append(cur)
+        cur = cur.parent
+    chain.reverse()
+    return chain[1:] if exclude_root and chain and chain[0].parent is None else chain
+
+
+# --- stage 1: candidates ---------------------------------------------------------------------
+
+
+def test_keyword_query_keeps_rare_content_words_only():
+    df = words_of(["alex said hello about the weather"] * 300 + ["alex bought a kayak"])
+    q = keyword_query("What did Alex say about the kayak?", df, common_word_share=0.05)
+    assert q.split() == ["say", "kayak"]  # rarest first; "alex" is in most exchanges; function words gone
+    assert keyword_query("the of and", df, 0.05) == ""
+
+
+def test_focused_query_vector_drops_common_words(minilm):
+    df = words_of([f"Melanie: line {i} about things" for i in range(30)])
+    v = focused_query_vector("What hobby did Melanie start?", df, minilm.embed)
+    assert v is not None and float(v @ minilm.embed("What hobby did start?")) > 0.999
+    assert focused_query_vector("What hobby did she start?", df, minilm.embed) is None
+    assert focused_query_vector("What hobby did Melanie start?", df, minilm.embed, enabled=False) is None
+
+
+def test_unit_table_follows_the_index_version():
+    idx = VectorIndex()
+    idx.add("x0-user", np.ones(4))
+    table = UnitTable()
+    table.follow(idx)
+    assert list(table.exchange_of) == [0] and table.row_of_unit == {(0, "user"): 0}
+    idx.add("x1-assistant", np.ones(4))
+    table.follow(idx)
+    assert table.row_of_id == {"x0-user": 0, "x1-assistant": 1} and table.role_of == ["user", "assistant"]
+
+
+def test_candidates_include_keyword_hits_and_answering_neighbours(tmp_path, minilm):
+    tree = CTree.open(str(tmp_path / "c.db"), judge="embedding", embed_fn=minilm)
+    talk = [("How is your garden?", "The tomatoes are growing well."),
+            ("Any plans for the weekend?", "We might visit the zorbing park near Lyon."),
+            ("What is zorbing?", "Rolling downhill inside a big transparent ball."),
+            ("Did you watch the match?", "Yes, a great final.")]
+    for u, a in talk:
+        tree.add(ex(u, a))
+    finder = CandidateFinder(tree.vdb, tree.judges.embedding.doc_freq, SynthesisParams(min_relevance=0.99), None)
+    q = "zorbing"
+    timings: dict[str, float] = {}
+    c = finder.find(q, minilm.embed(q), tree.exchanges, set(), minilm.embed, tree.exchange_vector, timings)
+    units = set(c.units)
+    assert (1, "assistant") in units and (2, "user") in units  # BM25 hits, though no cosine reaches 0.99
+    assert (0, "user") not in units and (3, "user") not in units  # unrelated, not next to a hit via BM25
+    assert all(c.keyword[c.units.index(u)] > 0 for u in [(1, "assistant"), (2, "user")])
+    assert "embed_seconds" in timings
+
+
+# --- stage 2: scoring and fusion ----------------------------------------------------------------
+
+
+def test_z_scores_and_topic_scores():
+    assert list(z_scores(np.array([2.0, 2.0]))) == [0.0, 0.0]
+    assert np.allclose(z_scores(np.array([1.0, 3.0])), [-1.0, 1.0])
+    s = topic_scores({"a": 0.5, "b": 0.5}, {"b": 10.0})
+    assert s == {"a": 0.5, "b": 0.75}  # BM25 nudges by a quarter, relative to the best topic match
+
+
+def test_neighbour_smoothing_lends_to_adjacent_messages_only():
+    units = [(0, "user"), (1, "user"), (5, "user")]
+    out = neighbour_smoothing(np.array([0.0, 1.0, 0.0]), units, 0.5)
+    assert list(out) == [0.5, 1.0, 0.0]  # exchange 0 sits next to 1; exchange 5 does not
+
+
+def test_fuse_ranks_keyword_and_named_date():
+    from trace_core.synthesis.candidates import Candidates
+
+    root, xs = small_tree([("a", "b"), ("c", "d"), ("e", "f")], {2: "2023-10-13T10:00"})
+    cands = Candidates([(0, "user"), (1, "user"), (2, "user")], [0, 1, 2], np.array([0.5, 0.4, 0.3]),
+                       np.array([0.0, 5.0, 0.0]), {}, {})
+    p = SynthesisParams(neighbour_weight=0.0)
+    s = fuse("what happened?", cands, xs, ancestors, p)
+    assert s.ranking[0] == 1  # the keyword match wins over a slightly better cosine
+    s = fuse("what happened on October 13, 2023?", cands, xs, ancestors, dataclasses.replace(p, weights=(1, 0, 0), date_weight=3.0))
+    assert s.ranking[0] == 2 and s.fused.min() == 0.0  # the named day lifts exchange 2; scores non-negative
+    order, pinned = queue_order(np.array([0.6, 0.2, 0.55]), [1, 2, 0], 0.5, 1)
+    assert order == [0, 1, 2] and pinned == {0}  # a recalled past message is tried first
+
+
+# --- stage 3: budgeted selection ------------------------------------------------------------------
+
+
+def test_supersessions_mark_the_older_fact():
+    root, xs = small_tree([("Sarah is allergic to peanuts.", "Noted."),
+                           ("Actually Sarah is no longer allergic to peanuts.", "Good news.")])
+    vec = {0: np.array([1.0, 0.0]), 1: np.array([0.9, 0.436])}
+    newer, status = Supersessions(0.65).find([0, 1], xs, vec.__getitem__)
+    assert newer == {0: [1]} and status == {0: "superseded", 1: "current"}
+    assert Supersessions(0.99).find([0, 1], xs, vec.__getitem__) == ({}, {})
+
+
+def test_select_keeps_to_the_budget_and_brings_the_update_along():
+    root, xs = small_tree([("old fact " * 5, "ok"), ("filler " * 40, "filler " * 40), ("update " * 5, "ok")])
+    layout = BlockLayout(xs, ancestors, 480, 2)
+    queue = [(0, "user"), (1, "user"), (1, "assistant")]
+    chosen = select(queue, 1000, {0: [2]}, {0: "superseded", 2: "current"}, layout)
+    assert chosen[:3] == [(0, "user"), (2, "user"), (2, "assistant")]  # the update follows right after
+    small = select(queue, 40, {}, {}, layout)
+    assert small == [(0, "user")]  # the long filler lines do not fit
+
+
+# --- stage 4: rendering ------------------------------------------------------------------------------
+
+
+def test_layout_lines_and_headers():
+    root, xs = small_tree([("Caroline: I adopted a cat.", "(no reply)"), ("x " * 300, "y")])
+    layout = BlockLayout(xs, ancestors, 30, 2)
+    assert layout.text(0, "user") == "Caroline: I adopted a cat."  # a speaker label needs no role
+    assert layout.text(0, "assistant") == ""  # a placeholder is never shown
+    assert layout.text(1, "user").endswith("…") and len(layout.text(1, "user")) <= len("User: ") + 30
+    assert layout.line(0, ["user"], "current") == "- [current] Caroline: I adopted a cat."
+    assert layout.header(xs[0].parent) == "## Topic 0"
+    assert layout.header(xs[0].parent, "a summary") == "## Topic 0 — a summary"
+    assert layout.header(None) == "## Archived"
+
+
+def test_render_groups_by_branch_dates_entries_and_adds_matched_summaries():
+    root, xs = small_tree([("a1", "b1"), ("a2", "b2"), ("c1", "d1")],
+                          {0: "2024-01-01T09:00", 1: "2024-01-01T10:00", 2: "2024-02-01T10:00"})
+    layout = BlockLayout(xs, ancestors, 480, 2)
+    chosen = [(2, "user"), (0, "user"), (1, "user")]
+    text, shown, paths = render(chosen, {}, 1000, 3, {"t0": 0.9, "t1": 0.1}, {}, layout,
+                                lambda t: True, lambda t: "ROOT → " + t.topic_name, 0.4)
+    lines = text.splitlines()
+    assert lines[1] == "## Topic 1" and lines[2] == "[2024-02-01]"  # the best-ranked branch first
+    assert lines[4].startswith("## Topic 0 — about a1")  # a matched frozen topic shows its summary
+    assert lines.count("[2024-01-01]") == 1  # one date line per day within a branch
+    assert [p.node_id for p in paths] == ["t1", "t0"] and set(shown) == set(chosen)
+    text, shown, paths = render(chosen, {}, 12, 3, {}, {}, layout, lambda t: True, str, 0.4)
+    assert (text, shown, paths) == ("", {}, [])  # nothing fits: no half block
+
+
+# --- the facade ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tree(tmp_path, minilm):
+    t = CTree.open(str(tmp_path / "f.db"), judge="embedding", embed_fn=minilm)
+    for u, a in [("My sister lives in Porto.", "Porto is lovely."), ("I play the cello.", "A fine instrument.")]:
+        t.add(ex(u, a))
+    return t
+
+
+def test_params_are_one_frozen_dataclass(tree):
+    synth = PromptSynthesizer(ctree=tree, memory_token_budget=300, weights=(1.0, 2.0, 0.0))
+    assert synth.params.memory_token_budget == 300 and synth.params.weights == (1.0, 2.0, 0.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        synth.params.candidates = 5
+    with pytest.raises(TypeError):
+        PromptSynthesizer(ctree=tree, no_such_setting=1)
+    synth.close()
+
+
+def test_no_attribute_appears_after_init(tree, minilm):
+    synth = PromptSynthesizer(ctree=tree, parallel_from=0)
+    before = set(vars(synth))
+    synth.synthesize_prompt("Where does my sister live?", None, None, [])
+    assert set(vars(synth)) == before
+    synth.close()
+
+
+def bm25_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("trace-bm25")]
+
+
+def test_close_stops_the_bm25_thread_and_keeps_working(tree):
+    with PromptSynthesizer(ctree=tree, parallel_from=0) as synth:  # BM25 in its thread at any size
+        synth.synthesize_prompt("cello", None, None, [])
+        assert bm25_threads()
+    assert not bm25_threads()
+    assert "cello" in synth.synthesize_prompt("cello", None, None, [])  # closed: BM25 runs inline
+
+
+def test_asynthesize_prompt_runs_off_the_event_loop(tree):
+    synth = PromptSynthesizer(ctree=tree)
+    loop_thread: list[int] = []
+    ran_in: list[int] = []
+    real = synth.memory_block
+
+    def spy(*args):
+        ran_in.append(threading.get_ident())
+        return real(*args)
+
+    synth.memory_block = spy
+
+    async def main():
+        loop_thread.append(threading.get_ident())
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        prompt = await synth.asynthesize_prompt("Where does my sister live?", None, None, [])
+        task.cancel()
+        return prompt, ticks
+
+    prompt, ticks = asyncio.run(main())
+    assert "Porto" in prompt and synth.last_report.exchanges[0].index == 0
+    assert ran_in and ran_in[0] != loop_thread[0]
+    assert ticks > 0  # the loop kept running meanwhile
+    assert prompt == synth.synthesize_prompt("Where does my sister live?", None, None, [])
+    synth.close()

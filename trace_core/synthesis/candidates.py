@@ -1,0 +1,253 @@
+"""Stage 1, candidates: which past messages are worth scoring for a query.
+
+The best messages by cosine (the query read twice: as asked, and without the words
+found in most exchanges) and by BM25, the relevant conversation neighbours of the
+strongest of them, each scored by its best sentence part too. Scoring runs on these
+candidates only, which keeps a query at 100,000 stored exchanges in milliseconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..nodes import MessageNode
+from ..store import parse_message_id
+from ..textutil import DocumentFrequency, query_terms
+from ..vectors import VectorIndex
+from .params import SynthesisParams
+
+
+@dataclass
+class Candidates:
+    """The candidate messages of one query, and the signals the later stages score."""
+
+    units: list[tuple[int, str]]  # (exchange index, role) of each candidate
+    keys: list[int]  # their rows in the message table (``UnitTable``)
+    dense: np.ndarray  # best cosine of each (message or part)
+    keyword: np.ndarray  # BM25 of each (0: no shared word)
+    topic_dense: dict[str, float]  # topic id -> summary cosine
+    topic_keyword: dict[str, float]  # topic id -> BM25 of its name and summary
+
+
+class UnitTable:
+    """Which exchange and role each row of the message vectors holds; derived from the
+    conversation index once per version of it."""
+
+    def __init__(self) -> None:
+        self.key: tuple[int, int] | None = None
+        self.exchange_of = np.zeros(0, dtype=np.int64)
+        self.role_of: list[str] = []
+        self.row_of_id: dict[str, int] = {}  # message id -> row
+        self.row_of_unit: dict[tuple[int, str], int] = {}  # (exchange, role) -> row
+
+    def follow(self, index: VectorIndex) -> None:
+        key = (id(index), index.version)
+        if self.key == key:
+            return
+        parsed = [parse_message_id(i) for i in index.ids]
+        self.exchange_of = np.array([p[0] for p in parsed], dtype=np.int64)
+        self.role_of = [p[1] for p in parsed]
+        self.row_of_id = {mid: k for k, mid in enumerate(index.ids)}
+        self.row_of_unit = {p: k for k, p in enumerate(parsed)}
+        self.key = key
+
+    def from_exchanges(self, exchanges: Sequence[MessageNode]) -> None:
+        """Without a store: a row per message of each live exchange."""
+        ex, roles = [], []
+        for i, x in enumerate(exchanges):
+            if x.archived:
+                continue
+            for msg in x.messages:
+                ex.append(i)
+                roles.append(msg["role"])
+        self.exchange_of = np.array(ex, dtype=np.int64)
+        self.role_of = roles
+        self.row_of_unit = {(i, r): k for k, (i, r) in enumerate(zip(ex, roles))}
+        self.row_of_id = {}
+        self.key = None
+
+
+def unit_query(qvec, embed: Callable[[str], np.ndarray], query: str) -> np.ndarray:
+    """The query vector, unit length (embedded when not given)."""
+    q = np.asarray(qvec if qvec is not None else embed(query), dtype=np.float32)
+    return q / (np.linalg.norm(q) or 1.0)
+
+
+def focused_query_vector(query: str, words: DocumentFrequency, embed: Callable[[str], np.ndarray],
+                         enabled: bool = True) -> np.ndarray | None:
+    """The query embedded again without the words found in most exchanges (in a
+    transcript, the speakers' names, and the commonest words such as "the"): the names
+    alone make every message by the person asked about look relevant. ``None`` when no
+    such word is in the query."""
+    if not enabled or words.docs < 20:
+        return None
+    tokens = query.split()
+    kept = [w for w in tokens if not words.is_common(w.strip(".,!?;:\"()'").lower().removesuffix("'s"))]
+    if len(kept) == len(tokens) or not kept:
+        return None
+    try:
+        v = np.asarray(embed(" ".join(kept)), dtype=np.float32)
+    except Exception:  # an optional second reading: a failing embedder costs only it
+        return None
+    return v / (np.linalg.norm(v) or 1.0)
+
+
+def keyword_query(query: str, words: DocumentFrequency, common_word_share: float) -> str:
+    """The query's rarer words for BM25. A word found in more than ``common_word_share``
+    of all exchanges adds little to BM25 yet makes SQLite score every message holding it
+    (60 ms a query at 100,000 exchanges); the rarest words are kept, at most 8."""
+    terms = query_terms(query)
+    if words.docs < 200 or not terms:
+        return " ".join(terms)
+    limit = max(common_word_share * words.docs, 50)
+    ranked = sorted(terms, key=lambda w: words.counts.get(w, 0))
+    kept = [w for w in ranked if words.counts.get(w, 0) <= limit] or ranked[:2]
+    return " ".join(kept[:8])
+
+
+def topic_dense(index: VectorIndex | None, qvec: np.ndarray, limit: int) -> dict[str, float]:
+    """Summary cosine of the best ``limit`` topics (the rest score 0: far below the best)."""
+    if index is None:
+        return {}
+    sims = index.similarities(qvec)
+    ids = index.ids
+    if len(sims) > limit:
+        top = np.argpartition(sims, len(sims) - limit)[len(sims) - limit:]
+        return {ids[k]: float(sims[k]) for k in top}
+    return {ids[k]: float(s) for k, s in enumerate(sims)}
+
+
+class CandidateFinder:
+    """Stage 1. Handed the store (or ``None``), the word statistics of the conversation,
+    the parameters, and an executor for BM25 beside the vector products at scale."""
+
+    def __init__(self, vdb, words: DocumentFrequency, params: SynthesisParams, executor: Executor | None) -> None:
+        self.vdb = vdb
+        self.words = words
+        self.params = params
+        self.executor = executor
+        self.table = UnitTable()
+
+    def keyword_searches(self, query: str) -> tuple[list[tuple[str, float]], dict[str, float]]:
+        """BM25 over messages and over topic summaries (SQLite and numpy both release the
+        GIL, and there are two cores to use)."""
+        words = keyword_query(query, self.words, self.params.common_word_share)
+        return (self.vdb.keyword_search_messages(words, limit=self.params.keyword_candidates),
+                dict(self.vdb.keyword_search_topics(words, limit=50)))
+
+    def _dense(self, qvec: np.ndarray, index: VectorIndex | None, exchanges: Sequence[MessageNode],
+               vector_of: Callable[[int], np.ndarray]) -> np.ndarray:
+        """Every live message's cosine to the query, in ``self.table`` row order."""
+        if index is not None:
+            self.table.follow(index)
+            return index.similarities(qvec)  # float32: only candidates are widened
+        # no store: each message scored by its exchange's vector
+        self.table.from_exchanges(exchanges)
+        sims = []
+        last, s = -1, 0.0
+        for i in self.table.exchange_of:
+            if i != last:
+                s, last = float(vector_of(int(i)) @ qvec), i
+            sims.append(s)
+        return np.array(sims)
+
+    def find(self, query: str, qvec: np.ndarray, exchanges: Sequence[MessageNode], recent_texts: set[str],
+             embed: Callable[[str], np.ndarray], vector_of: Callable[[int], np.ndarray],
+             timings: dict[str, float]) -> Candidates | None:
+        """The candidates of ``query`` (``qvec``: its unit vector), or ``None``."""
+        p = self.params
+        n = len(exchanges)
+
+        def live(i: int) -> bool:
+            x = exchanges[i]
+            if x.archived:
+                return False
+            return not (recent_texts and x.user in recent_texts and x.assistant in recent_texts)
+
+        t_embed = time.perf_counter()
+        qvec2 = focused_query_vector(query, self.words, embed, p.focus_query)
+        timings["embed_seconds"] = time.perf_counter() - t_embed
+        vdb = self.vdb
+        # the indexes are taken before the keyword job holds the store's lock
+        conv_index = vdb.conversation_index() if vdb is not None else None
+        topic_index = vdb.topic_index() if vdb is not None else None
+        # in a thread beside the vector products only where those take milliseconds: a
+        # handoff can wait for the GIL's switch interval (5 ms), more than small sessions gain
+        parallel = conv_index is not None and len(conv_index) >= p.parallel_from and self.executor is not None
+        job = self.executor.submit(self.keyword_searches, query) if parallel else None
+        try:
+            # both readings count, with the names (who said it) and without (what was said):
+            # the mean of two cosines is the product with the mean vector, one pass
+            all_dense = self._dense(qvec if qvec2 is None else 0.5 * (qvec + qvec2), conv_index, exchanges, vector_of)
+            t_dense = topic_dense(topic_index, qvec, p.topic_candidates)
+        finally:
+            if job is not None:
+                msg_hits, t_key = job.result()
+        if job is None:
+            msg_hits, t_key = self.keyword_searches(query) if vdb is not None else ([], {})
+        ex_of, role_of = self.table.exchange_of, self.table.role_of
+        m = len(ex_of)
+        if m == 0:
+            return None
+        top = min(p.candidates, m)
+        cand_idx = np.argpartition(all_dense, m - top)[m - top:] if top < m else np.arange(m)
+        keyword_hits: dict[int, float] = {}
+        for mid, score in msg_hits:
+            k = self.table.row_of_id.get(mid)
+            if k is not None:
+                keyword_hits[k] = max(keyword_hits.get(k, 0.0), score)
+        # relevant at all: close in meaning, or sharing a content word with the query
+        seeds = {int(k) for k in cand_idx if all_dense[k] >= p.min_relevance} | set(keyword_hits)
+        seeds = {k for k in seeds if live(int(ex_of[k]))}
+        if not seeds:
+            return None
+        units = {k: (int(ex_of[k]), role_of[k]) for k in seeds}
+        if p.neighbour_weight:
+            self._add_neighbours(units, seeds, keyword_hits, all_dense, exchanges, n, live)
+        keys = list(units)
+        dense = self._with_parts(keys, all_dense[keys].astype(np.float64), qvec, qvec2)
+        keyword = np.array([keyword_hits.get(k, 0.0) for k in keys])
+        return Candidates([units[k] for k in keys], keys, dense, keyword, t_dense, t_key)
+
+    def _add_neighbours(self, units, seeds, keyword_hits, all_dense, exchanges, n, live) -> None:
+        """Relevant conversation neighbours of the candidates join them (a question's
+        answer is often the next message, below the candidate cut), around the strongest
+        seeds only (keyword hits, then by cosine): neighbours of weak candidates rarely
+        reach the block, and each costs time at scale."""
+        p = self.params
+        ex_of, by_unit = self.table.exchange_of, self.table.row_of_unit
+        strongest = sorted(seeds, key=lambda k: (k not in keyword_hits, -all_dense[k]))
+        for k in strongest[: p.neighbour_seeds]:
+            i = int(ex_of[k])
+            for j in (i - 1, i, i + 1):
+                if 0 <= j < n and live(j):
+                    for msg in exchanges[j].messages:
+                        kk = by_unit.get((j, msg["role"]))
+                        if kk is not None and kk not in units and (
+                                all_dense[kk] >= p.min_relevance or kk in keyword_hits):
+                            units[kk] = (j, msg["role"])
+
+    def _with_parts(self, keys: list[int], dense: np.ndarray, qvec: np.ndarray, qvec2) -> np.ndarray:
+        """The best ``part_candidates`` candidates scored by their best part too (their
+        sentences, and each read after its cue: ``CTree.index_pending``). Part vectors are
+        read from the store for those candidates only, so memory stays flat."""
+        if self.vdb is None or not self.params.use_parts or not keys:
+            return dense
+        top = np.argsort(-dense, kind="stable")[: self.params.part_candidates]
+        index = self.vdb.conversation_index()
+        row_of = {index.ids[keys[p]]: r for r, p in enumerate(top)}  # message id -> row of ``best``
+        owners, mat = self.vdb.message_part_vectors(list(row_of))
+        if not owners:
+            return dense
+        qs = np.array([qvec] if qvec2 is None else [qvec, qvec2], dtype=np.float32)
+        # each query's score of a message: its best vector, the message's own or a part's
+        best = index.rows([keys[p] for p in top]) @ qs.T
+        np.maximum.at(best, np.array([row_of[o] for o in owners]), mat @ qs.T)
+        out = dense.copy()
+        out[top] = best.mean(axis=1)
+        return out

@@ -1,0 +1,106 @@
+"""Stage 2, scoring and fusion: one score per candidate message, and their ranking.
+
+Cosines and branch scores enter as z-scores among the candidates, BM25 relative to the
+best match (0 without a shared word); unlike ranks, scores keep how far ahead a clear
+winner is. A date named in the question lifts that day's messages; conversation
+neighbours lend each other a share of their score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..dates import dates_in
+from ..nodes import MessageNode, TopicNode
+from .candidates import Candidates
+from .params import SynthesisParams
+
+ROLE_ORDER = {"system": 0, "user": 1, "assistant": 2}
+
+
+@dataclass
+class Scores:
+    topic_score: dict[str, float]  # topic id -> summary cosine nudged by BM25
+    branch_of: dict[int, float]  # exchange index -> best topic score above it
+    fused: np.ndarray  # per candidate
+    ranking: list[int]  # candidate positions, best first
+
+
+def z_scores(x: np.ndarray) -> np.ndarray:
+    """Standard scores (a constant array gives zeros)."""
+    sd = float(x.std())
+    return (x - x.mean()) / sd if sd > 0 else np.zeros_like(x)
+
+
+def topic_scores(topic_dense: dict[str, float], topic_keyword: dict[str, float]) -> dict[str, float]:
+    """Each topic's summary cosine, nudged by its BM25 relative to the best topic match."""
+    best = max(topic_keyword.values(), default=0.0) or 1.0
+    return {nid: s + 0.25 * topic_keyword.get(nid, 0.0) / best for nid, s in topic_dense.items()}
+
+
+def branch_scores(units: list[tuple[int, str]], exchanges: Sequence[MessageNode], topic_score: dict[str, float],
+                  ancestors: Callable[[TopicNode], list[TopicNode]]) -> dict[int, float]:
+    """The best topic score above each candidate's exchange (candidates share topics:
+    each ancestry is walked once)."""
+    out: dict[int, float] = {}
+    by_parent: dict[str, float] = {}
+    for i, _ in units:
+        if i not in out:
+            parent = exchanges[i].parent
+            if not topic_score or parent is None:
+                out[i] = 0.0
+                continue
+            if parent.node_id not in by_parent:
+                by_parent[parent.node_id] = max(
+                    (topic_score.get(t.node_id, 0.0) for t in ancestors(parent)), default=0.0)
+            out[i] = by_parent[parent.node_id]
+    return out
+
+
+def neighbour_smoothing(fused: np.ndarray, units: list[tuple[int, str]], weight: float) -> np.ndarray:
+    """A message next to a hit in the conversation gains ``weight`` times the better of
+    its two neighbours' scores (conversation neighbours share context)."""
+    c = len(units)
+    order = sorted(range(c), key=lambda k: (units[k][0], ROLE_ORDER.get(units[k][1], 3)))
+    f = fused[order]
+    adjacent = [(units[order[q]][0], units[order[q + 1]][0]) for q in range(c - 1)]
+    left = np.concatenate([[0.0], [f[q] if abs(a - b) <= 1 else 0.0 for q, (a, b) in enumerate(adjacent)]])
+    right = np.concatenate([[f[q + 1] if abs(a - b) <= 1 else 0.0 for q, (a, b) in enumerate(adjacent)], [0.0]])
+    out = fused.copy()
+    out[order] = f + weight * np.maximum(left, right)
+    return out
+
+
+def fuse(query: str, cands: Candidates, exchanges: Sequence[MessageNode],
+         ancestors: Callable[[TopicNode], list[TopicNode]], params: SynthesisParams) -> Scores:
+    """Stage 2: the fused score of every candidate and the ranking."""
+    units = cands.units
+    topic_score = topic_scores(cands.topic_dense, cands.topic_keyword)
+    branch_of = branch_scores(units, exchanges, topic_score, ancestors)
+    branch = np.array([branch_of[i] for i, _ in units])
+    wd, wk, wb = params.weights
+    keyword = cands.keyword
+    fused = wd * z_scores(cands.dense) + wk * keyword / (keyword.max() or 1.0) + wb * z_scores(branch)
+    if params.date_weight:
+        specs = dates_in(query)  # the question names a date: what was said that day
+        if specs:
+            fused += params.date_weight * np.array(
+                [any(sp.matches(exchanges[i].timestamp) for sp in specs) for i, _ in units], dtype=float)
+    fused -= fused.min()  # non-negative: neighbours below lend score, never take it
+    if params.neighbour_weight:
+        fused = neighbour_smoothing(fused, units, params.neighbour_weight)
+    ranking = [int(k) for k in np.argsort(-fused, kind="stable")]
+    return Scores(topic_score, branch_of, fused, ranking)
+
+
+def queue_order(dense: np.ndarray, ranking: list[int], min_history_similarity: float, top_k_history: int) -> tuple[list[int], set[int]]:
+    """The order selection tries candidates in: the recalled past messages (TRACE's
+    ``top_k_history``: cosine at least ``min_history_similarity``) pinned first, then
+    the ranking. Returns the order and the pinned positions."""
+    pinned = [int(k) for k in np.argsort(-dense, kind="stable") if dense[k] >= min_history_similarity]
+    pinned = pinned[:top_k_history]
+    pinned_set = set(pinned)
+    return pinned + [k for k in ranking if k not in pinned_set], pinned_set

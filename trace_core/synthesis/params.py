@@ -1,0 +1,27 @@
+"""The synthesizer's parameters, in one frozen dataclass (defaults tuned on LoCoMo dev)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SynthesisParams:
+    memory_token_budget: int = 1000  # hard cap of the memory block, in estimated tokens
+    topic_threshold: float = 0.40  # a branch shows its summary when its topic scored this
+    max_message_chars: int = 480  # each injected message is clipped to this
+    weights: tuple[float, float, float] = (1.0, 4.0, 0.3)  # fusion: dense, keyword, branch
+    neighbour_weight: float = 0.5  # share of a conversation neighbour's score a message gains
+    supersede_similarity: float = 0.65  # cosine from which a later update supersedes
+    group_depth: int | None = 2  # entries are grouped under their ancestor at this depth
+    min_relevance: float = 0.20  # cosine below which a message is no candidate (unless BM25 hit)
+    candidates: int = 200  # messages kept by cosine
+    topic_candidates: int = 500  # topics scored by summary cosine
+    common_word_share: float = 0.05  # BM25 drops words in more than this share of exchanges
+    date_weight: float = 1.0  # lift for a date named in the question, in standard deviations
+    focus_query: bool = True  # also read the query without the words found in most exchanges
+    use_parts: bool = True  # score the best candidates by their sentence parts too
+    part_candidates: int = 400
+    neighbour_seeds: int = 150  # strongest candidates whose neighbours join the candidates
+    keyword_candidates: int = 100  # BM25 hits over messages
+    parallel_from: int = 20_000  # stored messages from which BM25 runs in a thread
