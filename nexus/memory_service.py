@@ -1,0 +1,352 @@
+"""MemoryService: one session's TRACE memory as a service for other clients.
+
+One process owns a session file (the engine's write lock keeps a second writer out);
+inside the process every write goes through one lock, so any number of MCP calls or
+proxy requests at once store each exchange exactly once, in order. Reads (recall,
+search) take the tree's lock, so they never see a half-added exchange. Other sessions
+are only read, opened read-only, so searching them never blocks the process writing
+them. No Textual here: ``nexus mcp`` and ``nexus proxy`` run headless.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from trace_core import CTree, PromptSynthesizer, VectorDatabase
+from trace_core.synthesizer import RetrievalReport
+
+from . import sessions
+
+log = logging.getLogger("nexus.memory")
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+DEFAULT_SESSION = "default"
+
+
+class SessionNameError(ValueError):
+    """A session name that could reach outside the sessions folder, or is not a name."""
+
+
+def session_path(name: str) -> Path:
+    """The file of session ``name`` in the sessions folder. Only plain names: no paths,
+    no ``..``, no separators (a client picks sessions by name over the network)."""
+    if not isinstance(name, str):
+        raise SessionNameError("a session name must be text")
+    bare = name.strip()
+    bare = bare[:-3] if bare.endswith(".db") else bare
+    if not _NAME.fullmatch(bare) or ".." in bare:
+        raise SessionNameError(
+            f"{name[:80]!r} is not a session name: use 1-64 letters, digits, '-', '_' or '.', "
+            "starting with a letter or digit (no paths, no '..')")
+    return sessions.resolve(bare)  # the same folder and naming as `nexus --session NAME`
+
+
+def session_name(path: Path) -> str:
+    return Path(path).stem
+
+
+# --- results (typed, and plain dicts for JSON) ---------------------------------------------
+
+
+@dataclass
+class RecalledBranch:
+    node_id: str
+    path: str
+    summary: str
+    score: float
+    exchanges: int
+
+
+@dataclass
+class RecalledExchange:
+    index: int
+    branch: str
+    timestamp: str
+    score: float  # the fused score that ranked it
+    similarity: float  # best cosine of its messages to the query
+    keyword: float  # BM25 (0: no shared word)
+    status: str = ""  # "current" | "superseded" | ""
+
+
+@dataclass
+class Recall:
+    session: str
+    query: str
+    block: str  # the memory block, ready for a system message ("" when nothing is relevant)
+    tokens: int
+    budget: int
+    branches: list[RecalledBranch] = field(default_factory=list)
+    exchanges: list[RecalledExchange] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Remembered:
+    session: str
+    exchange: int
+    branch: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SearchHit:
+    session: str
+    exchange: int
+    role: str
+    text: str
+    branch: str
+    timestamp: str
+    score: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SearchResult:
+    query: str
+    hits: list[SearchHit] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # other sessions not searched, and why
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# --- read-only access to other sessions ----------------------------------------------------
+
+
+def open_read_only(path: Path) -> VectorDatabase:
+    """A session's store opened without the write lock and never written."""
+    try:
+        return VectorDatabase(str(path), read_only=True)
+    except TypeError:  # an engine without read-only opening (before the one-writer lock)
+        return VectorDatabase(str(path))
+
+
+def _hit(session: str, h) -> SearchHit:
+    return SearchHit(session, int(h.exchange_index), h.role, h.text, h.thread_path or "", h.timestamp or "",
+                     round(float(h.similarity), 4))
+
+
+def _search_other(path: Path, qvec, embedder, k: int, min_similarity: float, skipped: list[str]) -> list[SearchHit]:
+    name = session_name(path)
+    try:
+        db = open_read_only(path)
+    except Exception as exc:  # a damaged, foreign or newer file is named, never fatal
+        skipped.append(f"{name}: {exc}")
+        return []
+    try:
+        stored = db.get_meta("embed_model")
+        if stored is None:
+            return []  # an empty session
+        if stored != embedder.name or int(db.get_meta("embed_dim") or 0) != embedder.dim:
+            skipped.append(f"{name}: embedded with {stored}, not {embedder.name}")
+            return []
+        return [_hit(name, h) for h in db.search_conversation(qvec, top_k=k, min_similarity=min_similarity)]
+    except Exception as exc:
+        skipped.append(f"{name}: {exc}")
+        return []
+    finally:
+        db.close()
+
+
+def search_sessions(tree: CTree, path: Path, query: str, k: int = 10, all_sessions: bool = True,
+                    min_similarity: float = 0.2) -> SearchResult:
+    """Search ``tree`` (the session at ``path``, open in this process) and, with
+    ``all_sessions``, every other session in the sessions folder, opened read-only."""
+    query = (query or "").strip()
+    k = max(1, min(int(k), 100))
+    result = SearchResult(query)
+    if not query:
+        return result
+    qvec = tree.embed_fn.embed(query)
+    with tree._lock:  # the tree's own lock: add() holds it while it writes
+        hits = tree.vdb.search_conversation(qvec, top_k=k, min_similarity=min_similarity)
+    own = Path(path).resolve()
+    result.hits = [_hit(session_name(own), h) for h in hits]
+    if all_sessions:
+        for other in sorted(sessions.sessions_dir().glob("*.db")):
+            if other.resolve() != own:
+                result.hits += _search_other(other, qvec, tree.embed_fn, k, min_similarity, result.skipped)
+    result.hits.sort(key=lambda h: -h.score)
+    result.hits = result.hits[:k]
+    return result
+
+
+# --- the service ------------------------------------------------------------------------------
+
+
+class MemoryService:
+    """Recall, remember, search, outline and statistics of one open session.
+
+    ``tree`` is the session's ``CTree`` (opened for writing by this process); the
+    service closes it on ``close()``."""
+
+    def __init__(self, tree: CTree, path: Path, memory_token_budget: int = 1000, min_similarity: float = 0.2) -> None:
+        self.tree = tree
+        self.path = Path(path)
+        self.name = session_name(self.path)
+        self.budget = memory_token_budget
+        self.min_similarity = min_similarity
+        self.synth = PromptSynthesizer(ctree=tree, vector_db=tree.vdb, memory_token_budget=memory_token_budget)
+        self._write = threading.Lock()  # one writer: add() and the sentence index, in order
+        self._indexer: threading.Thread | None = None
+        self._index_wanted = threading.Event()
+        self._closed = False
+
+    @classmethod
+    def open(cls, path: Path, *, embed_fn=None, judge: str = "embedding", base_url: str | None = None,
+             api_key: str | None = None, memory_model: str = "local-model", max_children: int = 5,
+             memory_token_budget: int = 1000) -> "MemoryService":
+        """Open (or create) the session file for writing. Raises ``SessionFileError``
+        (``SessionLockedError`` when another process writes it)."""
+        tree = CTree.open(str(path), base_url=base_url, api_key=api_key, model=memory_model or "local-model",
+                          embed_fn=embed_fn, judge=judge, max_children=max_children, llm_timeout=30)
+        return cls(tree, Path(path), memory_token_budget)
+
+    def close(self) -> None:
+        """Wait for the write in progress, stop the indexer, close the file (releases the lock)."""
+        with self._write:
+            self._closed = True
+        self._index_wanted.set()
+        if self._indexer is not None:
+            self._indexer.join(timeout=30)
+        with self._write:
+            if self.tree.vdb is not None:
+                self.tree.vdb.close()
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def recall(self, query: str, budget_tokens: int | None = None, recent: list[dict] | None = None) -> Recall:
+        """The memory block for ``query`` within ``budget_tokens``, with where each part
+        came from. ``recent``: messages the caller already has in its context (not
+        recalled again)."""
+        query = (query or "").strip()
+        budget = self.budget if budget_tokens is None else int(budget_tokens)
+        if budget < 0:
+            raise ValueError("budget_tokens must be 0 or more")
+        if not query:
+            return Recall(self.name, query, "", 0, budget)
+        qvec = self.tree.embed_fn.embed(query)  # outside the lock: embedding is the slow part
+        report = RetrievalReport(query=query, memory_token_budget=budget)
+        with self.tree._lock:  # the tree's own lock: add() holds it while it changes the tree
+            block = self.synth.memory_block(query, qvec, recent or [], 3, 2, 0.50, budget, report)
+            self.synth.last_report = report
+        return Recall(
+            self.name, query, block, report.memory_tokens, budget,
+            [RecalledBranch(p.node_id, p.path, p.summary, round(p.similarity, 4), p.exchanges) for p in report.paths],
+            [RecalledExchange(x.index, x.thread_path, x.timestamp, round(x.fused, 4), round(x.vector, 4),
+                              round(x.keyword, 4), x.status) for x in report.exchanges],
+        )
+
+    def search(self, query: str, k: int = 10, all_sessions: bool = False) -> SearchResult:
+        """Messages closest to ``query`` (cosine), best first; each hit names its session.
+        ``all_sessions``: every session in the sessions folder, the others read-only."""
+        return search_sessions(self.tree, self.path, query, k, all_sessions, self.min_similarity)
+
+    def outline(self, show_messages: bool = False) -> str:
+        """The topic tree as text (names, exchange ranges, summaries; ``*`` marks the
+        active branch)."""
+        with self.tree._lock:
+            return self.tree.render_tree(show_messages=show_messages)
+
+    def exchange(self, index: int) -> dict:
+        """One stored exchange by number. ``IndexError`` naming the range if absent."""
+        with self.tree._lock:
+            xs = self.tree._exchanges
+            if not 0 <= index < len(xs):
+                raise IndexError(f"no exchange #{index} in session {self.name!r} (it has {len(xs)}: "
+                                 f"#0..#{len(xs) - 1})" if xs else f"session {self.name!r} has no exchanges yet")
+            x = xs[index]
+            return {"session": self.name, "exchange": x.index, "timestamp": x.timestamp,
+                    "branch": self.tree.thread_path(x) if x.parent is not None else "", "archived": x.archived,
+                    "messages": [dict(m) for m in x.messages]}
+
+    def stats(self) -> dict:
+        with self.tree._lock:
+            tree = self.tree
+            topics = sum(1 for t in tree.iter_topics() if t is not tree.root)
+            r = self.synth.last_report
+            return {
+                "session": self.name,
+                "path": str(self.path),
+                "exchanges": len(tree._exchanges),
+                "archived": len(tree._archived_nodes),
+                "topics": topics,
+                "judge": tree.judge,
+                "embedder": getattr(tree.embed_fn, "name", "?"),
+                "sentence_index_pending": tree.pending_parts(),
+                "memory_token_budget": self.budget,
+                "last_memory_tokens": r.memory_tokens if r else 0,
+            }
+
+    # --- the one writer -------------------------------------------------------------------
+
+    def remember(self, user: str, assistant: str, system: str | None = None) -> Remembered:
+        """Store one completed exchange; on disk when it returns. Bad input →
+        ``ValueError`` in words (nothing stored)."""
+        msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+        if system:
+            msgs.insert(0, {"role": "system", "content": system})
+        with self._write:
+            if self._closed:
+                raise RuntimeError(f"session {self.name!r} is closed")
+            node = self.tree.add(msgs)
+            branch = self.tree.thread_path(node)
+        self._schedule_index()
+        return Remembered(self.name, node.index, branch)
+
+    def _schedule_index(self) -> None:
+        """The sentence index (idle work) in one background thread, after writes."""
+        self._index_wanted.set()
+        if self._indexer is None or not self._indexer.is_alive():
+            self._indexer = threading.Thread(target=self._index_loop, name="nexus-memory-index", daemon=True)
+            self._indexer.start()
+
+    def _index_loop(self) -> None:
+        # not under the writer lock: index_pending embeds outside the tree's lock and
+        # writes its batch under it, so adds go on meanwhile
+        while self._index_wanted.wait(timeout=5):
+            self._index_wanted.clear()
+            if self._closed:
+                return
+            try:
+                self.tree.index_pending(max_exchanges=64)
+                if self.tree.pending_parts():
+                    self._index_wanted.set()
+            except Exception as exc:  # retrieval still works on message vectors
+                log.warning("sentence index not updated: %s", type(exc).__name__)
+                return
+
+    def wait_indexed(self, timeout: float = 30.0) -> bool:
+        """Wait until the background sentence index has caught up (tests, benchmarks)."""
+        end = time.monotonic() + timeout
+        while self.tree.pending_parts():
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.05)
+        return True
+
+
+def open_service(config, name: str | None = None, embed_fn=None, base_url: str | None = None) -> MemoryService:
+    """The service for session ``name`` (default ``DEFAULT_SESSION``) with Nexus's settings.
+    ``base_url``: where the tree's judge asks its LLM (the proxy's upstream)."""
+    mem = config.data["memory"]
+    path = session_path(name or DEFAULT_SESSION)
+    if embed_fn is None:
+        from trace_core.embedders import make_embedder
+
+        embed_fn = make_embedder(str(mem["embed"]), config.base_url, config.api_key)
+    return MemoryService.open(path, embed_fn=embed_fn, judge=str(mem["judge"]), base_url=base_url or config.base_url,
+                              api_key=config.api_key, memory_model=config.memory_model or "local-model",
+                              max_children=int(mem["max_children"]),
+                              memory_token_budget=int(mem["memory_token_budget"]))

@@ -1,0 +1,135 @@
+"""MemoryService: the memory of one session as a service (real SQLite files, MiniLM)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from nexus.memory_service import MemoryService, SessionNameError, session_path
+from trace_core import CTree
+from trace_core.invariants import check_invariants
+
+FACTS = [
+    ("My sister Ana lives in Lisbon and teaches piano.", "Lisbon and piano, noted."),
+    ("I'm allergic to peanuts, keep that in mind for recipes.", "Understood: no peanuts."),
+    ("Our team ships the Orion release on March 3rd.", "Orion ships March 3rd."),
+    ("My bike is a green Brompton I bought in 2019.", "A green Brompton from 2019."),
+    ("The wifi password at the cabin is written on the fridge.", "On the fridge, got it."),
+]
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def open_svc(name: str, embed) -> MemoryService:
+    return MemoryService.open(session_path(name), embed_fn=embed, judge="embedding")
+
+
+@pytest.mark.parametrize("bad", ["../x", "..", "a/b", "/etc/passwd", "a\\b", "", " ", "-x", ".hidden", "a..b",
+                                 "x" * 65, "a b", "naïve\x00"])
+def test_session_names_are_plain_names(data_dir, bad):
+    with pytest.raises(SessionNameError, match="not a session name"):
+        session_path(bad)
+
+
+def test_session_names_resolve_in_the_sessions_folder(data_dir):
+    p = session_path("work-notes_2")
+    assert p == data_dir / "sessions" / "work-notes_2.db"
+    assert session_path("work-notes_2.db") == p  # the file name works too
+
+
+def test_remember_recall_with_provenance(data_dir, minilm):
+    svc = open_svc("s1", minilm)
+    try:
+        for i, (u, a) in enumerate(FACTS):
+            r = svc.remember(u, a)
+            assert r.exchange == i and r.session == "s1" and r.branch
+        rec = svc.recall("Which city does my sister live in?", budget_tokens=300)
+        assert "Lisbon" in rec.block
+        assert rec.tokens <= 300 and rec.budget == 300
+        assert rec.exchanges and rec.exchanges[0].index == 0  # the best-ranked exchange is the Lisbon one
+        assert rec.exchanges[0].similarity > 0.3 and rec.exchanges[0].branch
+        assert rec.branches and all(b.path for b in rec.branches)
+        assert rec.as_dict()["exchanges"][0]["index"] == 0
+        assert svc.recall("anything", budget_tokens=0).block == ""
+        with pytest.raises(ValueError, match="budget_tokens"):
+            svc.recall("x", budget_tokens=-1)
+        with pytest.raises(ValueError):
+            svc.remember("question", "   ")  # nothing stored for bad input
+        assert svc.stats()["exchanges"] == 5
+        assert svc.exchange(2)["messages"][0]["content"] == FACTS[2][0]
+        with pytest.raises(IndexError, match="#0..#4"):
+            svc.exchange(9)
+        assert "ROOT" in svc.outline()
+    finally:
+        svc.close()
+    tree = CTree.open(str(session_path("s1")), embed_fn=minilm, judge="embedding")
+    assert [(x.user, x.assistant) for x in tree.exchanges] == FACTS
+    tree.vdb.close()
+
+
+def test_search_across_sessions_names_each_session(data_dir, minilm):
+    other = open_svc("holiday", minilm)
+    other.remember("We booked the ferry to Naxos for August 12.", "Ferry to Naxos on August 12.")
+    svc = open_svc("main", minilm)
+    try:
+        for u, a in FACTS:
+            svc.remember(u, a)
+        own = svc.search("ferry to Naxos", k=5)
+        assert all(h.session == "main" for h in own.hits)
+        both = svc.search("ferry to Naxos", k=5, all_sessions=True)
+        assert both.hits[0].session == "holiday" and "Naxos" in both.hits[0].text
+        assert {h.session for h in both.hits} >= {"holiday"}
+        # the other session is being written by its owner meanwhile: reading it never blocks that
+        other.remember("The ferry leaves at 7:30 from Piraeus.", "7:30 from Piraeus.")
+        again = svc.search("what time does the ferry leave", k=3, all_sessions=True)
+        assert any("7:30" in h.text and h.session == "holiday" for h in again.hits)
+    finally:
+        svc.close()
+        other.close()
+
+
+def test_search_skips_a_session_with_another_embedder(data_dir, minilm, hash_embed):
+    odd = open_svc("hashed", hash_embed)
+    odd.remember("ferry tickets", "booked")
+    odd.close()
+    svc = open_svc("main", minilm)
+    try:
+        svc.remember("ferry tickets for Naxos", "booked for August")
+        res = svc.search("ferry", all_sessions=True)
+        assert all(h.session == "main" for h in res.hits)
+        assert any(s.startswith("hashed:") and "hash-bow-64" in s for s in res.skipped)
+    finally:
+        svc.close()
+
+
+def test_concurrent_remember_and_recall_keep_every_exchange_once(data_dir, hash_embed):
+    svc = open_svc("busy", hash_embed)
+    errors: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        try:
+            for i in range(25):
+                svc.remember(f"writer {w} note {i} about topic {i % 5}", f"ack {w}/{i}")
+                svc.recall(f"topic {i % 5}", 200)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    svc.wait_indexed()
+    assert not errors
+    check_invariants(svc.tree)
+    svc.close()
+    tree = CTree.open(str(session_path("busy")), embed_fn=hash_embed, judge="embedding")
+    got = sorted(x.assistant for x in tree.exchanges)
+    assert got == sorted(f"ack {w}/{i}" for w in range(4) for i in range(25))
+    check_invariants(tree)
+    tree.vdb.close()
