@@ -1,10 +1,18 @@
-"""Nexus configuration: packaged defaults < user file < .env/environment < flags."""
+"""Nexus configuration: packaged defaults < user file < .env/environment < flags.
+
+The defaults are written once, in ``nexus/config/nexus.toml`` (documented there). The
+sections below are the typed model they are validated against: every key of every
+layer must be known and of the declared type, or loading fails with an error naming
+the key and where it came from.
+"""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import tomllib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +50,128 @@ def data_dir() -> Path:
     return Path(os.environ.get("NEXUS_DATA_DIR") or user_data_dir(APP_NAME))
 
 
+# --- the typed model: one frozen dataclass per section ------------------------------------
+# A field's metadata may carry ``check``: a predicate on the value and the words saying
+# what is allowed.
+
+
+def _one_of(*choices: str) -> dict:
+    return {"check": (lambda v: v in choices, "one of " + ", ".join(repr(c) for c in choices))}
+
+
+def _range(lo: float, hi: float | None = None, lo_open: bool = False) -> dict:
+    def ok(v) -> bool:
+        return (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
+
+    left = "(" if lo_open else "["
+    return {"check": (ok, f"a number in {left}{lo}, {hi if hi is not None else '∞'}" + ("]" if hi is not None else ")"))}
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    base_url: str = field(metadata={"check": (lambda v: v.startswith(("http://", "https://")),
+                                              "an http:// or https:// URL")})
+    api_key: str
+    kind: str = field(metadata=_one_of("auto", "lmstudio", "ollama", "openai"))
+    timeout: float = field(metadata=_range(0, lo_open=True))
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    chat: str
+    memory: str
+    vision: str
+    temperature: float = field(metadata=_range(0, 2))
+    max_tokens: int = field(metadata=_range(0))
+    context_tokens: int = field(metadata=_range(256))
+
+
+@dataclass(frozen=True)
+class MemorySettings:
+    judge: str = field(metadata=_one_of("auto", "embedding", "llm"))
+    embed: str
+    max_children: int = field(metadata=_range(2))
+    memory_token_budget: int = field(metadata=_range(1))
+    recent_exchanges: int = field(metadata=_range(0))
+    idle_reorganize_seconds: float = field(metadata=_range(0))
+    reorganize_threshold: float = field(metadata=_range(0, 1, lo_open=True))
+    prune_trivial: bool
+
+
+@dataclass(frozen=True)
+class WebSettings:
+    enabled: bool
+    max_results: int = field(metadata=_range(1))
+    timeout: float = field(metadata=_range(0, lo_open=True))
+    backend: str
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    max_side: int = field(metadata=_range(64))
+    max_file_mb: float = field(metadata=_range(0, lo_open=True))
+    max_megapixels: float = field(metadata=_range(0, lo_open=True))
+    load_timeout: float = field(metadata=_range(0, lo_open=True))
+
+
+@dataclass(frozen=True)
+class UISettings:
+    show_tree: bool
+    show_log: bool
+    log_level: str = field(metadata=_one_of("debug", "info", "warning", "error"))
+
+
+SECTIONS: dict[str, type] = {
+    "server": ServerSettings, "models": ModelSettings, "memory": MemorySettings,
+    "web": WebSettings, "ingest": IngestSettings, "ui": UISettings,
+}
+# [keys] maps an action to a key; the actions and the key syntax are checked by
+# nexus.keys.validate_keys (it owns the binding table).
+FREE_SECTIONS = ("keys",)
+
+
+def _field_types(cls: type) -> dict[str, tuple[type, dataclasses.Field]]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: (hints[f.name], f) for f in dataclasses.fields(cls)}
+
+
+def _typed(value, want: type, where: str):
+    """``value`` as ``want`` (an int is a valid float; a bool is not a number)."""
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if want in (int, float) and isinstance(value, bool) or not isinstance(value, want):
+        raise ConfigError(f"{where} must be {want.__name__}, not {type(value).__name__} ({value!r})")
+    return value
+
+
+def _checked(layer: dict, source: str) -> dict:
+    """One layer (a file, the environment, flags) with every section and key known and of
+    its declared type (ints given for floats become floats)."""
+    out: dict = {}
+    for section, body in layer.items():
+        if section in FREE_SECTIONS:
+            if not isinstance(body, dict) or not all(isinstance(v, str) for v in body.values()):
+                raise ConfigError(f"[{section}] in {source}: every value must be a string")
+            out[section] = dict(body)
+            continue
+        if section not in SECTIONS:
+            raise ConfigError(f"unknown section [{section}] in {source} "
+                              f"(known: {', '.join(list(SECTIONS) + list(FREE_SECTIONS))})")
+        if not isinstance(body, dict):
+            raise ConfigError(f"{section} in {source} must be a table [{section}]")
+        fields = _field_types(SECTIONS[section])
+        for key, value in body.items():
+            if key not in fields:
+                raise ConfigError(f"unknown key {section}.{key} in {source} (known: {', '.join(fields)})")
+            want, f = fields[key]
+            value = _typed(value, want, f"{section}.{key} in {source}")
+            check = f.metadata.get("check")
+            if check and not check[0](value):
+                raise ConfigError(f"{section}.{key} in {source} must be {check[1]}, not {value!r}")
+            out.setdefault(section, {})[key] = value
+    return out
+
+
 def _merge(base: dict, over: dict) -> dict:
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):
@@ -51,14 +181,15 @@ def _merge(base: dict, over: dict) -> dict:
     return base
 
 
-def _coerce(old, value: str):
-    if isinstance(old, bool):
-        return value.strip().lower() in ("1", "on", "true", "yes")
-    if isinstance(old, int):
-        return int(value)
-    if isinstance(old, float):
-        return float(value)
-    return value
+def _coerce(want: type, value: str):
+    if want is bool:
+        low = value.strip().lower()
+        if low in ("1", "on", "true", "yes"):
+            return True
+        if low in ("0", "off", "false", "no"):
+            return False
+        raise ValueError(value)
+    return want(value)
 
 
 def _read_toml(path: Path) -> dict:
@@ -78,7 +209,17 @@ class Config:
         return self.data[section][key]
 
     def set(self, section: str, key: str, value) -> None:
+        """A value set at run time (``--local``'s server, tests), validated like any layer."""
+        value = _checked({section: {key: value}}, "a run-time setting")[section][key]
         self.data.setdefault(section, {})[key] = value
+
+    def section(self, name: str):
+        """The typed, frozen view of one section (``config.section("memory").judge``)."""
+        return SECTIONS[name](**self.data[name])
+
+    @property
+    def keys(self) -> dict[str, str]:
+        return dict(self.data.get("keys", {}))
 
     # shortcuts
     @property
@@ -98,13 +239,27 @@ class Config:
         return str(self.get("models", "memory") or self.get("models", "chat"))
 
 
+def _validate_keys(keys: dict, sources: str) -> None:
+    from .keys import validate_keys  # the binding table's owner checks actions and key syntax
+
+    try:
+        validate_keys(keys)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (in {sources})") from None
+
+
 def load_config(flags: dict | None = None, env: dict | None = None, user_file: Path | None = None,
                 cwd: Path | None = None) -> Config:
-    data = copy.deepcopy(_read_toml(DEFAULTS_FILE))
+    defaults = _checked(_read_toml(DEFAULTS_FILE), str(DEFAULTS_FILE))
+    for name, cls in SECTIONS.items():  # the defaults file sets every key of the model
+        missing = set(_field_types(cls)) - set(defaults.get(name, {}))
+        if missing:
+            raise ConfigError(f"{DEFAULTS_FILE} lacks {', '.join(f'{name}.{k}' for k in sorted(missing))}")
+    data = copy.deepcopy(defaults)
     sources = [str(DEFAULTS_FILE)]
     path = user_file if user_file is not None else user_config_path()
     if path.exists():
-        _merge(data, _read_toml(path))
+        _merge(data, _checked(_read_toml(path), str(path)))
         sources.append(str(path))
     environ = dict(os.environ if env is None else env)
     dotenv = (cwd or Path.cwd()) / ".env"
@@ -116,14 +271,14 @@ def load_config(flags: dict | None = None, env: dict | None = None, user_file: P
         sources.append(str(dotenv))
     for var, (section, key) in ENV_MAP.items():
         if environ.get(var):
+            want = _field_types(SECTIONS[section])[key][0]
             try:
-                data[section][key] = _coerce(data[section][key], environ[var])
+                value = _coerce(want, environ[var])
             except ValueError:
-                raise ConfigError(f"{var}={environ[var]!r} is not a valid {key}") from None
+                raise ConfigError(f"{var}={environ[var]!r} is not a valid {section}.{key} ({want.__name__})") from None
+            data[section][key] = _checked({section: {key: value}}, f"the environment variable {var}")[section][key]
     for (section, key), value in (flags or {}).items():
         if value is not None:
-            data[section][key] = value
-    cfg = Config(data, sources)
-    if cfg.get("memory", "judge") not in ("auto", "embedding", "llm"):
-        raise ConfigError(f"memory.judge must be auto, embedding or llm, not {cfg.get('memory', 'judge')!r}")
-    return cfg
+            data[section][key] = _checked({section: {key: value}}, f"the command line ({section}.{key})")[section][key]
+    _validate_keys(data.get("keys", {}), ", ".join(sources))
+    return Config(data, sources)

@@ -1,0 +1,121 @@
+"""Typed configuration: every layer validated against the section model, errors name the
+key and where it came from, defaults written once."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from nexus.config import DEFAULTS_FILE, SECTIONS, ConfigError, load_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _user(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "nexus.toml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults_load_and_typed_sections(tmp_path):
+    cfg = load_config(env={}, user_file=tmp_path / "none.toml")
+    mem = cfg.section("memory")
+    assert mem.judge == "auto" and isinstance(mem.max_children, int)
+    assert isinstance(cfg.section("server").timeout, float)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        mem.judge = "llm"  # type: ignore[misc]
+
+
+def test_model_and_defaults_file_have_the_same_keys():
+    defaults = tomllib.loads(DEFAULTS_FILE.read_text())
+    for name, cls in SECTIONS.items():
+        assert set(defaults[name]) == {f.name for f in dataclasses.fields(cls)}, name
+
+
+def test_shipped_and_documented_defaults_are_one_file():
+    # config/nexus.toml (documented at the top of the repo) is the packaged file itself
+    assert (REPO / "config" / "nexus.toml").read_text() == DEFAULTS_FILE.read_text()
+
+
+def test_unknown_key_names_key_and_file(tmp_path):
+    path = _user(tmp_path, "[memory]\nmax_childs = 4\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(env={}, user_file=path)
+    assert "memory.max_childs" in str(exc.value) and str(path) in str(exc.value)
+
+
+def test_unknown_section(tmp_path):
+    path = _user(tmp_path, "[memroy]\njudge = 'llm'\n")
+    with pytest.raises(ConfigError, match=r"unknown section \[memroy\]"):
+        load_config(env={}, user_file=path)
+
+
+def test_wrong_type_names_key_and_file(tmp_path):
+    path = _user(tmp_path, "[memory]\nmax_children = 'five'\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(env={}, user_file=path)
+    assert "memory.max_children" in str(exc.value) and str(path) in str(exc.value) and "int" in str(exc.value)
+
+
+def test_bool_is_not_a_number(tmp_path):
+    with pytest.raises(ConfigError, match="web.max_results"):
+        load_config(env={}, user_file=_user(tmp_path, "[web]\nmax_results = true\n"))
+
+
+def test_int_accepted_for_float(tmp_path):
+    cfg = load_config(env={}, user_file=_user(tmp_path, "[server]\ntimeout = 30\n"))
+    assert cfg.section("server").timeout == 30.0
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[memory]\njudge = 'oracle'\n", "one of 'auto', 'embedding', 'llm'"),
+    ("[memory]\nreorganize_threshold = 7\n", "(0, 1]"),
+    ("[memory]\nmax_children = 1\n", "[2, ∞)"),
+    ("[server]\nbase_url = 'localhost:1234'\n", "http:// or https://"),
+    ("[ui]\nlog_level = 'loud'\n", "'debug'"),
+])
+def test_values_out_of_range_say_what_is_allowed(tmp_path, text, words):
+    with pytest.raises(ConfigError) as exc:
+        load_config(env={}, user_file=_user(tmp_path, text))
+    assert words in str(exc.value)
+
+
+def test_environment_is_coerced_and_validated(tmp_path):
+    none = tmp_path / "none.toml"
+    assert load_config(env={"NEXUS_WEB": "off"}, user_file=none).get("web", "enabled") is False
+    assert load_config(env={"NEXUS_IDLE_REORGANIZE": "0"}, user_file=none).get(
+        "memory", "idle_reorganize_seconds") == 0.0
+    with pytest.raises(ConfigError, match="NEXUS_WEB"):
+        load_config(env={"NEXUS_WEB": "maybe"}, user_file=none)
+    with pytest.raises(ConfigError, match="NEXUS_JUDGE"):
+        load_config(env={"NEXUS_JUDGE": "oracle"}, user_file=none)
+
+
+def test_flags_are_validated(tmp_path):
+    with pytest.raises(ConfigError, match="command line"):
+        load_config({("server", "base_url"): "not a url"}, env={}, user_file=tmp_path / "none.toml")
+
+
+def test_runtime_set_is_validated(tmp_path):
+    cfg = load_config(env={}, user_file=tmp_path / "none.toml")
+    cfg.set("models", "context_tokens", 2048)
+    assert cfg.section("models").context_tokens == 2048
+    with pytest.raises(ConfigError):
+        cfg.set("models", "context_tokens", "big")
+    with pytest.raises(ConfigError, match="unknown key"):
+        cfg.set("models", "nonsense", 1)
+
+
+def test_main_reports_a_config_error_and_exits_2(tmp_path, monkeypatch, capsys):
+    from nexus.__main__ import main
+
+    cfg_home = tmp_path / "xdg"
+    (cfg_home / "nexus").mkdir(parents=True)
+    (cfg_home / "nexus" / "nexus.toml").write_text("[memory]\nmax_childs = 4\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(cfg_home))
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    assert main([]) == 2
+    assert "memory.max_childs" in capsys.readouterr().err
