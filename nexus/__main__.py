@@ -6,15 +6,33 @@ import argparse
 import sys
 
 
+def _where_line() -> str:
+    from .paths import where
+
+    return "Where things live (nexus --paths):\n" + "\n".join(f"  {name + ':':<9} {path}" for name, path in where())
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nexus-trace")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from .config import user_config_path
 
     ap = argparse.ArgumentParser(
         prog="nexus",
         description="Nexus: chat with a local model over TRACE memory.",
-        epilog=f"Settings: config/nexus.toml (defaults), {user_config_path()} (yours), "
-               ".env and NEXUS_*/OPENAI_* variables, then these flags.",
+        epilog=f"Settings: config/nexus.toml (defaults), {user_config_path()} (yours),\n"
+               ".env and NEXUS_*/OPENAI_* variables, then these flags.\n" + _where_line(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    ap.add_argument("--paths", action="store_true", help="print where config, sessions and logs live, and exit")
+    ap.add_argument("--version", action="version", version=f"nexus {_version()}")
     ap.add_argument("--base-url", help="OpenAI-compatible endpoint (default: LM Studio's http://127.0.0.1:1234/v1)")
     ap.add_argument("--model", help="chat model (default: the first the server lists)")
     ap.add_argument("--memory-model", help="the tree's internal model: a fast non-reasoning one")
@@ -27,7 +45,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("mcp", "proxy"):  # the memory for other clients (nexus/serve_cli.py)
+        from .serve_cli import main as serve_main
+
+        return serve_main(argv)
     args = parse_args(argv)
+    if args.paths:
+        from .paths import where
+
+        for name, path in where():
+            print(f"{name + ':':<9} {path}")
+        return 0
     from .config import ConfigError, load_config
 
     flags = {
@@ -39,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         config = load_config(flags)
+        from .keys import validate_keys
+
+        validate_keys(config.data.get("keys", {}))  # a bad [keys] entry stops here, named
     except ConfigError as exc:
         print(f"nexus: {exc}", file=sys.stderr)
         return 2
@@ -56,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         config.set("server", "kind", "openai")
         config.set("models", "chat", local.model_name)
         config.set("models", "memory", local.model_name)
+        config.set("models", "context_tokens", int(getattr(local, "n_ctx", 0)
+                                                   or config.get("models", "context_tokens")))
     from trace_core.embedders import make_embedder
 
     from . import sessions
@@ -66,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         app = NexusApp(config, sessions.resolve(args.session), embed_fn=embed)
         import os
 
-        code = app.run(headless=bool(os.environ.get("NEXUS_STARTUP_PROBE")))
+        app.handle_signals = True  # SIGTERM/SIGHUP: the reply in flight is stored before the process ends
+        app.run(headless=bool(os.environ.get("NEXUS_STARTUP_PROBE")))
+        code = app.return_code  # 1 after an unhandled exception: a crash never exits 0
     finally:
         if local is not None:
             local.stop()

@@ -1,0 +1,63 @@
+"""Safe defaults shared by ``nexus mcp --http`` and ``nexus proxy``.
+
+Loopback only unless a token is given; with a token every request must carry
+``Authorization: Bearer <token>`` (401 otherwise). The token is never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+TOKEN_ENV = "NEXUS_TOKEN"
+MAX_BODY_BYTES = 4 * 1024 * 1024  # a chat request with a long history fits; a runaway paste does not
+
+
+class UnsafeBindError(ValueError):
+    pass
+
+
+def resolve_token(flag: str | None) -> str | None:
+    """``--token`` or, to keep it out of the process list, ``$NEXUS_TOKEN``."""
+    token = flag if flag is not None else os.environ.get(TOKEN_ENV)
+    return token or None
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to serve beyond this machine without a token."""
+    if host not in LOOPBACK and not token:
+        raise UnsafeBindError(
+            f"refusing to listen on {host}: another host can reach it, so a token is required "
+            f"(--token T or ${TOKEN_ENV}); clients then send 'Authorization: Bearer T'")
+    if token is not None and len(token) < 8:
+        raise UnsafeBindError("the token is too short: use at least 8 characters")
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request carries the token, or gets 401."""
+
+    def __init__(self, app, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self._expected):
+                body = b'{"error": {"message": "missing or wrong bearer token", "type": "unauthorized"}}'
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode()),
+                                        (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def guard(app, token: str | None, max_body: int = MAX_BODY_BYTES):
+    """The app behind a body size limit (413) and, with a token, the bearer check."""
+    from mcp.server.transport_security import RequestBodyLimitMiddleware
+
+    app = RequestBodyLimitMiddleware(app, max_body)
+    return BearerAuth(app, token) if token else app

@@ -1,0 +1,340 @@
+"""``nexus proxy``: an OpenAI-compatible endpoint that gives any client TRACE memory.
+
+A client (a chat UI, an agent, the ``openai`` library) talks to the proxy as to its
+model server. For each ``/v1/chat/completions`` request the proxy recalls the memory
+block for the last user message, puts it into the system message, forwards the
+request to the upstream server and passes the answer back unchanged (streamed or
+not). Once the upstream's answer is complete (``[DONE]`` for a stream, a 200 JSON
+body otherwise) the exchange is remembered, before the client sees the end of the
+answer, so an acknowledged answer is a stored one. An upstream error, a stream cut
+short and a client that hangs up are never remembered. ``X-Nexus-Session: NAME``
+picks another session for one request. ``/v1/models`` is passed through.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .chat import strip_think
+from .memory_service import MemoryService, SessionNameError
+
+log = logging.getLogger("nexus.proxy")
+
+SESSION_HEADER = "x-nexus-session"
+
+
+def _error(status: int, message: str, kind: str = "proxy_error"):
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
+
+
+def content_text(content) -> str:
+    """The text of a message's content: a string, or the text parts of a list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def last_user_text(messages: list) -> str:
+    for m in reversed(messages):
+        if isinstance(m, dict) and m.get("role") == "user":
+            return content_text(m.get("content")).strip()
+    return ""
+
+
+def with_memory(messages: list, block: str) -> list:
+    """The messages with ``block`` appended to the first system message (or as one)."""
+    if not block:
+        return messages
+    out = [dict(m) if isinstance(m, dict) else m for m in messages]
+    first = out[0] if out and isinstance(out[0], dict) else None
+    if first is not None and first.get("role") in ("system", "developer"):
+        c = first.get("content")
+        if isinstance(c, list):
+            first["content"] = c + [{"type": "text", "text": block}]
+        elif isinstance(c, str) and c.strip():
+            first["content"] = f"{c}\n\n{block}"
+        else:
+            first["content"] = block
+    else:
+        out.insert(0, {"role": "system", "content": block})
+    return out
+
+
+@dataclass
+class StreamWatch:
+    """Reads the SSE bytes passing through: the answer's text, and whether it completed."""
+
+    text: list[str] = field(default_factory=list)
+    done: bool = False
+    failed: str = ""
+    _buf: bytes = b""
+
+    def feed(self, chunk: bytes) -> None:
+        self._buf += chunk
+        *lines, self._buf = self._buf.split(b"\n")
+        for raw in lines:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                self.done = True
+                continue
+            try:
+                obj = json.loads(data)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and obj.get("error"):
+                err = obj["error"]
+                self.failed = str(err.get("message") if isinstance(err, dict) else err)[:200]
+                continue
+            for choice in (obj.get("choices") or []) if isinstance(obj, dict) else []:
+                delta = (choice or {}).get("delta") or {}
+                if isinstance(delta.get("content"), str):
+                    self.text.append(delta["content"])
+
+    @property
+    def answer(self) -> str:
+        return "".join(self.text)
+
+
+class SessionPool:
+    """One MemoryService per session name, opened for writing on first use."""
+
+    def __init__(self, opener, default: str) -> None:
+        self._opener = opener  # name -> MemoryService (raises SessionNameError/SessionFileError)
+        self.default = default
+        self._services: dict[str, MemoryService] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str | None) -> MemoryService:
+        key = (name or self.default).strip()
+        with self._lock:
+            svc = self._services.get(key)
+            if svc is None:
+                svc = self._opener(key)
+                self._services[key] = svc
+            return svc
+
+    def close(self) -> None:
+        with self._lock:
+            for svc in self._services.values():
+                svc.close()
+            self._services.clear()
+
+
+class MemoryProxy:
+    """The proxy's routes over a session pool and an upstream URL (``.../v1``)."""
+
+    def __init__(self, pool: SessionPool, upstream: str, upstream_key: str | None = None,
+                 timeout: float = 120.0, budget_tokens: int | None = None) -> None:
+        self.pool = pool
+        self.upstream = upstream.rstrip("/")
+        self.upstream_key = upstream_key
+        self.timeout = timeout
+        self.budget_tokens = budget_tokens
+        self.client = None  # httpx.AsyncClient, made in the app's lifespan
+
+    # --- the app ----------------------------------------------------------------------------
+
+    def app(self, token: str | None = None, max_body: int | None = None):
+        import contextlib
+
+        import httpx
+        from starlette.applications import Starlette
+        from starlette.routing import Route
+
+        from .httpguard import MAX_BODY_BYTES, guard
+
+        @contextlib.asynccontextmanager
+        async def lifespan(_app):
+            limits = httpx.Limits(max_connections=200, max_keepalive_connections=50)
+            async with httpx.AsyncClient(timeout=httpx.Timeout(self.timeout, connect=10.0), limits=limits) as c:
+                self.client = c
+                yield
+            self.client = None
+
+        app = Starlette(routes=[
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/models/{model:path}", self.models, methods=["GET"]),
+        ], lifespan=lifespan)
+        return guard(app, token, max_body or MAX_BODY_BYTES)
+
+    def _headers(self) -> dict:
+        # the proxy's own key for the upstream: a client's Authorization (the proxy token) is never forwarded
+        h = {"Content-Type": "application/json"}
+        if self.upstream_key:
+            h["Authorization"] = f"Bearer {self.upstream_key}"
+        return h
+
+    # --- /v1/models -------------------------------------------------------------------------
+
+    async def models(self, request):
+        import httpx
+        from starlette.responses import Response
+
+        path = request.url.path[len("/v1"):]
+        try:
+            r = await self.client.get(self.upstream + path, headers=self._headers())
+        except httpx.HTTPError as exc:
+            return _error(502, f"the upstream {self.upstream} did not answer: {type(exc).__name__}", "upstream_error")
+        return Response(r.content, status_code=r.status_code,
+                        media_type=r.headers.get("content-type", "application/json"))
+
+    # --- /v1/chat/completions -------------------------------------------------------------------
+
+    async def chat(self, request):
+        import httpx
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import Response
+
+        from trace_core import SessionFileError
+
+        started = time.perf_counter()
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return _error(400, "the request body is not JSON", "invalid_request_error")
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list) or not messages:
+            return _error(400, "the request needs a non-empty 'messages' list", "invalid_request_error")
+        try:
+            svc = await run_in_threadpool(self.pool.get, request.headers.get(SESSION_HEADER))
+        except SessionNameError as exc:
+            return _error(400, str(exc), "invalid_request_error")
+        except SessionFileError as exc:
+            return _error(409, f"the session cannot be opened: {exc.problem}", "session_error")
+        user = last_user_text(messages)
+        if user:
+            recent = [{"role": m.get("role"), "content": content_text(m.get("content"))}
+                      for m in messages[:-1] if isinstance(m, dict)]
+            mem = await run_in_threadpool(svc.recall, user, self.budget_tokens, recent)
+            body = dict(body, messages=with_memory(messages, mem.block))
+        stream = bool(body.get("stream"))
+        req = self.client.build_request("POST", self.upstream + "/chat/completions", headers=self._headers(),
+                                        content=json.dumps(body).encode())
+        try:
+            upstream = await self.client.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            log.warning("session %s: upstream unreachable (%s)", svc.name, type(exc).__name__)
+            return _error(502, f"the upstream {self.upstream} did not answer: {type(exc).__name__}", "upstream_error")
+        ctype = upstream.headers.get("content-type", "application/json")
+        if upstream.status_code != 200 or not stream:
+            try:
+                raw = await upstream.aread()
+            except httpx.HTTPError as exc:
+                return _error(502, f"the upstream's answer broke off: {type(exc).__name__}", "upstream_error")
+            finally:
+                await upstream.aclose()
+            stored = ""
+            if upstream.status_code == 200 and user:
+                stored = await self._remember_json(svc, user, raw)
+            log.info("session %s: %s %d in %.2f s%s", svc.name, "stream" if stream else "chat",
+                     upstream.status_code, time.perf_counter() - started, stored)
+            return Response(raw, status_code=upstream.status_code, media_type=ctype)
+        return self._stream(svc, user, upstream, ctype, started)
+
+    async def _remember_json(self, svc: MemoryService, user: str, raw: bytes) -> str:
+
+        try:
+            answer = json.loads(raw)["choices"][0]["message"].get("content")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            return " (not an answer: not remembered)"
+        return await self._remember(svc, user, answer if isinstance(answer, str) else "")
+
+    async def _remember(self, svc: MemoryService, user: str, answer: str) -> str:
+        from starlette.concurrency import run_in_threadpool
+
+        answer = strip_think(answer)
+        if not answer:
+            return " (empty answer: not remembered)"
+        try:
+            r = await run_in_threadpool(svc.remember, user, answer)
+        except Exception as exc:  # the client still gets its answer; the failure is logged in words
+            log.error("session %s: the exchange could not be stored: %s", svc.name, type(exc).__name__)
+            return " (NOT remembered)"
+        return f" → exchange #{r.exchange}"
+
+    def _stream(self, svc: MemoryService, user: str, upstream, ctype: str, started: float):
+        import httpx
+        from starlette.responses import StreamingResponse
+
+        watch = StreamWatch()
+
+        async def relay():
+            outcome = "cancelled"
+            try:
+                async for chunk in upstream.aiter_raw():
+                    watch.feed(chunk)
+                    if watch.done and not watch.failed and user:
+                        # stored before the client sees [DONE]: an acknowledged answer is a kept one
+                        outcome = "done" + await self._remember(svc, user, watch.answer)
+                        user_done = True
+                    else:
+                        user_done = False
+                    yield chunk
+                    if user_done:
+                        break
+                else:
+                    outcome = "failed: " + watch.failed if watch.failed else (
+                        "done" if watch.done else "ended without [DONE] (not remembered)")
+            except httpx.HTTPError as exc:
+                outcome = f"broke off ({type(exc).__name__}, not remembered)"
+                err = {"error": {"message": f"the upstream's stream broke off: {type(exc).__name__}",
+                                 "type": "upstream_error"}}
+                yield f"data: {json.dumps(err)}\n\n".encode()
+            finally:
+                await upstream.aclose()
+                log.info("session %s: stream %s in %.2f s", svc.name, outcome, time.perf_counter() - started)
+
+        return StreamingResponse(relay(), status_code=200, media_type=ctype.split(";")[0] or "text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+
+def run(config, upstream: str, port: int = 8788, host: str = "127.0.0.1", session: str | None = None,
+        token: str | None = None, embed_fn=None) -> int:
+    import sys
+
+    import uvicorn
+
+    from trace_core import SessionFileError
+
+    from .httpguard import UnsafeBindError, check_bind
+    from .memory_service import DEFAULT_SESSION, open_service, session_path
+
+    try:
+        check_bind(host, token)
+        session_path(session or DEFAULT_SESSION)
+    except (UnsafeBindError, SessionNameError) as exc:
+        print(f"nexus proxy: {exc}", file=sys.stderr)
+        return 2
+    if embed_fn is None:
+        from trace_core.embedders import make_embedder
+
+        embed_fn = make_embedder(str(config.get("memory", "embed")), config.base_url, config.api_key)
+    pool = SessionPool(lambda name: open_service(config, name, embed_fn=embed_fn, base_url=upstream),
+                       session or DEFAULT_SESSION)
+    try:
+        first = pool.get(None)  # the default session opens now: a locked or bad file stops here
+        first.tree.embed_fn.embed("warm up")
+    except SessionFileError as exc:
+        print(f"nexus proxy: {exc}", file=sys.stderr)
+        return 2
+    proxy = MemoryProxy(pool, upstream, config.api_key, float(config.get("server", "timeout")))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    print(f"nexus proxy: http://{host}:{port}/v1 → {upstream}, session {first.name!r}"
+          + (" (bearer token required)" if token else ""), file=sys.stderr)
+    try:
+        uvicorn.run(proxy.app(token), host=host, port=port, log_level="warning", access_log=False)
+    finally:
+        pool.close()
+    return 0

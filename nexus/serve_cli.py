@@ -1,0 +1,57 @@
+"""``nexus mcp`` and ``nexus proxy``: the memory as a service for other clients."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="nexus", description="TRACE memory for other clients.")
+    sub = ap.add_subparsers(dest="mode", required=True)
+    m = sub.add_parser("mcp", help="serve the memory over the Model Context Protocol (stdio, or --http PORT)",
+                       description="Serve a session's memory as an MCP server: tools recall, remember, search, "
+                                   "tree, stats. Stdio unless --http is given.")
+    m.add_argument("--session", help="session name in the sessions folder (default: 'default')")
+    m.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP at http://HOST:PORT/mcp")
+    m.add_argument("--host", default="127.0.0.1", help="with --http: address to bind (default 127.0.0.1; "
+                                                       "any other needs --token)")
+    m.add_argument("--token", help="with --http: bearer token clients must send (or $NEXUS_TOKEN)")
+    p = sub.add_parser("proxy", help="an OpenAI-compatible endpoint that adds memory to every chat",
+                       description="Serve /v1/chat/completions with memory in the system message, forwarding "
+                                   "to --upstream; each completed exchange is remembered.")
+    p.add_argument("--upstream", required=True, help="the model server's OpenAI base URL, e.g. "
+                                                     "http://127.0.0.1:1234/v1 (LM Studio)")
+    p.add_argument("--port", type=int, default=8788, help="port to serve on (default 8788)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs --token)")
+    p.add_argument("--session", help="default session name (default: 'default'); a request's "
+                                     "X-Nexus-Session header picks another")
+    p.add_argument("--token", help="bearer token clients must send (or $NEXUS_TOKEN)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    from .config import ConfigError, load_config
+    from .httpguard import resolve_token
+
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        print(f"nexus: {exc}", file=sys.stderr)
+        return 2
+    token = resolve_token(args.token)
+    try:
+        if args.mode == "mcp":
+            from .mcp_server import run
+
+            return run(config, args.session, args.http, args.host, token)
+        from .proxy import run
+
+        return run(config, args.upstream, args.port, args.host, args.session, token)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("mcp", "starlette", "uvicorn", "httpx"):
+            print(f"nexus {args.mode}: the '{exc.name}' package is missing; reinstall with "
+                  "pip install -e . (it is a dependency of nexus-trace)", file=sys.stderr)
+            return 2
+        raise

@@ -1,0 +1,239 @@
+"""nexus proxy: the real ``openai`` client → the proxy (uvicorn, real HTTP) → the scripted
+upstream on 127.0.0.1. Real session files; MiniLM, except the 4 × 50 load test."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+import uvicorn
+from scripted_server import Reply
+
+from nexus import serve_cli
+from nexus.memory_service import MemoryService, session_path
+from nexus.proxy import MemoryProxy, SessionPool, StreamWatch, with_memory
+from trace_core import CTree
+from trace_core.invariants import check_invariants
+
+TOKEN = "s3cret-token-for-tests"
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def make_pool(embed, default="default") -> SessionPool:
+    return SessionPool(lambda name: MemoryService.open(session_path(name), embed_fn=embed, judge="embedding"),
+                       default)
+
+
+@contextlib.contextmanager
+def running_proxy(pool: SessionPool, upstream: str, token: str | None = None, max_body: int | None = None):
+    """The proxy app under uvicorn on a free loopback port, in a thread."""
+    app = MemoryProxy(pool, upstream, "upstream-key").app(token, max_body)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                           access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "proxy did not start"
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        pool.close()
+
+
+def stored(name: str, embed) -> CTree:
+    return CTree.open(str(session_path(name)), embed_fn=embed, judge="embedding")
+
+
+def client(base_url: str, key: str = "unused") -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=30)
+
+
+# --- units ----------------------------------------------------------------------------------
+
+
+def test_memory_goes_into_the_system_message():
+    msgs = [{"role": "user", "content": "hi"}]
+    assert with_memory(msgs, "") is msgs
+    assert with_memory(msgs, "MEM") == [{"role": "system", "content": "MEM"}, {"role": "user", "content": "hi"}]
+    sys_msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    assert with_memory(sys_msgs, "MEM")[0]["content"] == "Be brief.\n\nMEM"
+    assert sys_msgs[0]["content"] == "Be brief."  # the request's own list is not changed
+    parts = [{"role": "system", "content": [{"type": "text", "text": "A"}]}, {"role": "user", "content": "q"}]
+    assert with_memory(parts, "MEM")[0]["content"][-1] == {"type": "text", "text": "MEM"}
+
+
+def test_stream_watch_needs_done_and_spots_errors():
+    w = StreamWatch()
+    w.feed(b'data: {"choices":[{"delta":{"content":"Hel"}}]}\n\ndata: {"choices":[{"del')
+    w.feed(b'ta":{"content":"lo"}}]}\n\n')
+    assert w.answer == "Hello" and not w.done
+    w.feed(b"data: [DONE]\n\n")
+    assert w.done
+    bad = StreamWatch()
+    bad.feed(b'data: {"error": {"message": "context overflow"}}\n\n')
+    assert bad.failed == "context overflow"
+
+
+# --- through real HTTP -------------------------------------------------------------------------
+
+
+def test_chat_not_streamed_then_streamed_remembers_and_recalls(data_dir, minilm, server):
+    server.respond(lambda req: Reply("Noted: your sister Ana lives in Lisbon."
+                                     if "sister" in req["messages"][-1]["content"] else "She lives in Lisbon."))
+    with running_proxy(make_pool(minilm), server.base_url) as url:
+        c = client(url)
+        r = c.chat.completions.create(model="test-model", messages=[
+            {"role": "user", "content": "My sister Ana lives in Lisbon."}])
+        assert r.choices[0].message.content == "Noted: your sister Ana lives in Lisbon."
+        assert server.chat_requests()[-1]["model"] == "test-model"
+        stream = c.chat.completions.create(model="test-model", stream=True, messages=[
+            {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Where does Ana live?"}])
+        text = "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
+        assert text.strip() == "She lives in Lisbon."
+        # the upstream got the memory block inside the client's own system message
+        sent = server.chat_requests()[-1]["messages"]
+        assert sent[0]["role"] == "system" and sent[0]["content"].startswith("Be brief.")
+        assert "Ana lives in Lisbon" in sent[0]["content"] and len(sent) == 2
+        assert [m.id for m in c.models.list().data] == ["test-model"]  # passed through
+        assert ("GET", "/v1/models") in server.calls()
+    tree = stored("default", minilm)
+    assert [(x.user, x.assistant) for x in tree.exchanges] == [
+        ("My sister Ana lives in Lisbon.", "Noted: your sister Ana lives in Lisbon."),
+        ("Where does Ana live?", "She lives in Lisbon.")]
+    tree.vdb.close()
+
+
+def test_upstream_errors_reach_the_client_and_are_not_remembered(data_dir, minilm, server):
+    server.script(Reply(status=500, error="model crashed: out of memory"),
+                  Reply(status=400, error="context length exceeded"),
+                  Reply("one two three four five six seven eight", chunk_delay=0.3))
+    with running_proxy(make_pool(minilm), server.base_url) as url:
+        c = client(url)
+        with pytest.raises(openai.InternalServerError, match="model crashed: out of memory"):
+            c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello"}])
+        with pytest.raises(openai.BadRequestError, match="context length exceeded"):
+            c.chat.completions.create(model="m", stream=True, messages=[{"role": "user", "content": "hello"}])
+        # the client hangs up in the middle of a streamed answer: nothing is remembered
+        stream = c.chat.completions.create(model="m", stream=True, messages=[{"role": "user", "content": "count"}])
+        next(iter(stream))
+        stream.close()
+        time.sleep(3.0)  # longer than the upstream takes to finish its answer
+    # an upstream that is not there: 502 in words
+    with running_proxy(make_pool(minilm, "other"), "http://127.0.0.1:9/v1") as url2:
+        with pytest.raises(openai.APIStatusError, match="did not answer") as info:
+            client(url2).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert info.value.status_code == 502
+    tree = stored("default", minilm)
+    assert tree.exchanges == []
+    tree.vdb.close()
+
+
+def test_session_header_picks_another_session(data_dir, minilm, server):
+    server.script("Filed under work.")
+    with running_proxy(make_pool(minilm), server.base_url) as url:
+        c = client(url)
+        c.chat.completions.create(model="m", messages=[{"role": "user", "content": "Quarterly report due Friday"}],
+                                  extra_headers={"X-Nexus-Session": "work"})
+        with pytest.raises(openai.BadRequestError, match="not a session name"):
+            c.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+                                      extra_headers={"X-Nexus-Session": "../../etc/passwd"})
+    work = stored("work", minilm)
+    assert [x.user for x in work.exchanges] == ["Quarterly report due Friday"]
+    work.vdb.close()
+    assert not (data_dir / "etc").exists()
+    default = stored("default", minilm)
+    assert default.exchanges == []
+    default.vdb.close()
+
+
+def test_token_body_limit_and_logs(data_dir, minilm, server, caplog):
+    caplog.set_level(logging.DEBUG)
+    server.script("fine")
+    with running_proxy(make_pool(minilm), server.base_url, token=TOKEN, max_body=20_000) as url:
+        with pytest.raises(openai.AuthenticationError):
+            client(url, key="wrong-token-value").chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}])
+        r = httpx.post(url + "/chat/completions", json={"model": "m", "messages": []})
+        assert r.status_code == 401  # no token at all
+        assert httpx.get(url + "/models").status_code == 401
+        ok = client(url, key=TOKEN)
+        private = "my bank PIN is 4321"
+        assert ok.chat.completions.create(model="m", messages=[{"role": "user", "content": private}]) \
+            .choices[0].message.content == "fine"
+        with pytest.raises(openai.APIStatusError) as info:
+            ok.chat.completions.create(model="m", messages=[{"role": "user", "content": "x" * 30_000}])
+        assert info.value.status_code == 413
+    # the client's token never travels on to the upstream
+    assert all(TOKEN not in str(r.body) for r in server.state.requests)
+    logged = caplog.text
+    assert TOKEN not in logged and private not in logged
+    assert "stream" in logged or "chat 200" in logged
+
+
+def test_refuses_another_host_without_a_token(data_dir, capsys, monkeypatch):
+    monkeypatch.delenv("NEXUS_TOKEN", raising=False)
+    assert serve_cli.main(["proxy", "--upstream", "http://127.0.0.1:9/v1", "--host", "0.0.0.0"]) == 2
+    assert "token is required" in capsys.readouterr().err
+    assert serve_cli.main(["mcp", "--http", "8799", "--host", "0.0.0.0"]) == 2
+    assert "token is required" in capsys.readouterr().err
+    assert serve_cli.main(["proxy", "--upstream", "http://x/v1", "--session", "../up"]) == 2
+    assert "not a session name" in capsys.readouterr().err
+    assert not (data_dir / "sessions").exists() or not list((data_dir / "sessions").iterdir())
+
+
+def test_four_clients_fifty_exchanges_each_on_one_session(data_dir, hash_embed, server, caplog):
+    """200 exchanges at once through the proxy: all stored once, invariants hold."""
+    caplog.set_level(logging.INFO, logger="nexus")
+
+    def responder(req):
+        return Reply(f"ack: {req['messages'][-1]['content']}")
+
+    server.respond(responder)
+    failures: list[str] = []
+    with running_proxy(make_pool(hash_embed, "shared"), server.base_url) as url:
+        def run(cid: int) -> None:
+            c = client(url)
+            for i in range(50):
+                text = f"client {cid} message {i} about project {i % 7}"
+                try:
+                    if (cid + i) % 2:
+                        s = c.chat.completions.create(model="m", stream=True,
+                                                      messages=[{"role": "user", "content": text}])
+                        got = "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices).strip()
+                    else:
+                        got = c.chat.completions.create(model="m", messages=[{"role": "user", "content": text}]) \
+                            .choices[0].message.content
+                    if got != f"ack: {text}":
+                        failures.append(f"{text}: {got!r}")
+                except Exception as exc:
+                    failures.append(f"{text}: {exc}")
+
+        threads = [threading.Thread(target=run, args=(cid,)) for cid in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+    assert not failures, failures[:5]
+    assert "locked" not in caplog.text and "NOT remembered" not in caplog.text
+    tree = stored("shared", hash_embed)
+    pairs = [(x.user, x.assistant) for x in tree.exchanges]
+    expected = {(f"client {c} message {i} about project {i % 7}", f"ack: client {c} message {i} about project {i % 7}")
+                for c in range(4) for i in range(50)}
+    assert len(pairs) == 200 and set(pairs) == expected  # none lost, none twice
+    check_invariants(tree)
+    tree.vdb.close()
