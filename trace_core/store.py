@@ -17,17 +17,22 @@ import os
 import re
 import sqlite3
 import threading
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
 
+from .locking import LockBusy, WriterLock
 from .vectors import VectorIndex
 
 APP_ID = "trace-session"
 SCHEMA_VERSION = 6
 SQLITE_HEADER = b"SQLite format 3\x00"
+
+# realpath -> the VectorDatabase holding its writer lock in this process
+_WRITERS: dict[str, weakref.ref] = {}
 
 
 class SessionFileError(RuntimeError):
@@ -37,6 +42,24 @@ class SessionFileError(RuntimeError):
         super().__init__(f"{path}: {problem}")
         self.path = path
         self.problem = problem
+
+
+class SessionLockedError(SessionFileError):
+    """Another process (or another open ``VectorDatabase`` in this one) has the session
+    open for writing. Nothing was written; open it with ``read_only=True`` to read it."""
+
+    def __init__(self, path: str, pid: int | None = None):
+        holder = "another process" if pid is None else (
+            "this process" if pid == os.getpid() else f"another process (pid {pid})")
+        super().__init__(path, f"is open for writing in {holder}; open it read-only, or use another session")
+        self.pid = pid
+
+
+class ReadOnlySessionError(SessionFileError):
+    """A session opened read-only was asked to change."""
+
+    def __init__(self, path: str, action: str = "add an exchange"):
+        super().__init__(path, f"is open read-only: cannot {action} (nothing was written)")
 
 
 class EmbedderMismatchError(RuntimeError):
@@ -214,28 +237,92 @@ def _inspect_file(path: str) -> None:
 
 
 class VectorDatabase:
-    """The session store. ``VectorDatabase(path)`` creates the file if missing."""
+    """The session store. ``VectorDatabase(path)`` creates the file if missing (mode 0600:
+    conversations are private) and holds the session's writer lock until ``close()``; a
+    second writer gets ``SessionLockedError``.
 
-    def __init__(self, path: str = "trace_vectors.db", synchronous: str = "FULL") -> None:
+    ``VectorDatabase(path, read_only=True)`` takes no lock and never writes the file: it
+    reads one consistent snapshot (the state when it was opened) while a writer goes on.
+    """
+
+    def __init__(self, path: str = "trace_vectors.db", synchronous: str = "FULL", *, read_only: bool = False) -> None:
         self.path = os.fspath(path)
+        self.read_only = read_only
         if os.path.isdir(self.path):
             raise SessionFileError(self.path, "is a folder, not a session file")
-        if os.path.exists(self.path):
-            _inspect(self.path)
-        parent = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(parent, exist_ok=True)
+        self._writer: WriterLock | None = None
         self._lock = threading.RLock()
         self._depth = 0
-        try:
-            self.con = sqlite3.connect(self.path, timeout=10, check_same_thread=False, isolation_level=None)
-            self.con.execute("PRAGMA busy_timeout=10000")
-            self.con.execute("PRAGMA journal_mode=WAL")
-            self.con.execute(f"PRAGMA synchronous={synchronous}")
-            self._migrate()
-        except sqlite3.DatabaseError as exc:
-            raise SessionFileError(self.path, f"cannot be used as a session: {exc}") from exc
         self._conv_index: VectorIndex | None = None
         self._topic_index: VectorIndex | None = None
+        if read_only:
+            self._open_read_only()
+            return
+        parent = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(parent, exist_ok=True)
+        self._take_writer_lock()
+        try:
+            if os.path.exists(self.path):
+                _inspect(self.path)
+            else:  # created private before SQLite sees it; its -wal and -shm copy the mode
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            try:
+                self.con = sqlite3.connect(self.path, timeout=10, check_same_thread=False, isolation_level=None)
+                self.con.execute("PRAGMA busy_timeout=10000")
+                self.con.execute("PRAGMA journal_mode=WAL")
+                self.con.execute(f"PRAGMA synchronous={synchronous}")
+                self._migrate()
+            except sqlite3.DatabaseError as exc:
+                raise SessionFileError(self.path, f"cannot be used as a session: {exc}") from exc
+        except BaseException:
+            self._release_writer_lock()
+            raise
+
+    def _take_writer_lock(self) -> None:
+        key = os.path.realpath(self.path)
+        holder = _WRITERS.get(key)
+        if holder is not None and holder() is not None:
+            import gc
+
+            gc.collect()  # an unreachable, unclosed database still holds it: let it go
+            if holder() is not None:
+                raise SessionLockedError(self.path, os.getpid())
+        self._writer = WriterLock(self.path + ".lock")
+        try:
+            self._writer.acquire()
+        except LockBusy as busy:
+            self._writer = None
+            raise SessionLockedError(self.path, busy.pid) from None
+        _WRITERS[key] = weakref.ref(self)
+
+    def _release_writer_lock(self) -> None:
+        if self._writer is not None:
+            self._writer.release()
+            self._writer = None
+            key = os.path.realpath(self.path)
+            if _WRITERS.get(key) is not None and _WRITERS[key]() in (self, None):
+                del _WRITERS[key]
+
+    def _open_read_only(self) -> None:
+        if not os.path.exists(self.path):
+            raise SessionFileError(self.path, "does not exist")
+        _inspect(self.path)
+        try:
+            self.con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10, check_same_thread=False,
+                                       isolation_level=None)
+            self.con.execute("PRAGMA busy_timeout=10000")
+            self.con.execute("PRAGMA query_only=ON")
+            version = self.con.execute("PRAGMA user_version").fetchone()[0]
+            # one read transaction for the object's life: the tree, the vectors and the
+            # indexes all come from the same commit, whatever the writer does meanwhile
+            self.con.execute("BEGIN")
+            self.con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise SessionFileError(self.path, f"cannot be read: {exc}") from exc
+        if 0 < version < SCHEMA_VERSION:
+            self.con.close()
+            raise SessionFileError(self.path, f"uses an older schema ({version}): open it once for writing "
+                                   "to upgrade it")
 
     # --- schema -------------------------------------------------------------------
 
@@ -257,6 +344,8 @@ class VectorDatabase:
     @contextmanager
     def transaction(self):
         """One atomic, durable unit of work. Nested uses join the outer one."""
+        if self.read_only:
+            raise ReadOnlySessionError(self.path, "write to it")
         with self._lock:
             if self._depth == 0:
                 self.con.execute("BEGIN IMMEDIATE")
@@ -275,8 +364,12 @@ class VectorDatabase:
                 self.con.execute("COMMIT")
 
     def close(self) -> None:
+        """Close the file and release the writer lock (closing twice is harmless)."""
         with self._lock:
-            self.con.close()
+            con = getattr(self, "con", None)
+            if con is not None:
+                con.close()
+            self._release_writer_lock()
 
     # --- meta ---------------------------------------------------------------------
 
@@ -286,12 +379,16 @@ class VectorDatabase:
         return row[0] if row else default
 
     def set_meta(self, key: str, value: str) -> None:
+        if self.read_only:
+            raise ReadOnlySessionError(self.path, "write to it")
         with self._lock:
             self.con.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (key, value))
 
     def check_embedder(self, name: str, dim: int) -> None:
         """Record the session's embedder, or refuse a different one."""
         stored_name, stored_dim = self.get_meta("embed_model"), self.get_meta("embed_dim")
+        if stored_name is None and self.read_only:
+            return  # nothing stored yet, and nothing may be recorded
         if stored_name is None:
             with self.transaction():
                 self.set_meta("embed_model", name)
@@ -424,6 +521,19 @@ class VectorDatabase:
     def keyword_search_messages(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
         """BM25 over message text: ``(message_id, score)``, higher is better."""
         return self._bm25("messages_fts", "message_id", text, limit)
+
+    def delete_exchange_rows(self, exchange_index: int, message_ids: list[str]) -> None:
+        """Remove one exchange's messages, message vectors (and their FTS rows) and
+        sentence parts: the exchange is about to be written again (``CTree.replace_last``)."""
+        with self._lock:
+            self.con.execute("DELETE FROM messages WHERE exchange_index=?", (exchange_index,))
+            for chunk, q in _chunks(message_ids):
+                rows = [r[0] for r in self.con.execute(
+                    f"SELECT rowid FROM conversation_vectors WHERE message_id IN ({q})", chunk)]
+                self.con.executemany("DELETE FROM messages_fts WHERE rowid=?", [(r,) for r in rows])
+                self.con.executemany("DELETE FROM conversation_vectors WHERE rowid=?", [(r,) for r in rows])
+                self.con.execute(f"DELETE FROM message_parts WHERE message_id IN ({q})", chunk)
+            self._conv_index = None
 
     def set_exchange_archived(self, node_id: str, archived: bool) -> None:
         with self._lock:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -15,7 +16,7 @@ from .fanout import FanoutBalancer
 from .judges import EmbeddingJudge, Judges, LLMJudge, Placement, PlacementContext
 from .nodes import MessageNode, Node, TopicNode
 from .persist import TreeStore, tree_from_json, tree_to_json
-from .store import ConversationVector, VectorDatabase, message_id
+from .store import ConversationVector, ReadOnlySessionError, VectorDatabase, message_id
 from .textutil import message_parts
 
 ROOT_ID = "root"
@@ -26,8 +27,19 @@ class SessionConflictError(RuntimeError):
     pass
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """``text`` as UTF-8 can hold it: surrogate pairs left split (e.g. by a JSON decoder)
+    are joined, lone surrogates become U+FFFD. SQLite and the tokenizer refuse them."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def _validate(messages) -> list[dict]:
-    """The exchange's messages, or ``ValueError`` naming what is wrong."""
+    """The exchange's messages (made storable), or ``ValueError`` naming what is wrong."""
     if not isinstance(messages, (list, tuple)):
         raise ValueError(f"add() takes a list of messages, got {type(messages).__name__}")
     out: list[dict] = []
@@ -41,7 +53,7 @@ def _validate(messages) -> list[dict]:
             raise ValueError(f"message {i} ({role}) has content of type {type(content).__name__}, not str")
         if not content.strip():
             raise ValueError(f"message {i} ({role}) has empty content")
-        out.append({"role": role, "content": content})
+        out.append({"role": role, "content": storable(content)})
     roles = [m["role"] for m in out]
     for needed in ("user", "assistant"):
         if roles.count(needed) != 1:
@@ -123,6 +135,12 @@ class CTree:
     def vdb(self, db: VectorDatabase | None) -> None:
         """Make ``db`` the session's store. An empty store receives this tree; a store
         holding a session is adopted by an empty tree; two different sessions conflict."""
+        self.use_store(db)
+
+    def use_store(self, db: VectorDatabase | None, *, progress: Callable[[int, int], None] | None = None) -> None:
+        """``tree.vdb = db``, with ``progress(done, total)`` called after each exchange an
+        empty store receives (a long JSON import). An exception it raises abandons the
+        import: nothing is committed, the tree keeps no store, and the exception propagates."""
         with self._lock:
             if db is None:
                 self._vdb, self._store = None, None
@@ -137,10 +155,16 @@ class CTree:
                 self._vdb, self._store = db, store
                 store.load_into(self)
                 return
+            if self._exchanges and db.read_only:
+                raise ReadOnlySessionError(db.path, "receive this tree")
             self._vdb, self._store = db, store
             if self._exchanges:
-                self._check_embedder()
-                store.write_everything(self)
+                try:
+                    self._check_embedder()
+                    store.write_everything(self, progress)
+                except BaseException:
+                    self._vdb, self._store = None, None
+                    raise
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -241,6 +265,7 @@ class CTree:
     def add(self, messages, timestamp: str | None = None) -> MessageNode:
         """Store one completed exchange (user + assistant, optional system message)."""
         msgs = _validate(messages)
+        self._refuse_if_read_only("add an exchange")
         started = time.perf_counter()
         ts = timestamp or datetime.now(UTC).isoformat(timespec="seconds")
         with self._lock:
@@ -363,6 +388,7 @@ class CTree:
 
     def generate_summaries(self) -> int:
         """Summarise every topic whose summary is missing or out of date. Returns how many."""
+        self._refuse_if_read_only("store summaries")
         with self._lock:
             todo = [t for t in self.root.iter_topics() if t is not self.root and (t in self._stale or not t.summary)]
             self._summarize(todo)
@@ -395,19 +421,36 @@ class CTree:
 
     @classmethod
     def open(cls, path: str, api_key=None, base_url=None, model: str = "gpt-4o-mini", embed_fn=None,
-             judge: str = "auto", max_children: int = 5, **kwargs) -> "CTree":
-        """Open (or create) a session file and restore its tree exactly."""
-        db = VectorDatabase(path)
-        tree = cls(max_children=max_children, api_key=api_key, base_url=base_url, model=model,
-                   embed_fn=embed_fn, judge=judge, **kwargs)
-        store = TreeStore(db)
-        if store.has_tree():
-            stored_max = store.stored_max_children()
-            if stored_max:
-                tree.max_children = tree.balancer.max_children = stored_max
-        tree.vdb = db
-        tree._check_embedder_if_any()
+             judge: str = "auto", max_children: int = 5, *, read_only: bool = False, **kwargs) -> "CTree":
+        """Open (or create) a session file and restore its tree exactly.
+
+        The tree holds the file's writer lock until ``tree.vdb.close()``: a second writer
+        gets ``SessionLockedError``. ``read_only=True`` takes no lock, never writes, and
+        refuses ``add()`` (and every other change) with ``ReadOnlySessionError``."""
+        db = VectorDatabase(path, read_only=read_only)
+        try:
+            tree = cls(max_children=max_children, api_key=api_key, base_url=base_url, model=model,
+                       embed_fn=embed_fn, judge=judge, **kwargs)
+            store = TreeStore(db)
+            if store.has_tree():
+                stored_max = store.stored_max_children()
+                if stored_max:
+                    tree.max_children = tree.balancer.max_children = stored_max
+            tree.vdb = db
+            tree._check_embedder_if_any()
+        except BaseException:
+            db.close()  # a refused file keeps no lock
+            raise
         return tree
+
+    @property
+    def read_only(self) -> bool:
+        """Opened with ``read_only=True``: reading and searching only."""
+        return self._vdb is not None and self._vdb.read_only
+
+    def _refuse_if_read_only(self, action: str) -> None:
+        if self._vdb is not None and self._vdb.read_only:
+            raise ReadOnlySessionError(self._vdb.path, action)
 
     def _check_embedder_if_any(self) -> None:
         if self._vdb is not None and self._vdb.get_meta("embed_model") is not None:
@@ -468,7 +511,7 @@ class CTree:
         This is idle-time work, kept off ``add()`` (it doubles the embedding cost of an
         exchange): Nexus runs it in the background after each reply; a library user calls
         it when convenient. Retrieval works without it, with message vectors only."""
-        if self._vdb is None:
+        if self._vdb is None or self._vdb.read_only:
             return 0
         done = 0
         while max_exchanges is None or done < max_exchanges:
@@ -503,24 +546,66 @@ class CTree:
         exchanges. Returns ``merged``, ``pruned``, ``skipped``, ``vetoed``, ``duration_secs``…"""
         from .reorganize import Reorganizer
 
+        self._refuse_if_read_only("reorganise it")
         return Reorganizer(self).run(embed_fn, similarity_threshold, prune_trivial_leaves)
 
     def undo_reorganize(self) -> dict:
         """Restore the tree exactly as before the last ``reorganize()``."""
         from .reorganize import undo_reorganize
 
+        self._refuse_if_read_only("undo a reorganisation")
         return undo_reorganize(self)
 
     def archive(self, exchanges) -> list[MessageNode]:
         from .archive import archive_exchanges
 
+        self._refuse_if_read_only("archive exchanges")
         return archive_exchanges(self, exchanges)
 
     def restore_archived(self, exchanges=None) -> list[MessageNode]:
         """Bring soft-archived exchanges back into the tree (all by default)."""
         from .archive import restore_exchanges
 
+        self._refuse_if_read_only("restore exchanges")
         return restore_exchanges(self, exchanges)
+
+    def replace_last(self, messages, timestamp: str | None = None) -> MessageNode:
+        """Replace the newest exchange with ``messages`` (a regenerated or edited turn): the
+        same node in the same topic, its vectors, stored rows and sentence index redone, so
+        memory never holds both the old exchange and the new one."""
+        msgs = _validate(messages)
+        self._refuse_if_read_only("replace an exchange")
+        with self._lock:
+            if not self._exchanges:
+                raise ValueError("there is no exchange to replace")
+            node = self._exchanges[-1]
+            if node.archived or node.parent is None:
+                raise ValueError(f"exchange #{node.index} is archived: restore it before replacing it")
+            vecs = self.embed_fn.embed_batch([m["content"] for m in msgs])
+            role_vecs = dict(zip([m["role"] for m in msgs], vecs))
+            vector = normalise(role_vecs["user"] + role_vecs["assistant"])
+            delta = vector - self.exchange_vector(node.index)
+            old_ids = [message_id(node.index, m["role"]) for m in node.messages]
+            first = len(self.conversation) - len(node.messages)
+            node.messages = [dict(m) for m in msgs]
+            node.timestamp = timestamp or datetime.now(UTC).isoformat(timespec="seconds")
+            self.conversation[first:] = [dict(m) for m in msgs]
+            self._vectors[node.index] = vector
+            for t in self.get_ancestors(node.parent):
+                if t.node_id in self._sums:
+                    self._sums[t.node_id] = self._sums[t.node_id] + delta
+                self._stale.add(t)
+            if self._vdb is not None:
+                with self._vdb.transaction():
+                    self._vdb.delete_exchange_rows(node.index, old_ids)
+                    self._vdb.append_messages(node.index, first, msgs, node.timestamp)
+                    for cv in self.conversation_vectors_for(node, first, vecs):
+                        self._vdb.add_conversation_message(cv)
+                    if self._parts_indexed() > node.index:  # its sentences are embedded again at idle time
+                        self._vdb.set_meta("parts_indexed", str(node.index))
+        if self.auto_save_path:
+            self.save(self.auto_save_path)
+        return node
 
     def on_event(self, fn: Callable[[ev.EngineEvent], None]) -> Callable[[], None]:
         return self.events.subscribe(fn)
