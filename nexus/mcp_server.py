@@ -1,0 +1,141 @@
+"""``nexus mcp``: a session's TRACE memory as a Model Context Protocol server.
+
+Built on the official ``mcp`` SDK (2.x, ``MCPServer``). Tools: recall, remember,
+search, tree, stats; resources: the tree and one exchange. Stdio by default (LM
+Studio, agent tools start it as a subprocess); ``--http PORT`` serves streamable
+HTTP on 127.0.0.1 (another host needs ``--token``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from typing import Any
+
+from .memory_service import MemoryService, Recall, Remembered, SearchResult
+
+INSTRUCTIONS = (
+    "Long-term memory of past conversations (TRACE). Call recall(query) before answering a question "
+    "that may depend on earlier conversations and use the memory block it returns; call "
+    "remember(user, assistant) after each completed exchange worth keeping; search finds past "
+    "messages (all_sessions=true: in every session); tree shows the topics."
+)
+
+
+def build_server(service: MemoryService):
+    """An ``MCPServer`` whose tools and resources call ``service``."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
+
+    server = MCPServer("nexus-trace", instructions=INSTRUCTIONS, log_level="WARNING")
+
+    def anticipated(fn, *args, **kwargs):
+        # bad input and missing things reach the model in words; anything else stays a crash
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, IndexError) as exc:
+            raise ToolError(str(exc)) from exc
+
+    @server.tool(description="The memory block for a query: past exchanges and topic branches relevant to it, "
+                             "within budget_tokens, with provenance (branches, exchange numbers, scores).")
+    def recall(query: str, budget_tokens: int = 1000) -> Recall:
+        return anticipated(service.recall, query, budget_tokens)
+
+    @server.tool(description="Store one completed exchange (the user's message and the assistant's answer) "
+                             "in long-term memory. Returns its exchange number and topic branch.")
+    def remember(user: str, assistant: str) -> Remembered:
+        return anticipated(service.remember, user, assistant)
+
+    @server.tool(description="Past messages closest in meaning to the query, best first; each hit names its "
+                             "session, exchange number and branch. all_sessions=true searches every session.")
+    def search(query: str, k: int = 10, all_sessions: bool = False) -> SearchResult:
+        return anticipated(service.search, query, k, all_sessions)
+
+    @server.tool(description="The topic outline of the memory: branch names, exchange ranges, summaries "
+                             "(* marks the active branch).")
+    def tree() -> str:
+        return service.outline()
+
+    @server.tool(description="Statistics of the memory session: exchanges, topics, embedder, judge.")
+    def stats() -> dict[str, Any]:
+        return service.stats()
+
+    @server.resource("trace://tree", name="tree", mime_type="text/plain",
+                     description="The topic outline with each exchange's first words.")
+    def tree_resource() -> str:
+        return service.outline(show_messages=True)
+
+    @server.resource("trace://exchange/{index}", name="exchange", mime_type="application/json",
+                     description="One stored exchange by number: messages, date, branch.")
+    def exchange_resource(index: str) -> str:
+        try:
+            return json.dumps(service.exchange(int(index)), ensure_ascii=False, indent=2)
+        except (ValueError, IndexError) as exc:
+            raise ResourceNotFoundError(str(exc) if isinstance(exc, IndexError)
+                                        else f"{index[:40]!r} is not an exchange number") from exc
+
+    return server
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """While models load, anything printed goes to stderr: on stdio, stdout is the protocol."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def run(config, session: str | None, http_port: int | None = None, host: str = "127.0.0.1",
+        token: str | None = None, embed_fn=None) -> int:
+    """Serve until stdin closes (stdio) or Ctrl+C (HTTP). Returns the exit status."""
+    from trace_core import SessionFileError
+
+    from .httpguard import UnsafeBindError, check_bind
+    from .memory_service import SessionNameError, open_service
+
+    if http_port is not None:
+        try:
+            check_bind(host, token)
+        except UnsafeBindError as exc:
+            print(f"nexus mcp: {exc}", file=sys.stderr)
+            return 2
+    try:
+        with _stdout_to_stderr():
+            service = open_service(config, session, embed_fn=embed_fn)
+            service.tree.embed_fn.embed("warm up")  # load the embedder before the first call
+    except (SessionNameError, SessionFileError) as exc:
+        print(f"nexus mcp: {exc}", file=sys.stderr)
+        return 2
+    print(f"nexus mcp: session {service.name!r} ({service.path}), {len(service.tree.exchanges)} exchanges",
+          file=sys.stderr)
+    server = build_server(service)
+    try:
+        if http_port is None:
+            server.run("stdio")
+        else:
+            serve_http(server, host, http_port, token)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        service.close()
+    return 0
+
+
+def serve_http(server, host: str, port: int, token: str | None) -> None:
+    import uvicorn
+
+    from .httpguard import MAX_BODY_BYTES, guard
+
+    app = server.streamable_http_app(host=host, max_request_body_size=MAX_BODY_BYTES)
+    print(f"nexus mcp: streamable HTTP on http://{host}:{port}/mcp" + (" (bearer token required)" if token else ""),
+          file=sys.stderr)
+    uvicorn.run(guard(app, token), host=host, port=port, log_level="warning", access_log=False)
