@@ -1,0 +1,87 @@
+"""`/search --all` in Nexus: every session of the user, each hit naming its session; the
+other sessions are opened read-only, even while another process writes one."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+
+from nexus.app import NexusApp
+from nexus.config import load_config
+from nexus.memory_service import MemoryService, session_path
+from nexus.widgets import Notice
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def config(server_url: str, tmp_path):
+    cfg = load_config(env={}, user_file=tmp_path / "none.toml")
+    cfg.set("server", "base_url", server_url)
+    cfg.set("models", "chat", "test-model")
+    cfg.set("memory", "judge", "embedding")
+    cfg.set("memory", "idle_reorganize_seconds", 0)
+    cfg.set("web", "enabled", False)
+    return cfg
+
+
+def notices(app) -> str:
+    return "\n".join(str(n.render()) for n in app.query(Notice))
+
+
+async def wait_for(pilot, cond, timeout: float = 30.0) -> None:
+    end = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        assert asyncio.get_running_loop().time() < end, notices(pilot.app)
+        await pilot.pause(0.05)
+
+
+HOLDER = """
+import sys, time
+from nexus.memory_service import MemoryService, session_path
+from trace_core.embedders import MiniLMEmbedder
+svc = MemoryService.open(session_path("trip"), embed_fn=MiniLMEmbedder(), judge="embedding")
+svc.remember("The ferry to Naxos leaves at 7:30 from Piraeus.", "7:30 from Piraeus, noted.")
+print("ready", flush=True)
+sys.stdin.readline()
+svc.remember("We also booked a room in Naxos town.", "Room in Naxos town, noted.")
+print("written", flush=True)
+svc.close()
+"""
+
+
+async def test_search_all_names_each_session_and_never_blocks_the_writer(server, tmp_path, data_dir, minilm):
+    own = MemoryService.open(session_path("home"), embed_fn=minilm, judge="embedding")
+    own.remember("I water the tomatoes every morning.", "Tomatoes, every morning.")
+    own.close()
+    # another process holds "trip" open for writing for the whole test
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        app = NexusApp(config(server.base_url, tmp_path), session_path("home"), embed_fn=minilm)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await wait_for(pilot, lambda: app.session is not None and app.embedder_state == "ready")
+            inp = app.query_one("#prompt")
+            inp.value = "/search --all ferry to Naxos"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: "Memory search in every session" in notices(app))
+            text = notices(app)
+            assert "[trip]" in text and "7:30 from Piraeus" in text
+            inp.value = "/search --all tomatoes"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: "[home]" in notices(app))
+        # the writer was never blocked by the reads
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "written"
+        assert holder.wait(60) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
