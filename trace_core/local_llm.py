@@ -1,8 +1,9 @@
 """Start and stop the embedded llama.cpp server (extra ``local``) on a free loopback port.
 
 It serves the packaged gemma-3-270m GGUF through llama-cpp-python's genuine
-OpenAI-compatible server. Used by ``nexus --local``, the end-to-end tests and the
-benchmarks.
+OpenAI-compatible server, run by ``trace_core.local_server`` so that it speaks Gemma's
+turn format (system text included) and bounds every reply. Used by ``nexus --local``,
+the end-to-end tests and the benchmarks.
 """
 
 from __future__ import annotations
@@ -38,9 +39,14 @@ def model_path() -> str:
 
 
 class LocalLLMServer:
-    def __init__(self, model: str | None = None, n_ctx: int = 4096, log_path: str | None = None) -> None:
+    """``n_ctx`` is the context the server runs with (tokens): what clients must fit in.
+    ``reply_max_tokens`` bounds a reply whose request names no ``max_tokens``."""
+
+    def __init__(self, model: str | None = None, n_ctx: int = 4096, log_path: str | None = None,
+                 reply_max_tokens: int = 512) -> None:
         self.model = model
         self.n_ctx = n_ctx
+        self.reply_max_tokens = reply_max_tokens
         self.log_path = log_path
         self.port: int | None = None
         self.proc: subprocess.Popen | None = None
@@ -58,9 +64,9 @@ class LocalLLMServer:
         path = self.model or model_path()
         self.port = _free_port()
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", path, "--model_alias", MODEL_ALIAS,
+        cmd = [sys.executable, "-m", "trace_core.local_server", "--model", path, "--model_alias", MODEL_ALIAS,
                "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
-               "--verbose", "False"]
+               "--reply_max_tokens", str(self.reply_max_tokens), "--verbose", "False"]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.time() + timeout

@@ -1,0 +1,133 @@
+"""llama-cpp-python's OpenAI-compatible server, speaking Gemma's own chat format.
+
+The packaged gemma-3-270m GGUF carries no chat template, so llama-cpp-python falls
+back to Llama-2's ``[INST] <<SYS>>`` markers (which the model then echoes), and its
+built-in ``gemma`` format drops system messages, and TRACE's memory block with them.
+This module registers ``gemma-system``: Gemma's turn markers with the system text
+folded into the first user turn, as Gemma's own template does. It also bounds every
+reply: a default ``max_tokens`` when a request names none (llama.cpp would otherwise
+generate until the context is full), the usual repetition penalty as a floor, and a
+loop guard that stops a reply repeating the same run of tokens.
+
+    python -m trace_core.local_server --model PATH [llama_cpp.server flags]
+        [--reply_max_tokens 512] [--min_repeat_penalty 1.1]
+
+Importing this module does not import llama_cpp; ``register()`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+CHAT_FORMAT = "gemma-system"
+START, END = "<start_of_turn>", "<end_of_turn>"
+REPLY_MAX_TOKENS = 512
+MIN_REPEAT_PENALTY = 1.1
+# a run of at least LOOP_MIN_PERIOD tokens repeated LOOP_REPEATS times back to back is a loop:
+# natural text does not do that, a tiny model stuck in a loop does it for thousands of tokens
+LOOP_MIN_PERIOD, LOOP_MAX_PERIOD, LOOP_REPEATS = 8, 96, 4
+
+
+def _text(content) -> str:
+    """Message content as text: a string, or the text parts of a content list."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        text = content
+    else:
+        text = "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    # turn markers inside a message would end its turn early: they are structure, not text
+    return text.replace(START, "").replace(END, "")
+
+
+def format_prompt(messages: Sequence[dict]) -> str:
+    """Gemma's turns; system (and developer) text is prepended to the next user turn,
+    separated by a blank line; assistant turns are ``model`` turns; tool results are user turns.
+    BOS is added by the tokenizer."""
+    turns: list[tuple[str, str]] = []
+    system: list[str] = []
+    for m in messages:
+        role, text = m.get("role"), _text(m.get("content"))
+        if role in ("system", "developer"):
+            if text.strip():
+                system.append(text.strip())
+            continue
+        if role == "assistant":
+            turns.append(("model", text.strip()))
+            continue
+        if system:
+            text = "\n\n".join([*system, text.strip()])
+            system = []
+        turns.append(("user", text.strip()))
+    if system:  # system text and no user turn after it: it still reaches the model
+        turns.append(("user", "\n\n".join(system)))
+    return "".join(f"{START}{role}\n{text}{END}\n" for role, text in turns) + f"{START}model\n"
+
+
+def loop_length(tokens: Sequence[int], min_period: int = LOOP_MIN_PERIOD, max_period: int = LOOP_MAX_PERIOD,
+                repeats: int = LOOP_REPEATS) -> int:
+    """The period of a loop at the end of ``tokens`` (0 if none): the last ``period`` tokens
+    repeated ``repeats`` times back to back."""
+    t = list(tokens[-max_period * repeats:])  # one copy; called after every token
+    n = len(t)
+    for period in range(min_period, min(max_period, n // repeats) + 1):
+        if t[-1] != t[-1 - period]:
+            continue
+        tail = t[n - period:]
+        if all(t[n - (k + 1) * period: n - k * period] == tail for k in range(1, repeats)):
+            return period
+    return 0
+
+
+class LoopGuard:
+    """A llama_cpp stopping criterion: stop when the generated tokens end in a loop.
+    It is called after each new token with every token so far (prompt included)."""
+
+    def __init__(self) -> None:
+        self.prompt_len: int | None = None
+
+    def __call__(self, input_ids, logits) -> bool:
+        if self.prompt_len is None:
+            self.prompt_len = len(input_ids) - 1
+        generated = input_ids[self.prompt_len:]
+        if len(generated) < LOOP_MIN_PERIOD * LOOP_REPEATS:
+            return False
+        return loop_length(generated) > 0
+
+
+def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float = MIN_REPEAT_PENALTY) -> None:
+    """Register ``gemma-system`` with llama_cpp (idempotent)."""
+    import llama_cpp
+    from llama_cpp import llama_chat_format as lcf
+
+    def formatter(*, messages, **_kwargs) -> lcf.ChatFormatterResponse:
+        return lcf.ChatFormatterResponse(prompt=format_prompt(messages), stop=[END],
+                                         stopping_criteria=llama_cpp.StoppingCriteriaList([LoopGuard()]))
+
+    base = lcf.chat_formatter_to_chat_completion_handler(formatter)
+
+    def handler(*, max_tokens=None, repeat_penalty=MIN_REPEAT_PENALTY, **kwargs):
+        # llama.cpp already trims max_tokens to what the context has left
+        if max_tokens is None or max_tokens <= 0:
+            max_tokens = reply_max_tokens
+        return base(max_tokens=max_tokens, repeat_penalty=max(repeat_penalty, min_repeat_penalty), **kwargs)
+
+    lcf.LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(CHAT_FORMAT, handler, overwrite=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--reply_max_tokens", type=int, default=REPLY_MAX_TOKENS)
+    ap.add_argument("--min_repeat_penalty", type=float, default=MIN_REPEAT_PENALTY)
+    ours, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
+    register(ours.reply_max_tokens, ours.min_repeat_penalty)
+    from llama_cpp.server.__main__ import main as serve
+
+    sys.argv = [sys.argv[0], *rest, "--chat_format", CHAT_FORMAT]  # the server parses sys.argv
+    serve()
+
+
+if __name__ == "__main__":
+    main()
