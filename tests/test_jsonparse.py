@@ -1,0 +1,34 @@
+"""Small models' JSON is repaired with json-repair before the judge falls back (issue 15 item 6).
+Each case is a shape gemma-3-270m was seen to answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from trace_core import jsonparse
+from trace_core.jsonparse import JSONParseError, parse_json_object
+
+REPAIRABLE = [
+    ('{"action": "new", "parent": 0, "name": "Marathon Training', {"action": "new", "parent": 0, "name": "Marathon Training"}),
+    ('Sure! {"search": true', {"search": True}),
+    ("{action: continue}", {"action": "continue"}),
+    ('```json\n{"summary": "Ferns like humidity."\n```', {"summary": "Ferns like humidity."}),
+]
+
+
+@pytest.mark.parametrize("text, expected", REPAIRABLE)
+def test_broken_objects_are_repaired(text, expected):
+    assert parse_json_object(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", REPAIRABLE)
+def test_without_repair_they_are_refused(text, expected, monkeypatch):
+    monkeypatch.setattr(jsonparse, "REPAIR", False)
+    with pytest.raises(JSONParseError):
+        parse_json_object(text)
+
+
+@pytest.mark.parametrize("text", ['{"action": }', "{broken", '{"name": "", "parent":', "no json at all", "[1, 2]"])
+def test_a_repair_with_no_value_is_no_answer(text):
+    with pytest.raises(JSONParseError, match="no JSON object"):
+        parse_json_object(text)
