@@ -6,25 +6,99 @@ manager, and reports through ``emit(event)``. The Textual app calls it from work
 
 from __future__ import annotations
 
+import itertools
+import json
+import queue
 import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from trace_core import CTree, PromptSynthesizer
 from trace_core.llm import describe_error
+from trace_core.tokens import count_tokens, truncate_to_tokens
 
 from . import events as ev
 from .config import Config
+from .session_settings import SessionSettings, parse_setting
 from .web import RouteDecision, WebRouter, WebSearch, WebSearchError, results_block
 
 THINK = re.compile(r"<think>.*?(</think>|$)", re.S)
 
 
+TAGS = re.compile(r"<[^>]+>")
+PROMPT_OVERHEAD = 32  # tokens of role markers and template around the two messages
+_turn_ids = itertools.count(1)
+
+
 def strip_think(text: str) -> str:
     """Reasoning sections are shown collapsed and never stored in memory."""
     return THINK.sub("", text).strip()
+
+
+class ReplyError(RuntimeError):
+    """A reply that is not an answer: said in words, never stored."""
+
+
+@dataclass(eq=False)
+class Turn:
+    """One request and its reply. Each has its own cancel and its own text, so a late
+    timeout or chunk of one request never touches another's."""
+
+    text: str
+    forced_query: str | None = None
+    id: int = field(default_factory=lambda: next(_turn_ids))
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    settled: threading.Event = field(default_factory=threading.Event)  # over, and stored or kept
+    keep: bool = False  # cancelled by leaving: store the message even with no reply text
+    replace: bool = False  # /retry, /edit: the reply replaces the newest exchange in memory
+    partial: str = ""
+    outcome: str = ""  # answered | cancelled | failed | empty | refused | unstored
+
+    def cancel(self, keep: bool = False) -> None:
+        self.keep = self.keep or keep
+        self.cancelled.set()
+
+
+def server_message(exc: BaseException) -> str:
+    """The server's own words in an error, when it sent some (JSON or an HTML page)."""
+    body = getattr(exc, "body", None)
+    msg = ""
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        msg = (err.get("message") or err.get("detail") or "") if isinstance(err, dict) else str(err)
+    elif isinstance(body, str):
+        msg = body
+    elif not hasattr(exc, "status_code"):
+        msg = getattr(exc, "message", "") or ""
+    return " ".join(TAGS.sub(" ", str(msg)).split())[:300]
+
+
+def reply_problem(exc: BaseException, base_url: str) -> str:
+    if isinstance(exc, RuntimeError) and not hasattr(exc, "request") and exc.args:
+        return str(exc.args[0])
+    problem = describe_error(exc, base_url)
+    msg = server_message(exc)
+    return f"{problem}: {msg}" if msg and msg not in problem else problem
+
+
+def store_problem(exc: BaseException) -> str:
+    """Why an exchange could not be written, in words."""
+    import errno
+    import sqlite3
+
+    text = str(exc)
+    if isinstance(exc, UnicodeError):
+        return f"the text has characters that cannot be stored ({exc.__class__.__name__})"
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC or "database or disk is full" in text:
+        return "the disk is full"
+    if isinstance(exc, PermissionError) or "readonly" in text or "read-only" in text:
+        return "the session file cannot be written (read-only)"
+    if isinstance(exc, sqlite3.ProgrammingError) and "closed" in text:
+        return "the session was closed"
+    return f"{type(exc).__name__}: {text}"
 
 
 class ChatSession:
@@ -41,9 +115,12 @@ class ChatSession:
         self.model = config.chat_model
         self.tree: CTree | None = None
         self.synth: PromptSynthesizer | None = None
-        self.cancel_event = threading.Event()
-        self.pending: str | None = None  # a message whose reply failed: resend with a key
+        self.turn: Turn | None = None  # the request in flight
+        self.kept: list[str] = []  # messages without an answer (failed, empty, cancelled early): resend with a key
+        self.unstored: list[tuple[str, str]] = []  # exchanges whose storing failed: store again with a key
+        self.settings = SessionSettings()  # /system, /set: read from the session file when it opens
         self.recent: list[dict] = []
+        self.read_only = False  # opened read-only: another process writes the session
         self.web_enabled = bool(config.get("web", "enabled"))
         self.web = WebSearch(**({"search_fn": search_fn} if search_fn else {}),
                              max_results=int(config.get("web", "max_results")),
@@ -54,14 +131,18 @@ class ChatSession:
 
     # --- opening ---------------------------------------------------------------------------
 
-    def open(self) -> CTree:
-        """Open (or create) the session file. Raises ``SessionFileError`` for a bad file."""
+    def open(self, read_only: bool = False) -> CTree:
+        """Open (or create) the session file. Raises ``SessionFileError`` for a bad file,
+        ``SessionLockedError`` when another process writes it (then open ``read_only``)."""
         mem = self.config.data["memory"]
         tree = CTree.open(str(self.path), base_url=self.config.base_url, api_key=self.config.api_key,
                           model=self.config.memory_model or "local-model", embed_fn=self._embed_fn,
-                          judge=mem["judge"], max_children=int(mem["max_children"]), llm_timeout=30)
+                          judge=mem["judge"], max_children=int(mem["max_children"]), llm_timeout=30,
+                          read_only=read_only)
+        self.read_only = read_only
         tree.on_event(self.emit)
         self.tree = tree
+        self.settings = SessionSettings.load(tree.vdb)
         self.synth = PromptSynthesizer(ctree=tree, vector_db=tree.vdb,
                                        memory_token_budget=int(mem["memory_token_budget"]))
         n = int(mem["recent_exchanges"])
@@ -126,67 +207,321 @@ class ChatSession:
                                len(results), seconds))
         return decision, results
 
+    def limits(self) -> tuple[int, int]:
+        """(context tokens, max reply tokens): ``models.max_tokens`` 0 means a quarter of the context."""
+        models = self.config.data.get("models", {})
+        ctx = int(models.get("context_tokens") or 8192)
+        max_tokens = int(models.get("max_tokens") or 0) or max(64, ctx // 4)
+        return ctx, min(max_tokens, max(16, ctx // 2))
+
+    def prompt_room(self) -> int:
+        """Tokens the prompt may take: the context less the reply's share and the template."""
+        ctx, max_tokens = self.limits()
+        return ctx - max_tokens - PROMPT_OVERHEAD
+
     def build_prompt(self, text: str, web_results: list) -> str:
+        """The system prompt, counted against the context: the recent window is trimmed
+        oldest first, then the memory block shrinks, each said in the log."""
         assert self.tree is not None and self.synth is not None
+        ctx, _ = self.limits()
         extra = [results_block(web_results)] if web_results else []
+        room = self.prompt_room() - count_tokens(text)
+        avail = room - count_tokens(self.synth.base_prompt) - sum(count_tokens(b) + 1 for b in extra)
+        recent = list(self.recent)
+
+        def recent_tokens(msgs: list[dict]) -> int:
+            return sum(count_tokens(f"{m.get('role', '')}: {m.get('content', '')}") + 1 for m in msgs) + 8
+
+        dropped = 0
+        while recent and recent_tokens(recent) > avail:
+            recent.pop(0)
+            dropped += 1
+        if dropped:
+            self.emit(ev.Notice(f"prompt: dropped the {dropped} oldest recent message(s) to fit the model's "
+                                f"context ({ctx} tokens)"))
+        budget = int(self.config.get("memory", "memory_token_budget"))
+        mem = max(0, min(budget, avail - (recent_tokens(recent) if recent else 0)))
+        if mem < budget:
+            self.emit(ev.Notice(f"prompt: memory block limited to {mem} tokens (of {budget}) to fit the "
+                                f"model's context ({ctx} tokens)"))
         prompt = self.synth.synthesize_prompt(text, self.tree.embed_fn.embed(text), self.tree.current_node,
-                                              self.recent, extra_context=extra)
+                                              recent, memory_token_budget=mem, extra_context=extra)
         self.emit(ev.Retrieved(self.synth.last_report))
+        if count_tokens(prompt) > room:  # the estimate of a block overshot: never past the context
+            self.emit(ev.Notice(f"prompt: system prompt cut from {count_tokens(prompt)} to {room} tokens", "warning"))
+            prompt = truncate_to_tokens(prompt, max(room, 0))
         return prompt
 
-    def send(self, text: str, forced_query: str | None = None) -> str | None:
-        """Route, retrieve, stream the reply, remember the exchange. Returns the reply, or
-        None when it failed (the message is kept in ``pending``)."""
-        self.last_activity = time.monotonic()
-        self.cancel_event.clear()
-        self.pending = text
-        self.emit(ev.ReplyStarted(text))
-        partial = ""
+    def send(self, text: str, forced_query: str | None = None, turn: Turn | None = None) -> str | None:
+        """Route, retrieve, stream the reply, remember the exchange. Returns the stored reply,
+        or None when there is none (failed, empty, cancelled before a word: the message is
+        kept in ``kept``/``pending`` for resend; a refused one is not). ``turn.settled`` is
+        set when the turn is over."""
+        turn = turn or Turn(text, forced_query)
+        self.turn = turn
         try:
-            model = self.resolve_model()
-            _decision, results = self.route(text, forced_query)
-            system = self.build_prompt(text, results)
-            stream = self.client.chat.completions.create(
-                model=model, stream=True, temperature=float(self.config.get("models", "temperature")),
-                messages=[{"role": "system", "content": system}, {"role": "user", "content": text}],
-            )
-            cancelled = False
-            try:
-                for chunk in stream:
-                    if self.cancel_event.is_set():
-                        cancelled = True
-                        break
-                    delta = chunk.choices[0].delta.content if chunk.choices else None
-                    if delta:
-                        partial += delta
-                        self.emit(ev.ReplyChunk(delta))
-            finally:
-                stream.close()
-        except Exception as exc:
-            problem = exc.args[0] if isinstance(exc, RuntimeError) and exc.args else describe_error(
-                exc, self.config.base_url)
-            self.emit(ev.ReplyFailed(text, partial, problem))
-            return None
-        sources = tuple((r.title, r.url) for r in results)
-        reply = partial if not cancelled else partial + "\n\n[reply cancelled]"
-        self.emit(ev.ReplyFinished(reply, cancelled, sources))
-        self.pending = None
-        self.remember(text, reply)
+            reply = self._run(turn)
+        except BaseException:
+            turn.outcome = turn.outcome or "failed"
+            raise
+        finally:
+            if self.turn is turn:
+                self.turn = None
+            turn.settled.set()
+            self.emit(ev.TurnSettled(turn.id, turn.outcome))
+        if reply is not None and not turn.keep:
+            self.index_sentences()  # idle work, after the turn is over
         return reply
 
-    def remember(self, user: str, reply: str, system: str | None = None) -> None:
-        """Store the exchange (called from a worker: add() embeds and writes to disk)."""
+    def _run(self, turn: Turn) -> str | None:
+        text = turn.text
+        self.last_activity = time.monotonic()
+        self.emit(ev.ReplyStarted(text, turn.id))
+        ctx, max_tokens = self.limits()
+        size = count_tokens(text)
+        if size > self.prompt_room() - count_tokens(self.synth.base_prompt if self.synth else ""):
+            turn.outcome = "refused"
+            self.emit(ev.ReplyFailed(text, "", f"your message is about {size:,} tokens, more than the model's "
+                                     f"context holds ({ctx:,} tokens, {max_tokens:,} of them kept for the reply); "
+                                     "it was not sent — shorten it or split it", turn.id, kept=False))
+            return None
+        results: list = []
+        finish = None
+        try:
+            model = self.resolve_model()
+            _decision, results = self.route(text, turn.forced_query)
+            if not turn.cancelled.is_set():
+                system = self.with_system_prompt(self.build_prompt(text, results))
+                finish = self._stream(turn, model, system, text, max_tokens)
+        except Exception as exc:
+            turn.outcome = "failed"
+            self._keep(text)
+            self.emit(ev.ReplyFailed(text, turn.partial, reply_problem(exc, self.config.base_url), turn.id))
+            return None
+        sources = tuple((r.title, r.url) for r in results)
+        if turn.cancelled.is_set():
+            turn.outcome = "cancelled"
+            if not turn.partial and not turn.keep:  # nothing came yet: nothing to store, kept for resend
+                self._keep(text)
+                self.emit(ev.ReplyFinished("", True, sources, turn.id, note="cancelled before the first word: "
+                                           "your message is kept — Ctrl+R sends it again"))
+                return None
+            reply = turn.partial + "\n\n[reply cancelled]"
+            self.emit(ev.ReplyFinished(reply, True, sources, turn.id))
+        elif not strip_think(turn.partial):
+            turn.outcome = "empty"
+            self._keep(text)
+            self.emit(ev.ReplyFinished(turn.partial, False, sources, turn.id, empty=True))
+            return None
+        else:
+            turn.outcome = "answered"
+            note = ""
+            reply = turn.partial
+            if finish == "length":
+                note = f"reply cut at the max_tokens limit ({max_tokens})"
+                reply += "\n\n[reply cut at max_tokens]"
+            self.emit(ev.ReplyFinished(reply, False, sources, turn.id, note=note))
+        if text in self.kept:  # answered now (a resend)
+            self.kept.remove(text)
+        try:
+            self.remember(text, reply, index=False, replace=turn.replace)
+        except Exception as exc:  # kept in the app for Ctrl+R; the app keeps running
+            turn.outcome = "unstored"
+            self.unstored.append((text, reply))
+            self.emit(ev.StoreFailed(text, reply, store_problem(exc), turn.id))
+            self.reload()
+            return None
+        return reply
+
+    def reload(self) -> None:
+        """After a failed store the tree in memory may hold an exchange the file does not:
+        read the file again so memory and file agree (and a closed connection is renewed)."""
+        if self.tree is None:
+            return
+        try:
+            self.close()
+        except Exception:
+            pass
+        try:
+            self.open()
+        except Exception as exc:
+            self.emit(ev.Notice(f"the session could not be read again after a failed store: {exc}", "error"))
+
+    @property
+    def pending(self) -> str | None:
+        """The last message kept for resend (a failed, empty or early-cancelled reply)."""
+        return self.kept[-1] if self.kept else None
+
+    def _keep(self, text: str) -> None:
+        if text in self.kept:
+            self.kept.remove(text)
+        self.kept.append(text)
+
+    def _stream(self, turn: Turn, model: str, system: str, text: str, max_tokens: int) -> str | None:
+        """Stream the reply into ``turn.partial``; returns the finish reason, or None when
+        cancelled. The request runs in its own thread so a cancel never waits for the
+        server's first byte; what an abandoned request later brings goes nowhere."""
+        q: queue.Queue = queue.Queue()
+        sampling = self.sampling(max_tokens)
+
+        def produce() -> None:
+            stream = None
+            try:
+                stream = self.client.chat.completions.create(
+                    model=model, stream=True, **sampling,
+                    messages=[{"role": "system", "content": system}, {"role": "user", "content": text}])
+                if turn.cancelled.is_set():
+                    return
+                not_sse = self._not_a_stream(stream)
+                if not_sse is not None:
+                    q.put(not_sse)
+                    return
+                for chunk in stream:
+                    q.put(("chunk", chunk))
+                    if turn.cancelled.is_set():
+                        return
+                q.put(("end", None))
+            except BaseException as exc:
+                q.put(("error", exc))
+            finally:
+                if stream is not None:
+                    try:
+                        stream.close()
+                    except Exception:
+                        pass
+
+        threading.Thread(target=produce, name=f"reply-{turn.id}", daemon=True).start()
+        finish = None
+        while True:
+            if turn.cancelled.is_set():
+                return None
+            try:
+                kind, item = q.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if turn.cancelled.is_set():
+                return None
+            if kind == "error":
+                raise item
+            if kind == "whole":  # a JSON completion where a stream was asked for
+                content, finish = item
+                if content:
+                    turn.partial += content
+                    self.emit(ev.ReplyChunk(content, turn.id))
+            elif kind == "chunk":
+                choice = item.choices[0] if item.choices else None
+                if choice is None:
+                    continue
+                delta = choice.delta.content if choice.delta else None
+                # LM Studio / llama.cpp's reasoning format: shown live, folded, never stored
+                thought = getattr(choice.delta, "reasoning_content", None) if choice.delta else None
+                if thought:
+                    self.emit(ev.ReasoningChunk(thought, turn.id))
+                if delta:
+                    turn.partial += delta
+                    self.emit(ev.ReplyChunk(delta, turn.id))
+                if choice.finish_reason:
+                    finish = choice.finish_reason
+            if kind in ("end", "whole"):
+                if finish is None:
+                    raise ReplyError("the reply stream ended before the server finished it (no finish_reason); "
+                                     "the partial text is not stored")
+                if finish == "length" and not strip_think(turn.partial):
+                    raise ReplyError(f"the model's context is full: no room left for a reply "
+                                     f"(finish_reason 'length' with no text)")
+                return finish
+
+    @staticmethod
+    def _not_a_stream(stream) -> tuple | None:
+        """An HTTP 200 whose body is not an event stream: an HTML page is a failure with
+        its text; a JSON body is an error or a whole (non-streamed) completion."""
+        response = getattr(stream, "response", None)
+        ctype = (response.headers.get("content-type", "") if response is not None else "").lower()
+        if not ctype or "event-stream" in ctype:
+            return None
+        raw = response.read().decode("utf-8", "replace")
+        if "json" in ctype:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = None
+            if isinstance(body, dict) and body.get("choices"):
+                c = body["choices"][0]
+                return ("whole", ((c.get("message") or {}).get("content") or "", c.get("finish_reason")))
+            if isinstance(body, dict) and body.get("error"):
+                err = body["error"]
+                msg = err.get("message", "") if isinstance(err, dict) else str(err)
+                return ("error", ReplyError(f"the model server answered with an error: {msg[:300]}"))
+        words = " ".join(TAGS.sub(" ", raw).split())[:200]
+        return ("error", ReplyError(f"the model server answered {ctype.split(';')[0]}, not a reply"
+                                    + (f": {words}" if words else "")))
+
+    # --- per-session settings (/system, /set) ------------------------------------------------------
+
+    def sampling(self, max_tokens: int) -> dict:
+        """The request's sampling arguments: the session's /set values over the config."""
+        st = self.settings
+        out: dict = {"temperature": float(st.temperature if st.temperature is not None
+                                          else self.config.get("models", "temperature")),
+                     "max_tokens": int(st.max_tokens or max_tokens)}
+        if st.top_p is not None:
+            out["top_p"] = float(st.top_p)
+        return out
+
+    def with_system_prompt(self, memory_prompt: str) -> str:
+        """The session's /system text first, then the memory block."""
+        own = self.settings.system.strip()
+        return f"{own}\n\n{memory_prompt}" if own else memory_prompt
+
+    def set_system_prompt(self, text: str) -> None:
+        assert self.tree is not None and self.tree.vdb is not None
+        self.settings.system = text
+        self.settings.save(self.tree.vdb)
+
+    def set_value(self, name: str, value: str) -> float | int:
+        """``/set name value``: validated (ValueError names the allowed range), stored."""
+        assert self.tree is not None and self.tree.vdb is not None
+        number = parse_setting(name, value)
+        setattr(self.settings, name, number)
+        self.settings.save(self.tree.vdb)
+        return number
+
+    def remember(self, user: str, reply: str, system: str | None = None, index: bool = True,
+                 replace: bool = False) -> None:
+        """Store the exchange (called from a worker: add() embeds and writes to disk);
+        ``replace``: it takes the place of the newest exchange (/retry, /edit)."""
         assert self.tree is not None
         content = strip_think(reply) or "(empty reply)"
         msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": content}]
         if system:
             msgs.insert(0, {"role": "system", "content": system})
         with self._lock:
-            node = self.tree.add(msgs)
-            n = int(self.config.get("memory", "recent_exchanges"))
-            self.recent = (self.recent + [m for m in msgs if m["role"] != "system"])[-2 * n:]
+            if replace and self.tree.exchanges:
+                node = self.tree.replace_last(msgs)
+                n = int(self.config.get("memory", "recent_exchanges"))
+                self.recent = [dict(m) for x in self.tree.exchanges[-n:] for m in x.messages if m["role"] != "system"]
+            else:
+                node = self.tree.add(msgs)
+                n = int(self.config.get("memory", "recent_exchanges"))
+                self.recent = (self.recent + [m for m in msgs if m["role"] != "system"])[-2 * n:]
         self.emit(ev.Remembered(node.index, self.tree.thread_path(node)))
-        self.index_sentences()
+        if index:
+            self.index_sentences()
+
+    def store_unstored(self) -> tuple[int, str]:
+        """Store again the exchanges whose storing failed (no new request to the model).
+        Returns (stored, problem of the first that failed again or "")."""
+        done = 0
+        while self.unstored:
+            user, reply = self.unstored[0]
+            try:
+                self.remember(user, reply, index=False)
+            except Exception as exc:
+                self.reload()
+                return done, store_problem(exc)
+            self.unstored.pop(0)
+            done += 1
+        return done, ""
 
     def index_sentences(self) -> int:
         """Embed the sentences of exchanges not indexed yet (retrieval scores a message by
@@ -199,8 +534,11 @@ class ChatSession:
             self.emit(ev.Notice(f"sentence index not updated: {exc}", "warning"))
             return 0
 
-    def cancel(self) -> None:
-        self.cancel_event.set()
+    def cancel(self, keep: bool = False) -> None:
+        """Cancel the request in flight (only that one)."""
+        turn = self.turn
+        if turn is not None:
+            turn.cancel(keep)
 
     # --- commands' engine side ------------------------------------------------------------------
 

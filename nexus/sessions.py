@@ -11,9 +11,10 @@ from .config import data_dir
 
 
 def sessions_dir() -> Path:
-    d = data_dir() / "sessions"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    from .paths import private_dir
+
+    private_dir(data_dir())  # 0700: conversations are private (issue 10.6)
+    return private_dir(data_dir() / "sessions")
 
 
 def resolve(name_or_path: str | None) -> Path:
@@ -43,7 +44,9 @@ def _pointer() -> Path:
 
 
 def remember(path: Path) -> None:
-    _pointer().parent.mkdir(parents=True, exist_ok=True)
+    from .paths import private_dir
+
+    private_dir(_pointer().parent)
     _pointer().write_text(str(path))
 
 
@@ -55,14 +58,129 @@ def last_session() -> Path | None:
     return p if p.exists() else None
 
 
+def files_of(session: Path) -> list[Path]:
+    """The database and SQLite's write-ahead log and shared-memory files beside it."""
+    return [session, Path(f"{session}-wal"), Path(f"{session}-shm")]
+
+
+def footprint(session: Path) -> tuple[float, int]:
+    """``(last write, bytes)`` over the database and its -wal and -shm files: between
+    checkpoints a session's recent writes sit in the -wal file, not the database."""
+    mtime, size = 0.0, 0
+    for f in files_of(session):
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        mtime, size = max(mtime, st.st_mtime), size + st.st_size
+    return mtime, size
+
+
 def list_sessions() -> list[tuple[Path, float, int]]:
-    """``(path, modified, size)``, newest first."""
-    out = []
-    for p in sessions_dir().glob("*.db"):
-        st = p.stat()
-        out.append((p, st.st_mtime, st.st_size))
+    """``(path, last write, size)``, newest first; sizes and times include -wal and -shm."""
+    out = [(p, *footprint(p)) for p in sessions_dir().glob("*.db")]
     return sorted(out, key=lambda x: -x[1])
+
+
+def names() -> list[str]:
+    """Session names (file stems in the sessions folder), newest first."""
+    return [p.stem for p, _, _ in list_sessions()]
+
+
+def find(name_or_path: str) -> Path | None:
+    """An existing session by name (or path), or None."""
+    path = resolve(name_or_path)
+    return path if path.is_file() else None
 
 
 def log_path(session: Path) -> Path:
     return session.with_suffix(".log")
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def export_refusal(target: Path, session: Path) -> str | None:
+    """Why ``/save`` must not write ``target`` (a JSON export replaces the file whole),
+    or None. The open session's files and any SQLite database are refused."""
+    try:
+        resolved = target.resolve()
+    except OSError as exc:
+        return f"{target} cannot be used ({exc})"
+    own = {f.resolve() for f in [*files_of(session), log_path(session), Path(f"{session}.lock")]}
+    if resolved in own:
+        return f"{target} is a file of the open session; saving onto it would destroy the session"
+    if resolved.is_dir():
+        return f"{target} is a folder"
+    try:
+        with open(resolved, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{target} cannot be read ({exc})"
+    if head == SQLITE_MAGIC:
+        return f"{target} is a SQLite database (a session?); an export never overwrites one"
+    return None
+
+
+class SessionInUse(RuntimeError):
+    """Another process has the session open for writing."""
+
+
+def _unused(session: Path):
+    """Hold the session's writer lock (trace_core.locking) while a file operation runs, so
+    a session open in another Nexus is never deleted or renamed under it."""
+    try:
+        from trace_core.locking import LockBusy, WriterLock
+    except ImportError:  # an engine without the writer lock
+        return None
+    lock = WriterLock(f"{session}.lock")
+    try:
+        lock.acquire()
+    except LockBusy as busy:
+        who = f" (process {busy.pid})" if busy.pid else ""
+        raise SessionInUse(f"{session.stem} is open in another Nexus{who}") from None
+    return lock
+
+
+def delete(session: Path) -> None:
+    """Remove a session: its database, -wal, -shm and log files."""
+    lock = _unused(session)
+    try:
+        for f in [*files_of(session), log_path(session)]:
+            f.unlink(missing_ok=True)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def rename(session: Path, new_name: str) -> Path:
+    """Rename a closed session (all its files) within its folder; returns the new path.
+    Refuses a name that is taken."""
+    safe = re.sub(r"[^\w.-]+", "-", new_name.removesuffix(".db")).strip("-.")
+    if not safe:
+        raise ValueError(f"{new_name!r} is not usable as a session name")
+    target = session.with_name(f"{safe}.db")
+    if target.exists():
+        raise ValueError(f"a session named {safe} already exists")
+    lock = _unused(session)
+    try:
+        move(session, target)
+    finally:
+        if lock is not None:
+            lock.release()
+    return target
+
+
+def move(src: Path, dst: Path) -> None:
+    """Move a closed session's files (database, -wal, -shm, log) to another name."""
+    for a, b in zip([*files_of(src), log_path(src)], [*files_of(dst), log_path(dst)]):
+        if a.exists():
+            os.replace(a, b)
+
+
+def discard(path: Path) -> None:
+    """Remove what an abandoned import left (database, -wal, -shm, lock)."""
+    for f in [*files_of(path), Path(f"{path}.lock")]:
+        f.unlink(missing_ok=True)

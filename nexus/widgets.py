@@ -2,30 +2,55 @@
 
 from __future__ import annotations
 
+import os
 import re
+import time
 
 from rich.text import Text
+from textual import events
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.widgets import Collapsible, Input, Markdown, RichLog, Static, Tree
-from textual.widgets.tree import TreeNode
+from textual.message import Message
+from textual.widgets import Collapsible, Markdown, RichLog, Static, TextArea
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*(\x07|\x1b\\)|\x1b.")
-CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+from .completion import Completer
+from .keys import PROMPT_KEYS
+from .prompt_history import PromptHistory
+from .text import safe
+
 THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
 CODE = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 
 
-def safe(text: str) -> str:
-    """Model output is text: terminal escape sequences and control characters are made
-    visible, never sent to the terminal. (Rich markup is inert: we never parse it.)"""
-    text = ANSI.sub(lambda m: m.group(0).replace("\x1b", "␛"), text)
-    return CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+# what Ctrl+↑/↓ (or a click) selects and Ctrl+Y copies, in screen order
+SELECTABLE = "UserMessage, AssistantMessage, .past-reply"
+
+
+def message_text(widget) -> str:
+    """The text a selected message copies: a reply without its reasoning section."""
+    if isinstance(widget, AssistantMessage):
+        return THINK.sub("", widget.text).strip()
+    if isinstance(widget, Markdown):
+        return widget.source
+    return getattr(widget, "text", "")
 
 
 class UserMessage(Static):
+    can_focus = True  # selectable: click it or Ctrl+↑/↓, then Ctrl+Y copies it
+
     def __init__(self, text: str) -> None:
         super().__init__(Text(safe(text)), classes="user-message")
+        self.text = text
+        self.state = ""
+
+    def set_state(self, state: str) -> None:
+        """A mark under the message: "queued …" / "waiting …" until it is sent; "" removes it."""
+        self.state = state
+        body = Text(safe(self.text))
+        if state:
+            body.append("\n" + state, style="italic")
+        self.set_class(bool(state), "queued")
+        self.update(body)
 
 
 class Notice(Static):
@@ -33,33 +58,93 @@ class Notice(Static):
         super().__init__(Text(safe(text)), classes=f"notice {level}")
 
 
+class PastExchangeView(Vertical):
+    """A stored exchange shown when a session opens (nexus.history): its date, the
+    message, the reply as Markdown; an archived exchange is dimmed."""
+
+    def __init__(self, x) -> None:
+        super().__init__(classes="past-exchange" + (" archived" if x.archived else ""))
+        self.exchange = x
+
+    def compose(self):
+        x = self.exchange
+        head = f"#{x.index}" + (f" · {x.when}" if x.when else "") + (" · archived" if x.archived else "")
+        yield Static(Text(head), classes="past-date")
+        if x.note:
+            yield Static(Text(safe(x.note)), classes="past-note")
+        yield UserMessage(x.user)
+        yield Markdown(safe(x.assistant), classes="reply-body past-reply")
+
+
 class AssistantMessage(Vertical):
     """A streamed reply: tokens go to a MarkdownStream (no full re-render per token);
     one final update folds <think> sections and adds sources."""
 
-    def __init__(self) -> None:
+    can_focus = True  # selectable, as UserMessage
+
+    def __init__(self, turn: int = 0) -> None:
         super().__init__(classes="assistant-message")
+        self.turn = turn
         self.text = ""
         self.body = Markdown("", classes="reply-body")
         self._stream = None
+        # from send to the first token: the model is working, for this many seconds
+        self.waiting = Static("", classes="reply-waiting")
+        self.waiting_text = ""
+        self.note = ""
+        self.reasoning = ""  # streamed reasoning_content (never part of self.text: never stored)
+        self._thoughts: Static | None = None
+        self._started = time.monotonic()
+        self._timer = None
 
     def compose(self):
+        yield self.waiting
         yield self.body
 
+    def on_mount(self) -> None:
+        self._tick()
+        self._timer = self.set_interval(1.0, self._tick)
+
+    def _tick(self) -> None:
+        seconds = int(time.monotonic() - self._started)
+        self.waiting_text = f"⋯ the model is working — {seconds} s"
+        self.waiting.update(Text(self.waiting_text))
+
+    def stop_waiting(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        self.waiting.display = False
+
     async def write(self, chunk: str) -> None:
+        self.stop_waiting()
         self.text += chunk
         if self._stream is None:
             self._stream = Markdown.get_stream(self.body)
         await self._stream.write(safe(chunk))
 
+    async def think(self, chunk: str) -> None:
+        """Streamed reasoning (``reasoning_content``): live in the folded section."""
+        self.stop_waiting()
+        self.reasoning += chunk
+        if self._thoughts is None:
+            self._thoughts = Static(Text(safe(self.reasoning)), classes="reasoning-text")
+            await self.mount(Collapsible(self._thoughts, title="reasoning", collapsed=True), before=self.body)
+        else:
+            self._thoughts.update(Text(safe(self.reasoning)))
+
     async def finish(self, text: str, note: str = "", sources=()) -> None:
+        self.stop_waiting()
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
         self.text = text
         thoughts = [t.strip() for t in THINK.findall(text) if t.strip()]
         answer = THINK.sub("", text).strip()
-        if thoughts:
+        if thoughts and self._thoughts is not None:  # both kinds: one folded section
+            self.reasoning += "\n\n" + "\n\n".join(thoughts)
+            self._thoughts.update(Text(safe(self.reasoning)))
+        elif thoughts:
             await self.mount(Collapsible(Static(Text(safe("\n\n".join(thoughts)))), title="reasoning",
                                         collapsed=True), before=self.body)
         await self.body.update(safe(answer))
@@ -67,22 +152,112 @@ class AssistantMessage(Vertical):
             lines = "\n".join(f"[{i}] {title} — {url}" for i, (title, url) in enumerate(sources, 1))
             await self.mount(Static(Text(safe("Sources:\n" + lines)), classes="sources"))
         if note:
+            self.note = note
             await self.mount(Static(Text(note), classes="reply-note"))
 
     def code_blocks(self) -> list[str]:
         return CODE.findall(THINK.sub("", self.text))
 
 
-class PromptInput(Input):
-    """The input line; Tab accepts the suggested slash command."""
+class PromptInput(TextArea):
+    """The multi-line input. Enter sends; Shift+Enter / Ctrl+J add a line; ↑ on the first
+    line and ↓ on the last recall earlier prompts; Tab completes commands and arguments."""
 
-    BINDINGS = [Binding("tab", "complete", "complete", show=False)]
+    BINDINGS = [Binding(k.key, k.action, k.description, show=False, id=k.action) for k in PROMPT_KEYS]
+
+    class Submitted(Message):
+        """Enter was pressed: ``value`` is the whole text (newlines kept)."""
+
+        def __init__(self, input: PromptInput, value: str) -> None:
+            super().__init__()
+            self.input = input
+            self.value = value
+
+        @property
+        def control(self) -> PromptInput:
+            return self.input
+
+    def __init__(self, placeholder: str = "", id: str | None = None, history: PromptHistory | None = None,
+                 completer: Completer | None = None) -> None:
+        super().__init__(id=id, placeholder=placeholder, soft_wrap=True, tab_behavior="focus",
+                         show_line_numbers=False, highlight_cursor_line=False)
+        self.prompts = history if history is not None else PromptHistory()  # (TextArea.history is undo)
+        self.completer = completer or Completer()
+        self._cycle: tuple[str, list[str], int] | None = None  # Tab pressed again: next candidate
+
+    @property
+    def value(self) -> str:
+        return self.text
+
+    @value.setter
+    def value(self, text: str) -> None:
+        self.load_text(text)
+        self.move_cursor(self.document.end)
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.key == "enter":  # TextArea would insert a newline
+            event.stop()
+            event.prevent_default()
+            self.action_submit()
+
+    def action_submit(self) -> None:
+        text = self.text
+        if text.strip():
+            self.prompts.add(text)
+        self.prompts.reset()
+        self.post_message(self.Submitted(self, text))
+
+    def action_newline(self) -> None:
+        start, end = self.selection
+        self.replace("\n", start, end, maintain_selection_offset=False)
+
+    def action_cursor_up(self, select: bool = False) -> None:
+        if not select and self.cursor_at_first_line:
+            earlier = self.prompts.previous(self.text)
+            if earlier is not None:
+                self.value = earlier
+            return
+        super().action_cursor_up(select)
+
+    def action_cursor_down(self, select: bool = False) -> None:
+        if not select and self.cursor_at_last_line:
+            later = self.prompts.following()
+            if later is not None:
+                self.value = later
+            return
+        super().action_cursor_down(select)
+
+    def update_suggestion(self) -> None:
+        """The ghost text after the cursor: the first completion (→ or Tab takes it)."""
+        text = self.text
+        if (getattr(self, "completer", None) is None or not text.startswith("/") or "\n" in text
+                or self.cursor_location != self.document.end):
+            self.suggestion = ""
+            return
+        found = self.completer.complete(text)
+        self.suggestion = found[0][len(text):] if found and found[0].startswith(text) else ""
 
     def action_complete(self) -> None:
-        suggestion = getattr(self, "_suggestion", "")
-        if suggestion and suggestion.startswith(self.value):
-            self.value = suggestion + ("" if suggestion.endswith(" ") else " ")
-            self.cursor_position = len(self.value)
+        text = self.text
+        if self._cycle and self._cycle[1] and text == self._cycle[1][self._cycle[2]]:
+            base, found, i = self._cycle
+            i = (i + 1) % len(found)
+            self._cycle = (base, found, i)
+            self.value = found[i]
+            return
+        found = self.completer.complete(text)
+        self._cycle = None
+        if not found:
+            return
+        common = os.path.commonprefix(found)
+        if len(found) == 1:
+            self.value = found[0]
+        elif len(common) > len(text):
+            self.value = common
+        else:
+            self._cycle = (text, found, 0)
+            self.value = found[0]
+        self.border_subtitle = "  ".join(f.rstrip().rsplit(" ", 1)[-1] for f in found[:8]) if len(found) > 1 else ""
 
 
 class EventLog(RichLog):
@@ -107,67 +282,5 @@ class EventLog(RichLog):
                 self.write(Text(f"{lv[:4].upper():<4} {safe(text)}", style=self.STYLES[lv]))
 
 
-class MemoryTree(Tree):
-    """The live context tree. Children load when a node is expanded (thousands of
-    nodes stay fast); expansion survives refreshes; the active path and the branches
-    injected for the last reply are marked."""
-
-    def __init__(self, **kw) -> None:
-        super().__init__("ROOT", **kw)
-        self.ctree = None
-        self.expanded_ids: set[str] = {"root"}
-        self.injected: dict[str, float] = {}  # topic id -> fused score of the last reply
-        self.show_root = True
-        self.guide_depth = 3
-
-    def label_for(self, t, active: set) -> Text:
-        n = sum(len(m.messages) for m in t.iter_messages())
-        label = Text()
-        if t in active:
-            label.append("● ", style="green")
-        label.append(safe(t.topic_name), style="bold" if t in active else "")
-        label.append(f" [{t.start_index}:{t.end_index}] ({n})", style="dim")
-        if t.node_id in self.injected:
-            label.append(f"  ★ {self.injected[t.node_id]:.3f}", style="bold magenta")
-        return label
-
-    def refresh_tree(self, ctree, injected: dict[str, float] | None = None) -> None:
-        self.ctree = ctree
-        if injected is not None:
-            self.injected = injected
-        self.clear()
-        if ctree is None:
-            return
-        self.root.set_label(Text(f"ROOT ({len(ctree.exchanges)} exchanges)"))
-        self.root.data = ctree.root
-        self._populate(self.root)
-        self.root.expand()
-
-    def _populate(self, node: TreeNode) -> None:
-        t = node.data
-        node.remove_children()
-        if t is None or not getattr(t, "is_topic", False):
-            return
-        active = set(self.ctree.active_path())
-        if t.summary and t is not self.ctree.root:
-            node.add_leaf(Text("↳ " + safe(t.summary[:200]), style="italic dim"))
-        for c in t.children:
-            if c.is_topic:
-                child = node.add(self.label_for(c, active), data=c, allow_expand=True)
-                if c.node_id in self.expanded_ids:
-                    self._populate(child)
-                    child.expand()
-            else:
-                node.add_leaf(Text(f"#{c.index} " + safe(" ".join(c.user.split())[:70]), style="dim"), data=c)
-
-    def on_tree_node_expanded(self, event: Tree.NodeExpanded) -> None:
-        t = event.node.data
-        if t is not None and getattr(t, "is_topic", False):
-            self.expanded_ids.add(t.node_id)
-            if not event.node.children:
-                self._populate(event.node)
-
-    def on_tree_node_collapsed(self, event: Tree.NodeCollapsed) -> None:
-        t = event.node.data
-        if t is not None and getattr(t, "is_topic", False):
-            self.expanded_ids.discard(t.node_id)
+# the memory tree pane lives in its own module (snapshots, in-place updates, marks)
+from .treepane import MemoryTree  # noqa: E402,F401

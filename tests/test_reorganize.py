@@ -79,7 +79,7 @@ def test_older_absorbs_newer_and_the_store_follows(tmp_path, minilm):
     assert len(stored) == 2 * len(tree.exchanges)
     by_node = {x.node_id: tree.thread_path(x) for x in tree.exchanges}
     assert all(cv.thread_path == by_node[cv.node_id] for cv in stored.values())
-    reopened = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm)
+    reopened = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm, read_only=True)
     assert reopened.snapshot() == tree.snapshot()
 
 
@@ -143,7 +143,7 @@ def test_concurrent_adds_during_reorganize(tmp_path, minilm):
     check_invariants(tree)
     assert len(tree.exchanges) == 30 + 21
     assert tree.exchanges[-1].parent is tree.current_node  # the newest exchange is where add() put it
-    reopened = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm)
+    reopened = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm, read_only=True)
     assert reopened.snapshot() == tree.snapshot()
 
 
@@ -162,6 +162,7 @@ def test_prune_trivial_leaves_archives_and_restores(tmp_path, minilm):
     synth = PromptSynthesizer(ctree=tree)
     prompt = synth.synthesize_prompt("ok thanks hi hello", None, None, [])
     assert "you're welcome" not in prompt and "hello there" not in prompt
+    tree.vdb.close()  # one writer per file: the reopened tree writes next
     reopened = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm)
     assert {x.user for x in reopened._archived_nodes} == archived  # persisted
     reopened.restore_archived()
@@ -176,11 +177,12 @@ def test_undo_restores_the_tree_node_for_node(tmp_path, minilm):
     before = tree.snapshot()
     res = tree.reorganize(similarity_threshold=0.5, prune_trivial_leaves=True)
     assert res["merged"] + res["pruned"] > 0 and tree.snapshot() != before
+    tree.vdb.close()  # one writer per file: the reopened tree writes next
     after_reopen = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm)
     after_reopen.undo_reorganize()
     check_invariants(after_reopen)
     assert after_reopen.snapshot() == before
-    assert CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm).snapshot() == before
+    assert CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm, read_only=True).snapshot() == before
     with pytest.raises(UndoError, match="no reorganisation"):
         after_reopen.undo_reorganize()
 

@@ -80,6 +80,7 @@ def test_index_pending_embeds_sentences_off_the_add_path(tmp_path, minilm):
     assert texts[3].startswith("Melanie: Visiting my parents up north. Caroline: Thanks")  # read after its cue
     assert mat.shape == (4, minilm.dim) and np.allclose(np.linalg.norm(mat, axis=1), 1.0, atol=1e-4)
     # the index survives reopening, and goes on from where it stopped
+    tree.vdb.close()  # one writer per file: the reopened tree writes next
     reopened = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm)
     assert reopened.pending_parts() == 0
     reopened.add(ex("Caroline: One more thing. I also adopted a cat last week.", "Melanie: Congrats!"))

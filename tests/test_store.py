@@ -52,7 +52,7 @@ def test_vector_database_api(tmp_path):
     assert [m for m, _ in db.keyword_search_messages("do dogs bark?")] == ["b"]
     assert [n for n, _ in db.keyword_search_topics("felines")] == ["t1"]
     # the cache and the file agree: a second connection sees the same
-    db2 = VectorDatabase(str(tmp_path / "v.db"))
+    db2 = VectorDatabase(str(tmp_path / "v.db"), read_only=True)
     assert [h.message_id for h in db2.search_conversation(unit(1, 0, 0), top_k=2)] == ["a", "c"]
 
 
@@ -111,6 +111,7 @@ def test_session_reopens_identically(tmp_path, minilm):
         tree.add(ex(u, a), timestamp="2024-05-01T10:00:00")
         check_invariants(tree)
     snap = tree.snapshot()
+    tree.vdb.close()  # one writer per file: the reopened tree writes next
     reopened = CTree.open(path, judge="embedding", embed_fn=minilm)
     check_invariants(reopened)
     assert reopened.snapshot() == snap
@@ -123,7 +124,7 @@ def test_session_reopens_identically(tmp_path, minilm):
     # and it goes on where it stopped
     reopened.add(ex("Sarah also likes chocolate cake.", "Chocolate cake it is."))
     check_invariants(reopened)
-    assert len(CTree.open(path, judge="embedding", embed_fn=minilm)._exchanges) == len(talk) + 1
+    assert len(CTree.open(path, judge="embedding", embed_fn=minilm, read_only=True)._exchanges) == len(talk) + 1
 
 
 def test_assigning_a_store_adopts_or_receives(tmp_path, hash_embed):
@@ -133,12 +134,12 @@ def test_assigning_a_store_adopts_or_receives(tmp_path, hash_embed):
     tree.vdb = VectorDatabase(path)  # an empty store receives the tree
     tree.add(ex("after"))
     fresh = CTree(judge="embedding", embed_fn=hash_embed)
-    fresh.vdb = VectorDatabase(path)  # an empty tree adopts the stored session
+    fresh.vdb = VectorDatabase(path, read_only=True)  # an empty tree adopts the stored session
     assert fresh.snapshot() == tree.snapshot()
     other = CTree(judge="embedding", embed_fn=hash_embed)
     other.add(ex("a different conversation"))
     with pytest.raises(SessionConflictError, match="already holds a conversation"):
-        other.vdb = VectorDatabase(path)
+        other.vdb = VectorDatabase(path, read_only=True)
 
 
 def _digest(path) -> str:
@@ -197,6 +198,7 @@ def test_a_different_embedder_is_detected(tmp_path, hash_embed, minilm):
     tree.add(ex("hello"))
     assert tree.vdb.get_meta("embed_model") == "all-MiniLM-L6-v2"
     assert tree.vdb.get_meta("embed_dim") == "384"
+    tree.vdb.close()
     with pytest.raises(EmbedderMismatchError, match="all-MiniLM-L6-v2.*384.*hash-bow-64.*64"):
         CTree.open(path, judge="embedding", embed_fn=hash_embed)
 

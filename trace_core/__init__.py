@@ -8,7 +8,14 @@ load when an embedder is first used.
 import logging as _logging
 
 from .nodes import MessageNode, TopicNode
-from .store import ConversationVector, EmbedderMismatchError, SessionFileError, VectorDatabase
+from .store import (
+    ConversationVector,
+    EmbedderMismatchError,
+    ReadOnlySessionError,
+    SessionFileError,
+    SessionLockedError,
+    VectorDatabase,
+)
 from .tree import CTree, SessionConflictError
 
 __all__ = [
@@ -17,8 +24,10 @@ __all__ = [
     "EmbedderMismatchError",
     "MessageNode",
     "PromptSynthesizer",
+    "ReadOnlySessionError",
     "SessionConflictError",
     "SessionFileError",
+    "SessionLockedError",
     "TopicNode",
     "VectorDatabase",
 ]

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from .locking import LockBusy, WriterLock
+from .rows import NodeRow
 from .vectors import VectorIndex
 
 APP_ID = "trace-session"
@@ -686,27 +687,29 @@ class VectorDatabase:
                 "SELECT idx, exchange_index, role, content, timestamp FROM messages ORDER BY idx"
             ).fetchall()
 
-    def save_nodes(self, rows: list[tuple]) -> None:
-        """Rows of ``(node_id, parent_id, kind, topic_name, summary, start, end, exchange_index,
-        created_index, timestamp, archived)``."""
+    def save_nodes(self, rows: list[NodeRow]) -> None:
         with self._lock:
-            self.con.executemany("INSERT OR REPLACE INTO nodes VALUES(?,?,?,?,?,?,?,?,?,?,?)", rows)
+            self.con.executemany("INSERT OR REPLACE INTO nodes VALUES(?,?,?,?,?,?,?,?,?,?,?)", [r.as_sql() for r in rows])
 
     def delete_nodes(self, node_ids: list[str]) -> None:
         with self._lock:
             self.con.executemany("DELETE FROM nodes WHERE node_id=?", [(n,) for n in node_ids])
 
-    def replace_all_nodes(self, rows: list[tuple]) -> None:
+    def replace_all_nodes(self, rows: list[NodeRow]) -> None:
         with self._lock:
             self.con.execute("DELETE FROM nodes")
             self.save_nodes(rows)
 
-    def load_nodes(self) -> list[tuple]:
+    def load_nodes(self) -> list[NodeRow]:
         with self._lock:
-            return self.con.execute(
-                "SELECT node_id, parent_id, kind, topic_name, summary, start_index, end_index, exchange_index,"
-                " created_index, timestamp, archived FROM nodes"
-            ).fetchall()
+            return [NodeRow.from_sql(r) for r in self.con.execute(
+                f"SELECT {', '.join(NodeRow.COLUMNS)} FROM nodes")]
+
+    def message_vectors(self):
+        """``(exchange_index, role, vector)`` of every stored message."""
+        with self._lock:
+            rows = self.con.execute("SELECT exchange_index, role, embedding FROM conversation_vectors").fetchall()
+        return [(x, role, _vec(blob)) for x, role, blob in rows]
 
     # --- journal (reorganisation undo) ------------------------------------------------------
 

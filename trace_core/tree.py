@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 import numpy as np
 
 from . import events as ev
+from .archive import Archive
 from .embedders import Embedder, as_embedder, normalise
 from .fanout import FanoutBalancer
-from .judges import EmbeddingJudge, Judges, LLMJudge, Placement, PlacementContext
+from .judges import EmbeddingJudge, Judges, LLMJudge
+from .model import ARROW, ROOT_ID, ExchangeView, TreeModel
 from .nodes import MessageNode, Node, TopicNode
-from .persist import TreeStore, tree_from_json, tree_to_json
-from .store import ConversationVector, ReadOnlySessionError, VectorDatabase, message_id
-from .textutil import message_parts
+from .persist import TreeStore, conversation_vectors, has_tree, read_json, stored_max_children, tree_to_json
+from .placement import Placer
+from .render import render_tree
+from .reorganize import Reorganizer, UndoLog, undo_reorganize
+from .rows import BrokenRowsError
+from .sentence_index import SentenceIndex
+from .store import ConversationVector, ReadOnlySessionError, SessionFileError, VectorDatabase, message_id
+from .summaries import Summaries
+from .textutil import DocumentFrequency
 
-ROOT_ID = "root"
-ARROW = " → "
+__all__ = ["ARROW", "ROOT_ID", "CTree", "SessionConflictError"]
 
 
 class SessionConflictError(RuntimeError):
@@ -65,6 +74,10 @@ def _validate(messages) -> list[dict]:
 
 
 class CTree:
+    """The public facade (the TRACE README's API). Behind it: the tree model
+    (``structure``) and the services handed what they use — placement, summaries,
+    archive, reorganizer, sentence index, persistence (``TreeStore``), rendering."""
+
     def __init__(
         self,
         max_children: int = 5,
@@ -95,18 +108,15 @@ class CTree:
 
             llm = LLMJudge(JSONLLM(model, api_key=api_key, base_url=base_url, timeout=llm_timeout))
         self.judges = Judges(judge, embedding_judge or EmbeddingJudge(), llm, self._on_llm_failure)
-        self.root = TopicNode("ROOT", node_id=ROOT_ID)
-        self.current_node: TopicNode = self.root
-        self.conversation: list[dict] = []
-        self._archived_nodes: list[MessageNode] = []
-        self._exchanges: list[MessageNode] = []  # by index, archived ones included
-        self._vectors: dict[int, np.ndarray] = {}  # exchange index -> unit vector
-        self._sums: dict[str, np.ndarray] = {}  # topic id -> sum of its exchanges' vectors
-        self._stale: set[TopicNode] = set()  # topics whose summary is out of date
+        self.structure = TreeModel(lambda: self.embed_fn)
+        self.summaries = Summaries(self.structure, self.judges, lambda: self.embed_fn, judge == "llm")
+        self.balancer = FanoutBalancer(max_children, self.structure.vectors.node, self._name_group,
+                                       self.structure.stale.add)
+        self.placer = Placer(self.structure, self.judges, self.balancer, self.summaries)
         self._vdb: VectorDatabase | None = None
         self._store: TreeStore | None = None
-        self._last_reorganize = None  # (op_id, state) when there is no store
-        self.balancer = FanoutBalancer(max_children, self._node_vector, self._name_group, self._stale.add)
+        self._undo = UndoLog()  # the last reorganisation's before state when there is no store
+        self._closers: list[weakref.WeakMethod] = []  # close() of this tree's synthesizers
 
     # --- public attributes ---------------------------------------------------------------
 
@@ -128,6 +138,38 @@ class CTree:
         return self._judge_mode
 
     @property
+    def root(self) -> TopicNode:
+        return self.structure.root
+
+    @property
+    def current_node(self) -> TopicNode:
+        return self.structure.current
+
+    @current_node.setter
+    def current_node(self, node: TopicNode) -> None:
+        self.structure.current = node
+
+    @property
+    def conversation(self) -> list[dict]:
+        """Every message in order (as ``{"role", "content"}``)."""
+        return self.structure.conversation
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Hold it to read a consistent tree while other threads add or reorganise."""
+        return self._lock
+
+    @property
+    def word_stats(self) -> DocumentFrequency:
+        """How many exchanges each word appears in (names, focused queries)."""
+        return self.judges.embedding.doc_freq
+
+    @property
+    def archived(self) -> list[MessageNode]:
+        """The soft-archived exchanges (a copy)."""
+        return self.structure.archived
+
+    @property
     def vdb(self) -> VectorDatabase | None:
         return self._vdb
 
@@ -145,23 +187,25 @@ class CTree:
             if db is None:
                 self._vdb, self._store = None, None
                 return
-            store = TreeStore(db)
+            store = TreeStore(db, self.structure, self.summaries, lambda: self.max_children)
             if store.has_tree():
-                if self._exchanges:
+                if self.structure.exchanges:
                     raise SessionConflictError(
                         f"{db.path} already holds a conversation and this tree has its own; "
                         "open the file with CTree.open() or use a new file"
                     )
                 self._vdb, self._store = db, store
-                store.load_into(self)
+                store.load()
+                for x in self.structure.exchanges:
+                    self.judges.embedding.observe(x.user, x.assistant)
                 return
-            if self._exchanges and db.read_only:
+            if self.structure.exchanges and db.read_only:
                 raise ReadOnlySessionError(db.path, "receive this tree")
             self._vdb, self._store = db, store
-            if self._exchanges:
+            if self.structure.exchanges:
                 try:
                     self._check_embedder()
-                    store.write_everything(self, progress)
+                    store.write_everything(self.embed_fn, progress)
                 except BaseException:
                     self._vdb, self._store = None, None
                     raise
@@ -177,77 +221,40 @@ class CTree:
 
     def get_ancestors(self, node: Node, include_self: bool = True, exclude_root: bool = False) -> list[TopicNode]:
         """From the top down: ``[ROOT, ..., node]``."""
-        chain = []
-        cur = node if include_self else node.parent
-        while cur is not None:
-            chain.append(cur)
-            cur = cur.parent
-        chain.reverse()
-        if exclude_root and chain and chain[0] is self.root:
-            chain = chain[1:]
-        return chain
+        return self.structure.get_ancestors(node, include_self, exclude_root)
 
     def thread_path(self, node: Node) -> str:
-        names = [n.topic_name for n in self.get_ancestors(node if node.is_topic else node.parent)]
-        return ARROW.join(names)
+        return self.structure.thread_path(node)
 
     def active_path(self) -> list[TopicNode]:
-        return self.get_ancestors(self.current_node)
+        return self.structure.active_path()
 
     def is_frozen(self, node: Node) -> bool:
         """Off the active ancestry path (only frozen topics may be reorganised)."""
-        if node.is_topic:
-            return node not in set(self.active_path())
-        return node.parent is not None and node.parent is not self.current_node
+        return self.structure.is_frozen(node)
 
     def find(self, node_id: str) -> Node | None:
-        for t in self.root.iter_topics():
-            if t.node_id == node_id:
-                return t
-            for c in t.children:
-                if not c.is_topic and c.node_id == node_id:
-                    return c
-        return None
+        return self.structure.find(node_id)
 
     def iter_topics(self) -> Iterable[TopicNode]:
         return self.root.iter_topics()
 
     @property
     def exchanges(self) -> list[MessageNode]:
-        return list(self._exchanges)
+        """Every exchange by index, archived ones included (a copy)."""
+        return list(self.structure.exchanges)
+
+    def exchange_view(self) -> ExchangeView:
+        """The exchanges by index without a copy (read-only; hold ``lock`` to read it
+        while other threads write)."""
+        return self.structure.exchanges
 
     def exchange_vector(self, index: int) -> np.ndarray:
-        vec = self._vectors.get(index)
-        if vec is None:
-            x = self._exchanges[index]
-            vecs = self.embed_fn.embed_batch([x.user, x.assistant])
-            vec = normalise(vecs.mean(axis=0))
-            self._vectors[index] = vec
-        return vec
+        return self.structure.vectors.exchange(index)
 
-    def _node_vector(self, node: Node) -> np.ndarray:
-        if not node.is_topic:
-            return self.exchange_vector(node.index)
-        return normalise(self._sum_of(node))
-
-    def _sum_of(self, node: TopicNode) -> np.ndarray:
-        s = self._sums.get(node.node_id)
-        if s is None:  # from the children's sums: each level is summed once, not per ancestor
-            parts = [self._sum_of(c) if c.is_topic else self.exchange_vector(c.index) for c in node.children]
-            s = np.sum(parts, axis=0) if parts else np.zeros(self.embed_fn.dim, dtype=np.float32)
-            self._sums[node.node_id] = s
-        return s
-
-    def _invalidate_sums(self) -> None:
-        self._sums.clear()
-
-    def _texts(self, node: TopicNode, limit: int = 8) -> list[tuple[str, str]]:
-        out = []
-        for m in node.iter_messages():
-            out.append((m.user, m.assistant))
-            if len(out) >= limit:
-                break
-        return out
+    def node_vector(self, node: Node) -> np.ndarray:
+        """An exchange's unit vector, or the direction of a topic's exchanges."""
+        return self.structure.vectors.node(node)
 
     def _name_group(self, group: list[Node]) -> str:
         """A name for a new grouping topic: from its subtopics' names (short texts: this
@@ -269,7 +276,7 @@ class CTree:
         started = time.perf_counter()
         ts = timestamp or datetime.now(UTC).isoformat(timespec="seconds")
         with self._lock:
-            index = len(self._exchanges)
+            index = len(self.structure.exchanges)
             node = MessageNode(index, msgs, ts)
             role_texts = [m["content"] for m in msgs]
             vecs = self.embed_fn.embed_batch(role_texts)
@@ -277,15 +284,10 @@ class CTree:
                 self._check_embedder()
             role_vecs = dict(zip([m["role"] for m in msgs], vecs))
             vector = normalise(role_vecs["user"] + role_vecs["assistant"])
-            self.judges.embedding.observe(node.user, node.assistant)
-            placement = self.judges.place(self._context(node, vector))
-            old_path = self.active_path()
-            topic = self._place(node, vector, placement)
-            new_topics = [topic] if placement.action == "new" else []
-            new_topics += self._balance_path()
-            new_path = self.active_path()
-            frozen = self._freeze(old_path, new_path, new_topics)
-            self._persist_add(node, msgs, vecs, frozen, new_topics)
+            placed = self.placer.place(node, vector)
+            placement, topic, frozen = placed.placement, placed.topic, placed.frozen
+            if self._store is not None:
+                self._store.persist_add(node, msgs, vecs, frozen, placed.new_topics)
         elapsed = time.perf_counter() - started
         self.events.emit(ev.JudgeDecided(placement.judge, placement.action, topic.topic_name, placement.reason, index))
         if frozen:
@@ -295,67 +297,10 @@ class CTree:
             self.save(self.auto_save_path)
         return node
 
-    def _context(self, node: MessageNode, vector: np.ndarray) -> PlacementContext:
-        path = self.active_path()
-        recent = None
-        if self.current_node is not self.root:
-            tail = self.current_node.message_children[-3:]
-            if tail:
-                recent = normalise(np.sum([self.exchange_vector(m.index) for m in tail], axis=0))
-            else:
-                recent = self._node_vector(self.current_node)
-        path_vecs = [None] + [self._node_vector(t) for t in path[1:]]
-        return PlacementContext([t.topic_name for t in path], node.user, node.assistant, vector, recent, path_vecs)
-
-    def _place(self, node: MessageNode, vector: np.ndarray, placement: Placement) -> TopicNode:
-        path = self.active_path()
-        if placement.action == "continue" and self.current_node is not self.root:
-            parent = self.current_node
-        else:
-            anchor = path[min(max(placement.parent_level, 0), len(path) - 1)]
-            parent = TopicNode(placement.name or "New Topic", created_index=node.index)
-            anchor.add_child(parent)
-            self._sums[parent.node_id] = np.zeros_like(vector)
-        parent.add_child(node)
-        self._exchanges.append(node)
-        self._vectors[node.index] = vector
-        self.conversation.extend(dict(m) for m in node.messages)
-        for t in self.get_ancestors(parent):
-            if t.start_index < 0:
-                t.start_index = node.index
-            t.end_index = node.index
-            if t.node_id in self._sums:
-                self._sums[t.node_id] = self._sums[t.node_id] + vector
-            self._stale.add(t)
-        self.current_node = parent
-        return parent
-
-    def _balance_path(self) -> list[TopicNode]:
-        """Apply the fan-out bounds along the active path, deepest first."""
-        created: list[TopicNode] = []
-        for t in reversed(self.active_path()):
-            made = self.balancer.balance(t)
-            created += made
-            for w in made + [t]:  # new topics, and t itself after a leaf split
-                self._sums.pop(w.node_id, None)
-            if made and self.current_node is t:
-                # the newest exchange now sits in the last subtopic: continue there
-                newest = self._exchanges[-1]
-                self.current_node = newest.parent
-        return created
-
-    def _freeze(self, old_path, new_path, new_topics) -> list[TopicNode]:
-        """Summarise topics that just left the active path (or were created off it)."""
-        on_path = set(new_path)
-        candidates = [t for t in list(old_path) + list(new_topics) if t not in on_path and t is not self.root]
-        frozen = [t for t in dict.fromkeys(candidates) if t.parent is not None and (t in self._stale or not t.summary)]
-        self._summarize(frozen)
-        return frozen
-
-    def _summarize(self, topics: list[TopicNode]) -> None:
-        for t in topics:
-            t.summary = self.judges.summarize(self._texts(t))
-            self._stale.discard(t)
+    async def aadd(self, messages, timestamp: str | None = None) -> MessageNode:
+        """``add()`` for async apps: runs in a worker thread, off the event loop (the same
+        lock, the same transaction: when it returns, the exchange is on disk)."""
+        return await asyncio.to_thread(self.add, messages, timestamp)
 
     def summary_vectors(self, topics: list[TopicNode]) -> np.ndarray:
         """The vectors topics are indexed under in ``topic_summaries``.
@@ -365,41 +310,26 @@ class CTree:
         summary is a few of those exchanges' own sentences, so the centroid alone
         represents the topic better, and costs no embedding call inside ``add()``.
         """
-        centroids = np.array([self._node_vector(t) for t in topics], dtype=np.float32)
-        if self._judge_mode != "llm":
-            return centroids
-        texts = self.embed_fn.embed_batch([f"{t.topic_name}. {t.summary}" for t in topics])
-        return normalise(texts + centroids)
-
-    def _persist_add(self, node, msgs, vecs, frozen, new_topics) -> None:
-        if self._store is None:
-            return
-        self._store.persist_add(self, node, msgs, vecs, frozen, new_topics)
+        return self.summaries.vectors(topics)
 
     # --- summaries and display ------------------------------------------------------------------
 
     def refresh_frozen_summaries(self) -> list[TopicNode]:
         """Summarise, in memory, frozen topics whose content changed (new topics too)."""
-        path = set(self.active_path())
-        todo = [t for t in self.root.iter_topics()
-                if t is not self.root and t not in path and (t in self._stale or not t.summary)]
-        self._summarize(todo)
-        return todo
+        return self.summaries.refresh_frozen()
 
     def generate_summaries(self) -> int:
         """Summarise every topic whose summary is missing or out of date. Returns how many."""
         self._refuse_if_read_only("store summaries")
         with self._lock:
-            todo = [t for t in self.root.iter_topics() if t is not self.root and (t in self._stale or not t.summary)]
-            self._summarize(todo)
+            todo = self.summaries.refresh_all()
             if self._store is not None:
-                self._store.write_topics(self, todo)
+                self._store.write_topics(todo)
             return len(todo)
 
     def render_tree(self, node: TopicNode | None = None, show_messages: bool = False) -> str:
-        from .render import render_tree
-
-        return render_tree(self, node or self.root, show_messages)
+        with self._lock:
+            return render_tree(node or self.root, set(self.active_path()), show_messages)
 
     def print_tree(self, node: TopicNode | None = None, indent: int = 0, show_messages: bool = False) -> None:
         text = self.render_tree(node, show_messages)
@@ -411,13 +341,23 @@ class CTree:
     def save(self, filepath: str, save_conversation: bool = False) -> None:
         """Export the tree as JSON (format-versioned); written atomically."""
         with self._lock:
-            tree_to_json(self, filepath, save_conversation)
+            tree_to_json(self.structure, filepath, save_conversation, self.max_children, self.model,
+                         self._embed.name if self._embed is not None else None)
 
     @classmethod
     def load(cls, filepath: str, api_key=None, base_url=None, model=None, embed_fn=None, **kwargs) -> "CTree":
         """Import a JSON export. A corrupt or foreign file raises ``SessionFileError``."""
-        return tree_from_json(cls, filepath, api_key=api_key, base_url=base_url, model=model,
-                              embed_fn=embed_fn, **kwargs)
+        data = read_json(filepath)
+        try:
+            tree = cls(max_children=data.max_children, model=model or data.model or "gpt-4o-mini", api_key=api_key,
+                       base_url=base_url, embed_fn=embed_fn, **kwargs)
+            tree.structure.replace_structure(data.rows, data.current, lambda r: data.exchanges[r.exchange_index],
+                                             data.conversation)
+        except (BrokenRowsError, KeyError, TypeError, ValueError) as exc:
+            raise SessionFileError(filepath, f"is a damaged TRACE export ({exc})") from None
+        for x in tree.structure.exchanges:
+            tree.judges.embedding.observe(x.user, x.assistant)
+        return tree
 
     @classmethod
     def open(cls, path: str, api_key=None, base_url=None, model: str = "gpt-4o-mini", embed_fn=None,
@@ -431,9 +371,8 @@ class CTree:
         try:
             tree = cls(max_children=max_children, api_key=api_key, base_url=base_url, model=model,
                        embed_fn=embed_fn, judge=judge, **kwargs)
-            store = TreeStore(db)
-            if store.has_tree():
-                stored_max = store.stored_max_children()
+            if has_tree(db):
+                stored_max = stored_max_children(db)
                 if stored_max:
                     tree.max_children = tree.balancer.max_children = stored_max
             tree.vdb = db
@@ -458,50 +397,26 @@ class CTree:
 
     def snapshot(self) -> dict:
         """A canonical description of the tree, for comparing two trees node for node."""
-
-        def walk(n: Node):
-            if n.is_topic:
-                return ("T", n.node_id, n.topic_name, n.summary, n.start_index, n.end_index,
-                        tuple(walk(c) for c in n.children))
-            return ("M", n.node_id, n.index, n.timestamp, tuple((m["role"], m["content"]) for m in n.messages))
-
-        return {
-            "root": walk(self.root),
-            "current": self.current_node.node_id,
-            "archived": tuple(sorted(walk(m) for m in self._archived_nodes)),
-            "conversation": tuple((m["role"], m["content"]) for m in self.conversation),
-        }
+        return self.structure.snapshot()
 
     # --- conversation vectors ------------------------------------------------------------------
 
     def conversation_vectors_for(self, node: MessageNode, first: int, vecs: np.ndarray) -> list[ConversationVector]:
         """The exchange's messages as conversation vectors; ``first`` is the index of its
         first message in ``conversation``."""
-        msgs = node.messages
-        path = self.thread_path(node) if node.parent is not None else ""
-        return [
-            ConversationVector(message_id(node.index, m["role"]), first + i, m["role"], m["content"], vecs[i],
-                               node.timestamp, path, 0.0, node.node_id, node.index)
-            for i, m in enumerate(msgs)
-        ]
+        return conversation_vectors(self.structure, node, first, vecs)
 
     # --- sentence index (idle time) --------------------------------------------------------------
 
-    def _parts_indexed(self) -> int:
-        """How many exchanges, from the first, have their parts in the store."""
-        return int(self._vdb.get_meta("parts_indexed") or 0)
+    def _sentence_index(self) -> SentenceIndex | None:
+        if self._vdb is None:
+            return None
+        return SentenceIndex(self.structure, self._vdb, lambda: self.embed_fn, self._lock)
 
     def pending_parts(self) -> int:
         """Exchanges whose sentences are not embedded yet (see ``index_pending``)."""
-        return 0 if self._vdb is None else len(self._exchanges) - self._parts_indexed()
-
-    def _previous_text(self, x: MessageNode, m: dict) -> str:
-        """What a message answers: the message before it in the conversation."""
-        if m["role"] == "assistant":
-            return x.user
-        if m["role"] == "user" and x.index > 0:
-            return self._exchanges[x.index - 1].assistant
-        return ""
+        index = self._sentence_index()
+        return 0 if index is None else index.pending()
 
     def index_pending(self, max_exchanges: int | None = None, batch: int = 32) -> int:
         """Embed the parts of messages (``textutil.message_parts``: their sentences, and
@@ -513,61 +428,35 @@ class CTree:
         it when convenient. Retrieval works without it, with message vectors only."""
         if self._vdb is None or self._vdb.read_only:
             return 0
-        done = 0
-        while max_exchanges is None or done < max_exchanges:
-            with self._lock:
-                start = self._parts_indexed()
-                stop = min(len(self._exchanges), start + batch)
-                if max_exchanges is not None:
-                    stop = min(stop, start + max_exchanges - done)
-                todo = [(message_id(x.index, m["role"]), message_parts(m["content"], self._previous_text(x, m)))
-                        for x in self._exchanges[start:stop] for m in x.messages]
-            if stop <= start:
-                break
-            texts = [t for _, parts in todo for t in parts]
-            vecs = self.embed_fn.embed_batch(texts) if texts else []  # outside the lock
-            rows, k = [], 0
-            for mid, parts in todo:
-                for p, t in enumerate(parts):
-                    rows.append((mid, p, t, normalise(vecs[k])))
-                    k += 1
-            with self._lock, self._vdb.transaction():
-                if self._parts_indexed() != start:
-                    continue  # another thread did this batch meanwhile
-                self._vdb.add_message_parts(rows)
-                self._vdb.set_meta("parts_indexed", str(stop))
-            done += stop - start
-        return done
+        return self._sentence_index().run(max_exchanges, batch)
 
     # --- consolidation ---------------------------------------------------------------------------
 
     def reorganize(self, embed_fn=None, similarity_threshold: float = 0.55, prune_trivial_leaves: bool = False) -> dict:
         """Merge similar frozen topics (the four axioms) and optionally archive trivial
         exchanges. Returns ``merged``, ``pruned``, ``skipped``, ``vetoed``, ``duration_secs``…"""
-        from .reorganize import Reorganizer
-
         self._refuse_if_read_only("reorganise it")
-        return Reorganizer(self).run(embed_fn, similarity_threshold, prune_trivial_leaves)
+        embedder = as_embedder(embed_fn) or self.embed_fn
+        return Reorganizer(self.structure, self.judges, self.summaries, self.balancer, embedder, self.events.emit,
+                           self._store, self._undo, self._lock).run(embed_fn, similarity_threshold,
+                                                                    prune_trivial_leaves)
 
     def undo_reorganize(self) -> dict:
         """Restore the tree exactly as before the last ``reorganize()``."""
-        from .reorganize import undo_reorganize
-
         self._refuse_if_read_only("undo a reorganisation")
-        return undo_reorganize(self)
+        return undo_reorganize(self.structure, self._store, self._undo, self._lock)
 
     def archive(self, exchanges) -> list[MessageNode]:
-        from .archive import archive_exchanges
-
         self._refuse_if_read_only("archive exchanges")
-        return archive_exchanges(self, exchanges)
+        return self._archive().archive(exchanges)
 
     def restore_archived(self, exchanges=None) -> list[MessageNode]:
         """Bring soft-archived exchanges back into the tree (all by default)."""
-        from .archive import restore_exchanges
-
         self._refuse_if_read_only("restore exchanges")
-        return restore_exchanges(self, exchanges)
+        return self._archive().restore(exchanges)
+
+    def _archive(self) -> Archive:
+        return Archive(self.structure, self.balancer, self.summaries, self._store, self._lock)
 
     def replace_last(self, messages, timestamp: str | None = None) -> MessageNode:
         """Replace the newest exchange with ``messages`` (a regenerated or edited turn): the
@@ -576,32 +465,23 @@ class CTree:
         msgs = _validate(messages)
         self._refuse_if_read_only("replace an exchange")
         with self._lock:
-            if not self._exchanges:
+            if not self.structure.exchanges:
                 raise ValueError("there is no exchange to replace")
-            node = self._exchanges[-1]
+            node = self.structure.exchanges[-1]
             if node.archived or node.parent is None:
                 raise ValueError(f"exchange #{node.index} is archived: restore it before replacing it")
             vecs = self.embed_fn.embed_batch([m["content"] for m in msgs])
             role_vecs = dict(zip([m["role"] for m in msgs], vecs))
             vector = normalise(role_vecs["user"] + role_vecs["assistant"])
-            delta = vector - self.exchange_vector(node.index)
             old_ids = [message_id(node.index, m["role"]) for m in node.messages]
-            first = len(self.conversation) - len(node.messages)
-            node.messages = [dict(m) for m in msgs]
-            node.timestamp = timestamp or datetime.now(UTC).isoformat(timespec="seconds")
-            self.conversation[first:] = [dict(m) for m in msgs]
-            self._vectors[node.index] = vector
-            for t in self.get_ancestors(node.parent):
-                if t.node_id in self._sums:
-                    self._sums[t.node_id] = self._sums[t.node_id] + delta
-                self._stale.add(t)
+            first = self.structure.replace_last(msgs, vector, timestamp or datetime.now(UTC).isoformat(timespec="seconds"))
             if self._vdb is not None:
                 with self._vdb.transaction():
                     self._vdb.delete_exchange_rows(node.index, old_ids)
                     self._vdb.append_messages(node.index, first, msgs, node.timestamp)
                     for cv in self.conversation_vectors_for(node, first, vecs):
                         self._vdb.add_conversation_message(cv)
-                    if self._parts_indexed() > node.index:  # its sentences are embedded again at idle time
+                    if self._sentence_index().indexed() > node.index:  # its sentences are embedded again at idle time
                         self._vdb.set_meta("parts_indexed", str(node.index))
         if self.auto_save_path:
             self.save(self.auto_save_path)
@@ -609,3 +489,26 @@ class CTree:
 
     def on_event(self, fn: Callable[[ev.EngineEvent], None]) -> Callable[[], None]:
         return self.events.subscribe(fn)
+
+    # --- lifetime --------------------------------------------------------------------------------
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` (a bound method: held weakly) when the tree is closed."""
+        self._closers.append(weakref.WeakMethod(fn))
+
+    def close(self) -> None:
+        """Close what belongs to the tree: its synthesizers' threads, then its session
+        file (and the file's writer lock). Closing twice is harmless."""
+        closers, self._closers = self._closers, []
+        for ref in closers:
+            fn = ref()
+            if fn is not None:
+                fn()
+        if self._vdb is not None:
+            self._vdb.close()
+
+    def __enter__(self) -> "CTree":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

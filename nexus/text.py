@@ -1,0 +1,21 @@
+"""Text from models and users, made safe to show on a terminal or write to a log."""
+
+from __future__ import annotations
+
+import re
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*(\x07|\x1b\\)|\x1b.")
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def safe(text: str) -> str:
+    """Model output is text: terminal escape sequences and control characters are made
+    visible, never sent to the terminal. (Rich markup is inert: we never parse it.)"""
+    text = ANSI.sub(lambda m: m.group(0).replace("\x1b", "␛"), text)
+    return CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+
+
+def log_safe(text: str) -> str:
+    """One log record as ``cat`` shows it: ``safe``, with carriage returns visible and
+    continuation lines indented, so no text can pass for another record."""
+    return safe(text).replace("\r", "\\r").replace("\n", "\n    ")

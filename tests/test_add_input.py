@@ -1,0 +1,56 @@
+"""add() with text SQLite and the tokenizer cannot take (issue 10.2, engine part): lone
+surrogates (valid JSON, e.g. a model's "\\ud800") are made safe before storing; bad input
+raises the README's ValueError and stores nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trace_core import CTree
+from trace_core.invariants import check_invariants
+from trace_core.tree import storable
+
+
+def test_lone_surrogates_are_stored_as_replacement_characters(tmp_path, minilm):
+    path = str(tmp_path / "s.db")
+    reply = json.loads('"half an emoji: \\ud83d and a stray \\udfff, a whole one: \\ud83d\\ude00"')
+    assert "\ud83d" in reply  # what a model's JSON stream can hand us
+    tree = CTree.open(path, judge="embedding", embed_fn=minilm)
+    node = tree.add([{"role": "user", "content": "tell me \ud800 something"},
+                     {"role": "assistant", "content": reply}])
+    assert node.user == "tell me \ufffd something"
+    assert node.assistant == "half an emoji: \ufffd and a stray \ufffd, a whole one: 😀"
+    # split pairs (two code units in a str) are joined, not replaced
+    tree.add([{"role": "user", "content": "pair \ud83d\ude00 here"}, {"role": "assistant", "content": "ok"}])
+    tree.vdb.close()
+    reopened = CTree.open(path, judge="embedding", embed_fn=minilm, read_only=True)
+    check_invariants(reopened)
+    assert [x.assistant for x in reopened.exchanges] == [node.assistant, "ok"]
+    assert reopened.exchanges[1].user == "pair 😀 here"
+    hits = reopened.vdb.keyword_search_messages("emoji")
+    assert hits and hits[0][0] == "x0-assistant"
+    reopened.vdb.close()
+
+
+@pytest.mark.parametrize("messages, words", [
+    ("hello", "takes a list of messages"),
+    ([{"role": "user", "content": "q"}], "exactly one assistant"),
+    ([{"role": "user", "content": b"bytes"}, {"role": "assistant", "content": "a"}], "not str"),
+    ([{"role": "user", "content": "   "}, {"role": "assistant", "content": "a"}], "empty content"),
+    ([{"role": "robot", "content": "q"}, {"role": "assistant", "content": "a"}], "has role 'robot'"),
+    ([("user", "q"), {"role": "assistant", "content": "a"}], "not a dict"),
+])
+def test_bad_input_raises_value_error_and_stores_nothing(tmp_path, minilm, messages, words):
+    path = str(tmp_path / "bad.db")
+    tree = CTree.open(path, judge="embedding", embed_fn=minilm)
+    with pytest.raises(ValueError, match=words):
+        tree.add(messages)
+    assert tree.exchanges == [] and tree.vdb.load_messages() == []
+    tree.vdb.close()
+
+
+def test_storable_leaves_ordinary_text_alone():
+    text = "naïve café — 東京 😀 \x00 tab\t"
+    assert storable(text) is text

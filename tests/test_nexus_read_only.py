@@ -1,0 +1,67 @@
+"""Nexus on a session another process writes (issue 10.1): it opens the session
+read-only, says so in words, lets the user read and search it, and refuses to send
+with the reason while keeping the typed text."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from test_nexus_app import data_dir, make_config, notices, ready, type_and_send, wait_for  # noqa: F401 (fixture)
+
+from nexus.app import NexusApp
+from nexus.widgets import UserMessage
+from trace_core import CTree
+
+HOLDER = """
+import sys, time
+from trace_core import CTree
+from trace_core.embedders import MiniLMEmbedder
+tree = CTree.open(sys.argv[1], judge="embedding", embed_fn=MiniLMEmbedder())
+tree.add([{"role": "user", "content": "My bicycle is a green Peugeot from 1982."},
+          {"role": "assistant", "content": "A classic steel frame."}])
+print("HOLDING", flush=True)
+sys.stdin.readline()
+tree.vdb.close()
+print("RELEASED", flush=True)
+"""
+
+
+def start_holder(path: Path) -> subprocess.Popen:
+    root = Path(__file__).parent.parent
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.stdout.readline().strip() == "HOLDING"
+    return proc
+
+
+async def test_a_session_written_elsewhere_opens_read_only(server, tmp_path, minilm, data_dir):
+    path = tmp_path / "shared.db"
+    holder = start_holder(path)
+    try:
+        app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await ready(app, pilot)
+            assert app.session.read_only and app.session.tree.read_only
+            said = notices(app)
+            assert f"open in another Nexus (pid {holder.pid}): opened read-only" in said
+            assert "/new starts another session" in said
+            assert len(app.session.tree.exchanges) == 1
+            # reading and searching work
+            assert app.session.search("which bicycle do I have?")
+            # sending is refused with the reason; the text goes back to the input
+            await type_and_send(pilot, app, "Remember that I sold it.")
+            await wait_for(pilot, lambda: "Not sent: This session is open in another Nexus" in notices(app))
+            assert app.query_one("#prompt").value == "Remember that I sold it."
+            assert "Remember that I sold it." not in [m.text for m in app.query(UserMessage)]
+            assert not server.chat_requests()  # nothing went to the model
+    finally:
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "RELEASED"
+        holder.wait(10)
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm, read_only=True)
+    assert [x.user for x in tree.exchanges] == ["My bicycle is a green Peugeot from 1982."]
+    tree.vdb.close()

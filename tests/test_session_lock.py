@@ -1,0 +1,202 @@
+"""One writer per session file (issue 10.1), with real processes on a real file.
+
+A second writer is refused by name (and pid) and writes nothing; a read-only opener
+reads a consistent snapshot and cannot add; after the holder closes or dies, the other
+process writes; every acknowledged exchange is in the file and the tree is intact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from conftest import HashEmbedder
+
+from trace_core import CTree, ReadOnlySessionError, SessionFileError, SessionLockedError, VectorDatabase
+from trace_core.invariants import check_invariants
+
+CHILD = Path(__file__).parent / "helpers" / "writer_child.py"
+ROOT = Path(__file__).parent.parent
+
+
+class Child:
+    """A writer_child process: ``ask(command)`` returns its answer line."""
+
+    def __init__(self, path: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen([sys.executable, str(CHILD), path], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.acks: list[tuple[int, str]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        assert self.next() == "READY"
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            line = line.rstrip("\n")
+            if line.startswith("ACK "):
+                _, idx, text = line.split(" ", 2)
+                self.acks.append((int(idx), text))
+            self.lines.put(line)
+
+    def next(self, timeout: float = 60) -> str:
+        return self.lines.get(timeout=timeout)
+
+    def ask(self, command: str) -> str:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.next()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(10)
+
+
+def digest(path: str) -> dict[str, str]:
+    return {p: hashlib.sha256(Path(p).read_bytes()).hexdigest()
+            for p in (path, path + "-wal") if os.path.exists(p) and os.path.getsize(p)}
+
+
+def stored(path: str) -> list[tuple[int, str]]:
+    tree = CTree.open(path, judge="embedding", embed_fn=HashEmbedder(), read_only=True)
+    try:
+        check_invariants(tree)
+        return [(x.index, x.user) for x in tree.exchanges]
+    finally:
+        tree.vdb.close()
+
+
+def test_two_processes_alternate_one_writer_at_a_time(tmp_path):
+    path = str(tmp_path / "shared.db")
+    a, b = Child(path), Child(path)
+    try:
+        assert a.ask("open") == "OPEN 0"
+        assert a.ask("add alpha one").startswith("ACK 0")
+        before = digest(path)
+        answer = b.ask("open")
+        assert answer.startswith(f"LOCKED {a.proc.pid} ")
+        assert path in answer and f"pid {a.proc.pid}" in answer
+        assert digest(path) == before  # the refused writer wrote nothing
+        # read-only: the other process reads and cannot add
+        assert b.ask("open-ro") == "OPEN 1"
+        assert b.ask("add beta refused").startswith(f"READONLY {path}: is open read-only")
+        assert a.ask("add alpha two").startswith("ACK 1")  # the writer goes on meanwhile
+        assert b.ask("close") == "CLOSED"
+        assert a.ask("close") == "CLOSED"
+        # roles swap after release
+        assert b.ask("open") == "OPEN 2"
+        assert b.ask("add beta one").startswith("ACK 2")
+        assert a.ask("open").startswith(f"LOCKED {b.proc.pid} ")
+        assert b.ask("close") == "CLOSED"
+        assert a.ask("open") == "OPEN 3"
+        assert a.ask("add alpha three").startswith("ACK 3")
+        assert a.ask("close") == "CLOSED"
+    finally:
+        a.stop()
+        b.stop()
+    acknowledged = sorted(a.acks + b.acks)
+    assert [i for i, _ in acknowledged] == [0, 1, 2, 3]
+    assert stored(path) == acknowledged
+    assert not os.path.exists(path + ".lock")  # released locks leave no file behind
+
+
+def test_contending_writers_lose_nothing(tmp_path):
+    """Both processes add 15 exchanges as fast as they can, each retrying while the other
+    holds the lock: 30 acknowledged exchanges, numbered 0..29, none overwritten."""
+    path = str(tmp_path / "contended.db")
+    a, b = Child(path), Child(path)
+    try:
+        for c, name in ((a, "alpha"), (b, "beta")):
+            c.proc.stdin.write(f"contend 15 {name}\n")
+            c.proc.stdin.flush()
+        for c in (a, b):
+            while (line := c.next(120)) != "DONE":
+                assert line.startswith(("ACK", "REFUSED")), line
+    finally:
+        a.stop()
+        b.stop()
+    acknowledged = sorted(a.acks + b.acks)
+    assert len(acknowledged) == 30
+    assert stored(path) == acknowledged
+    assert {t for _, t in acknowledged} == {f"{n} {k}" for n in ("alpha", "beta") for k in range(15)}
+
+
+def test_a_killed_writer_leaves_no_stale_lock(tmp_path):
+    path = str(tmp_path / "killed.db")
+    a = Child(path)
+    assert a.ask("open") == "OPEN 0"
+    assert a.ask("add before the crash").startswith("ACK 0")
+    with pytest.raises(SessionLockedError, match=f"pid {a.proc.pid}"):
+        CTree.open(path, judge="embedding", embed_fn=HashEmbedder())
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait(10)
+    tree = CTree.open(path, judge="embedding", embed_fn=HashEmbedder())  # the OS released the lock
+    try:
+        tree.add([{"role": "user", "content": "after the crash"}, {"role": "assistant", "content": "ok"}])
+        check_invariants(tree)
+    finally:
+        tree.vdb.close()
+    assert stored(path) == [(0, "before the crash"), (1, "after the crash")]
+
+
+def test_same_process_second_writer_refused_until_closed(tmp_path, hash_embed):
+    path = str(tmp_path / "one.db")
+    first = VectorDatabase(path)
+    with pytest.raises(SessionLockedError) as err:
+        VectorDatabase(path)
+    assert isinstance(err.value, SessionFileError) and "this process" in str(err.value)
+    first.close()
+    first.close()  # twice is harmless
+    VectorDatabase(path).close()
+    # an unclosed database nobody can reach any more does not keep the session locked
+    CTree.open(path, judge="embedding", embed_fn=hash_embed)
+    CTree.open(path, judge="embedding", embed_fn=hash_embed).vdb.close()
+
+
+def test_read_only_never_writes_and_refuses_changes(tmp_path, hash_embed):
+    path = str(tmp_path / "ro.db")
+    tree = CTree.open(path, judge="embedding", embed_fn=hash_embed)
+    for k in range(4):
+        tree.add([{"role": "user", "content": f"question {k} about lamps"}, {"role": "assistant", "content": "yes"}])
+    tree.vdb.close()
+    os.chmod(path, 0o400)  # even a file we may not write opens read-only
+    before = digest(path)
+    ro = CTree.open(path, judge="embedding", embed_fn=hash_embed, read_only=True)
+    assert ro.read_only and len(ro.exchanges) == 4
+    assert ro.vdb.search_conversation(hash_embed("question lamps"), top_k=2, min_similarity=0.0)
+    for attempt in (lambda: ro.add([{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]),
+                    lambda: ro.reorganize(), lambda: ro.generate_summaries(), lambda: ro.vdb.set_meta("k", "v")):
+        with pytest.raises(ReadOnlySessionError, match="read-only"):
+            attempt()
+    assert ro.index_pending() == 0
+    assert len(ro.exchanges) == 4
+    ro.vdb.close()
+    assert digest(path) == before
+    assert not os.path.exists(path + ".lock")
+
+
+def test_read_only_sees_one_snapshot_while_the_writer_goes_on(tmp_path, hash_embed):
+    path = str(tmp_path / "snap.db")
+    w = CTree.open(path, judge="embedding", embed_fn=hash_embed)
+    w.add([{"role": "user", "content": "first"}, {"role": "assistant", "content": "one"}])
+    ro = CTree.open(path, judge="embedding", embed_fn=hash_embed, read_only=True)
+    w.add([{"role": "user", "content": "second"}, {"role": "assistant", "content": "two"}])
+    # the reader's store agrees with the tree it loaded: one exchange, not two
+    assert len(ro.exchanges) == 1 and len(ro.vdb.load_messages()) == 2
+    ro.vdb.close()
+    w.vdb.close()
+
+
+def test_read_only_of_a_missing_file_is_refused_by_name(tmp_path):
+    path = str(tmp_path / "nothing.db")
+    with pytest.raises(SessionFileError, match="does not exist"):
+        VectorDatabase(path, read_only=True)
+    assert not os.path.exists(path)
