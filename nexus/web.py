@@ -3,6 +3,7 @@ search DuckDuckGo (``ddgs``) and hand the results to the prompt as untrusted dat
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -14,20 +15,48 @@ from trace_core import prompts
 
 BEGIN, END = "<<<WEB RESULTS (untrusted)>>>", "<<<END WEB RESULTS>>>"
 
+# ddgs logs one line per engine tried, each with the full URL and its query string, and
+# its HTTP (primp) and DNS (hickory) layers log through Python too: the app's one line per
+# search (query, result count, time) is what the log needs
+LIBRARY_LOGGERS = ("ddgs", "primp", "hickory_net", "hickory_resolver", "hickory_proto", "rustls", "h2",
+                   "hyper", "hyper_util", "reqwest", "cookie_store", "httpx", "httpcore")
+for _name in LIBRARY_LOGGERS:
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+_URL = re.compile(r"\b(https?://[^/\s'\")]+)[^\s'\")]*")
+
+
+def _without_urls(text: str, limit: int = 200) -> str:
+    """An error message with each URL cut to its host (no path, no query)."""
+    text = _URL.sub(lambda m: m.group(1), " ".join(str(text).split()))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 # fast rules: words that mean "now" or things that change
 NEEDS_WEB = re.compile(
-    r"\b(latest|newest|today|tonight|yesterday|tomorrow|this (?:week|month|year)|right now|current|currently|"
-    r"at the moment|news|headlines?|weather|forecast|temperature outside|price|prices|cost of|stock|"
+    r"\b(latest|newest|today|tonight|yesterday|tomorrow|this (?:week|weekend|month|year)|right now|current|currently|"
+    r"at the moment|these days|nowadays|recent|recently|upcoming|com(?:e|ing) out|news|headlines?|weather|"
+    r"forecast|temperature outside|price|prices|cost of|costs? now|stock|"
     r"exchange rate|score|who won|election|release[sd]?|version|changelog|announced|breaking|"
     r"20[2-3]\d)\b",
     re.I,
 )
 # things a web search cannot help with
 NO_WEB = re.compile(
-    r"(^\s*(hi|hello|hey|thanks|thank you|ok|okay|cool|great)\b|\b(remember|earlier|i told you|i said|"
-    r"my name|you said|we discussed|summari[sz]e (?:our|this)|rewrite|translate|refactor|this code)\b|```)",
+    r"(^\s*(hi|hello|hey|thanks|thank you|ok|okay|cool|great)\b|\b(summari[sz]e|recap) (?:our|this|what we)|"
+    r"\b(rewrite|translate|refactor|this code)\b|```)",
     re.I,
 )
+# the question is about the conversation itself: memory answers it, whatever else it mentions
+# ("Remind me, which city am I travelling to next month?")
+ABOUT_US = re.compile(
+    r"\b(remind me|remember|(?:do|can) you recall|earlier|last time|as i said|i (?:told|asked|showed|gave) you|"
+    r"i (?:said|mentioned|wrote)|you (?:said|told me|gave me|suggested|recommended|mentioned)|"
+    r"(?:did|have|had|was|were) i\b|(?:did|have) we\b|we (?:talked|discussed|spoke|chatted|decided|agreed|compared)|"
+    r"our (?:conversation|chat|discussion|talk)|my name)\b",
+    re.I,
+)
+# the user's own things ("my dog", "am I"): memory first, unless the question also asks for news
+ABOUT_ME = re.compile(r"\b(my|mine|am i|do i have)\b", re.I)
 
 
 @dataclass
@@ -52,16 +81,30 @@ class WebSearchError(RuntimeError):
 class WebRouter:
     """Rules first; the memory model answers only the doubtful cases."""
 
-    def __init__(self, ask_llm: Callable[[str], bool] | None = None) -> None:
+    def __init__(self, ask_llm: Callable[[str], bool] | None = None,
+                 recalls: Callable[[str], bool] | None = None) -> None:
         self.ask_llm = ask_llm  # question -> bool; raises on failure
+        self.recalls = recalls  # question -> "memory holds the answer"; optional
 
     def decide(self, text: str) -> RouteDecision:
         q = text.strip()
-        if NO_WEB.search(q):
-            return RouteDecision(False, "about the conversation or a greeting")
-        m = NEEDS_WEB.search(q)
+        m = ABOUT_US.search(q)
         if m:
-            return RouteDecision(True, f"mentions '{m.group(0)}'", q)
+            return RouteDecision(False, f"about the conversation ('{m.group(0)}'): memory answers it")
+        if NO_WEB.search(q):
+            return RouteDecision(False, "a greeting or work on our own text")
+        web = NEEDS_WEB.search(q)
+        me = ABOUT_ME.search(q)
+        if me and not web:
+            return RouteDecision(False, f"about you ('{me.group(0)}'): memory answers it")
+        if self.recalls is not None and not web:
+            try:
+                if self.recalls(q):
+                    return RouteDecision(False, "memory holds the answer")
+            except Exception:  # a failing memory probe never blocks routing
+                pass
+        if web:
+            return RouteDecision(True, f"mentions '{web.group(0)}'", q)
         if len(q.split()) < 4 or not q.endswith("?"):
             return RouteDecision(False, "not a question about the world")
         if self.ask_llm is None:
@@ -71,6 +114,18 @@ class WebRouter:
         except Exception as exc:  # unreachable model: no search, say why
             return RouteDecision(False, f"doubtful; the memory model could not answer ({exc})", by="llm")
         return RouteDecision(bool(yes), "the memory model said " + ("yes" if yes else "no"), q if yes else "", by="llm")
+
+
+def ask_memory_model(llm, question: str) -> bool:
+    """The memory model's yes/no for a doubtful question (``llm`` is a ``trace_core.llm.JSONLLM``)."""
+    ans = llm.ask(prompts.WEB_ROUTER_SYSTEM, prompts.WEB_ROUTER_USER.format(question=question[:500]),
+                  prompts.WEB_ROUTER_SCHEMA, "route")
+    search = ans.get("search")
+    if isinstance(search, str):
+        search = {"true": True, "yes": True, "false": False, "no": False}.get(search.strip().lower())
+    if not isinstance(search, bool):
+        raise ValueError(f"the memory model answered {ans!r} instead of true/false")
+    return search
 
 
 def ddgs_search(query: str, max_results: int, timeout: float, backend: str) -> list[dict]:
@@ -86,9 +141,9 @@ def ddgs_search(query: str, max_results: int, timeout: float, backend: str) -> l
     except DDGSException as exc:
         if "no results" in str(exc).lower():
             return []
-        raise WebSearchError(f"web search failed: {exc}") from exc
+        raise WebSearchError(f"web search failed: {_without_urls(exc)}") from exc
     except Exception as exc:  # network errors of the HTTP layer
-        raise WebSearchError(f"web search failed: {type(exc).__name__}: {exc}") from exc
+        raise WebSearchError(f"web search failed: {type(exc).__name__}: {_without_urls(exc)}") from exc
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x1b]")
@@ -128,7 +183,7 @@ class WebSearch:
         except WebSearchError:
             raise
         except Exception as exc:
-            raise WebSearchError(f"web search failed: {exc}") from exc
+            raise WebSearchError(f"web search failed: {_without_urls(exc)}") from exc
         results = [WebResult(_clean(r.get("title", ""), 200), _clean(r.get("href") or r.get("url", ""), 300),
                              _clean(r.get("body") or r.get("snippet", ""), 500)) for r in raw if isinstance(r, dict)]
         self.cache[key] = results
