@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from trace_core.local_server import END, START, format_prompt, loop_length
+from trace_core.local_server import END, START, LoopGuard, format_prompt, loop_length
 
 FOREIGN_MARKERS = ("[INST]", "[/INST]", "<<SYS>>", "<</SYS>>", START, END, "<|im_start|>", "<|im_end|>")
 
@@ -46,6 +46,21 @@ def test_loop_length_finds_loops_and_leaves_text_alone():
     assert loop_length(list(range(50, 70)) + loop) == 12
     assert loop_length(list(range(12)) * 3) == 0  # three times is not yet a loop
     assert loop_length([7, 8] * 40) in (8, 10, 12, 14, 16)  # a 2-token stutter, caught at a multiple
+
+
+def test_the_loop_guard_looks_only_at_the_reply():
+    prompt = list(range(12)) * 4  # a prompt may repeat itself: that is not the reply looping
+    guard = LoopGuard()
+    seen = prompt[:]
+    assert guard(seen, None) is False  # first call: the prompt alone
+    reply = [100 + i for i in range(20)] + list(range(200, 216)) * 4
+    stopped_at = None
+    for i, tok in enumerate(reply):
+        seen.append(tok)
+        if guard(seen, None):
+            stopped_at = i + 1
+            break
+    assert stopped_at == len(reply)  # stops once the 16-token run has come four times, not before
 
 
 def _chat(base_url: str, body: dict) -> dict:

@@ -83,14 +83,15 @@ def loop_length(tokens: Sequence[int], min_period: int = LOOP_MIN_PERIOD, max_pe
 
 class LoopGuard:
     """A llama_cpp stopping criterion: stop when the generated tokens end in a loop.
-    It is called after each new token with every token so far (prompt included)."""
+    llama_cpp calls it after sampling each token with the tokens evaluated so far: the
+    prompt at the first call, then the prompt and the reply but its newest token."""
 
     def __init__(self) -> None:
         self.prompt_len: int | None = None
 
     def __call__(self, input_ids, logits) -> bool:
         if self.prompt_len is None:
-            self.prompt_len = len(input_ids) - 1
+            self.prompt_len = len(input_ids)
         generated = input_ids[self.prompt_len:]
         if len(generated) < LOOP_MIN_PERIOD * LOOP_REPEATS:
             return False
