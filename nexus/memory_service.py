@@ -198,9 +198,11 @@ class MemoryService:
         self.budget = memory_token_budget
         self.min_similarity = min_similarity
         self.synth = PromptSynthesizer(ctree=tree, vector_db=tree.vdb, memory_token_budget=memory_token_budget)
-        self._write = threading.Lock()  # one writer: add() and the sentence index, in order
+        self._write = threading.Lock()  # one writer: each add() whole, in order
         self._indexer: threading.Thread | None = None
         self._index_wanted = threading.Event()
+        self._last_request = 0.0  # monotonic time of the last recall/remember/search
+        self.index_after_idle = 0.5  # seconds without requests before the sentence index runs
         self._closed = False
 
     @classmethod
@@ -221,6 +223,7 @@ class MemoryService:
         if self._indexer is not None:
             self._indexer.join(timeout=30)
         with self._write:
+            self.synth.close()  # its BM25 thread
             if self.tree.vdb is not None:
                 self.tree.vdb.close()
 
@@ -230,6 +233,7 @@ class MemoryService:
         """The memory block for ``query`` within ``budget_tokens``, with where each part
         came from. ``recent``: messages the caller already has in its context (not
         recalled again)."""
+        self._last_request = time.monotonic()
         query = (query or "").strip()
         budget = self.budget if budget_tokens is None else int(budget_tokens)
         if budget < 0:
@@ -251,6 +255,7 @@ class MemoryService:
     def search(self, query: str, k: int = 10, all_sessions: bool = False) -> SearchResult:
         """Messages closest to ``query`` (cosine), best first; each hit names its session.
         ``all_sessions``: every session in the sessions folder, the others read-only."""
+        self._last_request = time.monotonic()
         return search_sessions(self.tree, self.path, query, k, all_sessions, self.min_similarity)
 
     def outline(self, show_messages: bool = False) -> str:
@@ -294,6 +299,7 @@ class MemoryService:
     def remember(self, user: str, assistant: str, system: str | None = None) -> Remembered:
         """Store one completed exchange; on disk when it returns. Bad input →
         ``ValueError`` in words (nothing stored)."""
+        self._last_request = time.monotonic()
         msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
         if system:
             msgs.insert(0, {"role": "system", "content": system})
@@ -302,20 +308,25 @@ class MemoryService:
                 raise RuntimeError(f"session {self.name!r} is closed")
             node = self.tree.add(msgs)
             branch = self.tree.thread_path(node)
-        self._schedule_index()
+            self._schedule_index()
         return Remembered(self.name, node.index, branch)
 
     def _schedule_index(self) -> None:
         """The sentence index (idle work) in one background thread, after writes."""
         self._index_wanted.set()
-        if self._indexer is None or not self._indexer.is_alive():
+        if self._indexer is None:  # one thread for the service's life (called under the writer lock)
             self._indexer = threading.Thread(target=self._index_loop, name="nexus-memory-index", daemon=True)
             self._indexer.start()
 
     def _index_loop(self) -> None:
-        # not under the writer lock: index_pending embeds outside the tree's lock and
-        # writes its batch under it, so adds go on meanwhile
-        while self._index_wanted.wait(timeout=5):
+        # idle work: it waits for a pause in requests (its embeddings would slow the next
+        # recall on a small machine), and it runs outside the writer lock: index_pending
+        # embeds outside the tree's lock and writes its batch under it
+        while not self._closed:
+            if not self._index_wanted.wait(timeout=1.0):
+                continue
+            while time.monotonic() - self._last_request < self.index_after_idle and not self._closed:
+                time.sleep(0.1)
             self._index_wanted.clear()
             if self._closed:
                 return

@@ -217,17 +217,23 @@ class MemoryProxy:
         if user:
             recent = [{"role": m.get("role"), "content": content_text(m.get("content"))}
                       for m in messages[:-1] if isinstance(m, dict)]
+            t_recall = time.perf_counter()
             mem = await run_in_threadpool(svc.recall, user, self.budget_tokens, recent)
+            log.debug("session %s: recall %.3f s, %d memory tokens", svc.name, time.perf_counter() - t_recall,
+                      mem.tokens)
             body = dict(body, messages=with_memory(messages, mem.block))
         stream = bool(body.get("stream"))
         req = self.client.build_request("POST", self.upstream + "/chat/completions", headers=self._headers(),
                                         content=json.dumps(body).encode())
+        t_up = time.perf_counter()
         try:
             upstream = await self.client.send(req, stream=True)
         except httpx.HTTPError as exc:
             log.warning("session %s: upstream unreachable (%s)", svc.name, type(exc).__name__)
             return _error(502, f"the upstream {self.upstream} did not answer: {type(exc).__name__}", "upstream_error")
         ctype = upstream.headers.get("content-type", "application/json")
+        log.debug("session %s: upstream headers after %.3f s (%.3f s since the request)", svc.name,
+                  time.perf_counter() - t_up, time.perf_counter() - started)
         if upstream.status_code != 200 or not stream:
             try:
                 raw = await upstream.aread()

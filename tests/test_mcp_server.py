@@ -129,6 +129,8 @@ def test_http_server_requires_the_token(tmp_path):
                 time.sleep(0.3)
         assert r.status_code == 401
         assert httpx2.post(url, json={}, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        big = httpx2.post(url, content=b"x" * (5 * 1024 * 1024), headers={"Authorization": f"Bearer {token}"})
+        assert big.status_code == 413
 
         async def listed() -> set[str]:
             http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
@@ -142,3 +144,19 @@ def test_http_server_requires_the_token(tmp_path):
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     assert token not in err
+
+
+def test_a_session_open_for_writing_elsewhere_is_refused(tmp_path, minilm, monkeypatch):
+    from nexus.memory_service import MemoryService
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    held = MemoryService.open(session_path("busy"), embed_fn=minilm, judge="embedding")
+    try:
+        r = subprocess.run([sys.executable, "-m", "nexus", "mcp", "--session", "busy"], input="",
+                           env=dict(os.environ, **server_env(tmp_path / "data")), capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 2
+        assert "busy.db" in r.stderr and "open for writing in another process" in r.stderr
+        assert r.stdout == ""  # stdout is the protocol: nothing else is written there
+    finally:
+        held.close()

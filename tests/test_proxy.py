@@ -4,6 +4,7 @@ upstream on 127.0.0.1. Real session files; MiniLM, except the 4 × 50 load test.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -236,4 +237,78 @@ def test_four_clients_fifty_exchanges_each_on_one_session(data_dir, hash_embed, 
                 for c in range(4) for i in range(50)}
     assert len(pairs) == 200 and set(pairs) == expected  # none lost, none twice
     check_invariants(tree)
+    tree.vdb.close()
+
+
+def test_a_session_another_writer_holds_is_refused_in_words(data_dir, minilm, server):
+    server.script("ok")
+    held = MemoryService.open(session_path("held"), embed_fn=minilm, judge="embedding")
+    held.remember("kept before", "yes")
+    try:
+        with running_proxy(make_pool(minilm), server.base_url) as url:
+            with pytest.raises(openai.APIStatusError, match="open for writing") as info:
+                client(url).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
+                                                    extra_headers={"X-Nexus-Session": "held"})
+            assert info.value.status_code == 409
+        held.remember("kept after", "yes")  # the writer goes on, untouched
+    finally:
+        held.close()
+    tree = stored("held", minilm)
+    assert [x.user for x in tree.exchanges] == ["kept before", "kept after"]
+    tree.vdb.close()
+
+
+class _BrokenStreams:
+    """An upstream whose streams end without [DONE] (cut short) or carry an error event."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                piece = {"choices": [{"index": 0, "delta": {"content": "partial answer"}, "finish_reason": None}]}
+                self.wfile.write(f"data: {json.dumps(piece)}\n\n".encode())
+                if "error" in body["messages"][-1]["content"]:
+                    err = {"error": {"message": "the model ran out of context", "type": "server_error"}}
+                    self.wfile.write(f"data: {json.dumps(err)}\n\n".encode())
+                    self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True  # cut: no [DONE] after a plain answer
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_streams_cut_short_or_failing_are_not_remembered(data_dir, minilm):
+    up = _BrokenStreams()
+    try:
+        with running_proxy(make_pool(minilm), up.base_url) as url:
+            c = client(url)
+            s = c.chat.completions.create(model="m", stream=True, messages=[{"role": "user", "content": "cut"}])
+            assert "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices) == "partial answer"
+            with pytest.raises(openai.APIError, match="ran out of context"):
+                s = c.chat.completions.create(model="m", stream=True,
+                                              messages=[{"role": "user", "content": "error please"}])
+                for _ in s:
+                    pass
+    finally:
+        up.stop()
+    tree = stored("default", minilm)
+    assert tree.exchanges == []
     tree.vdb.close()

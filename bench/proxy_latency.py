@@ -1,0 +1,152 @@
+"""The memory proxy's added time to the first streamed token, against the upstream called
+directly in the same run.
+
+    python -m bench.proxy_latency [--runs 40] [--history 300] [--local | --upstream URL] [--json OUT]
+
+Upstream: the bundled llama.cpp server with gemma-3-270m (``--local``), any
+OpenAI-compatible server (``--upstream``), or by default the scripted test server
+answering after ``--first-token-ms`` (a stand-in for a model's prompt time, so the
+ratio is not a ratio of two near-zero loopback times). The proxy runs in this process
+under uvicorn, with MiniLM and a session of ``--history`` exchanges, so each request
+pays a real recall (and its exchange is remembered after the answer, off the timed
+path). Direct and proxied requests alternate; time to first token is measured with the
+``openai`` client from the request to the first chunk carrying content.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+TOPICS = ["my sister's piano lessons", "the Orion release plan", "peanut-free recipes", "the cabin trip",
+          "my green Brompton bike", "the quarterly budget", "learning Portuguese", "the garden irrigation"]
+
+
+def p95(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(0.95 * (len(xs) - 1))))]
+
+
+def ttft(client, model: str, text: str, max_tokens: int) -> float:
+    t0 = time.perf_counter()
+    stream = client.chat.completions.create(model=model, stream=True, max_tokens=max_tokens, temperature=0,
+                                            messages=[{"role": "user", "content": text}])
+    first = None
+    for ch in stream:
+        if first is None and ch.choices and ch.choices[0].delta.content:
+            first = time.perf_counter() - t0
+    return first if first is not None else time.perf_counter() - t0
+
+
+def start_proxy(pool, upstream: str, key: str):
+    import uvicorn
+
+    from nexus.proxy import MemoryProxy
+
+    server = uvicorn.Server(uvicorn.Config(MemoryProxy(pool, upstream, key).app(), host="127.0.0.1", port=0,
+                                           log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    return server, thread, f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/v1"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=40)
+    ap.add_argument("--history", type=int, default=300, help="exchanges in the session before the runs")
+    ap.add_argument("--local", action="store_true", help="upstream: the bundled llama.cpp server (gemma-3-270m)")
+    ap.add_argument("--upstream", help="upstream: an OpenAI-compatible base URL")
+    ap.add_argument("--model", default="test-model")
+    ap.add_argument("--first-token-ms", type=float, default=150.0, help="scripted upstream's first-token delay")
+    ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+
+    import openai
+
+    from nexus.memory_service import MemoryService
+    from trace_core.embedders import MiniLMEmbedder
+
+    local = scripted = None
+    if args.local:
+        from trace_core.local_llm import LocalLLMServer
+
+        local = LocalLLMServer().start(timeout=300)
+        upstream, model, kind = local.base_url, local.model_name, "llama.cpp gemma-3-270m"
+    elif args.upstream:
+        upstream, model, kind = args.upstream.rstrip("/"), args.model, args.upstream
+    else:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from scripted_server import Reply, ScriptedServer
+
+        scripted = ScriptedServer().start()
+        delay = args.first_token_ms / 1000
+        scripted.respond(lambda req: Reply("Sure, here is what I remember about that.", delay=delay))
+        upstream, model, kind = scripted.base_url, "test-model", f"scripted, first token after {args.first_token_ms:.0f} ms"
+
+    embed = MiniLMEmbedder()
+    embed.load()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["NEXUS_DATA_DIR"] = tmp
+        from nexus.memory_service import session_path
+        from nexus.proxy import SessionPool
+
+        svc = MemoryService.open(session_path("bench"), embed_fn=embed, judge="embedding")
+        for i in range(args.history):
+            topic = TOPICS[i % len(TOPICS)]
+            svc.remember(f"Note {i} about {topic}: detail number {i * 7 % 101}.", f"Noted detail {i} on {topic}.")
+        svc.wait_indexed(300)
+        pool = SessionPool(lambda name: svc, "bench")
+        server, thread, proxy_url = start_proxy(pool, upstream, "lm-studio")
+        direct = openai.OpenAI(base_url=upstream, api_key="lm-studio", max_retries=0, timeout=300)
+        proxied = openai.OpenAI(base_url=proxy_url, api_key="lm-studio", max_retries=0, timeout=300)
+        ttft(direct, model, "warm up", args.max_tokens)
+        ttft(proxied, model, "warm up", args.max_tokens)
+        d, p = [], []
+        for k in range(args.runs):
+            q = f"What did I say about {TOPICS[k % len(TOPICS)]}? (run {k})"
+            if k % 2:
+                p.append(ttft(proxied, model, q, args.max_tokens))
+                d.append(ttft(direct, model, q, args.max_tokens))
+            else:
+                d.append(ttft(direct, model, q, args.max_tokens))
+                p.append(ttft(proxied, model, q, args.max_tokens))
+        server.should_exit = True
+        thread.join(10)
+        stored = len(svc.tree.exchanges)
+        svc.close()
+    if scripted is not None:
+        scripted.stop()
+    if local is not None:
+        local.stop()
+    added = [b - a for a, b in zip(d, p)]
+    res = {
+        "upstream": kind, "runs": args.runs, "history_exchanges": args.history,
+        "direct_ttft_ms_median": 1000 * statistics.median(d), "direct_ttft_ms_p95": 1000 * p95(d),
+        "proxy_ttft_ms_median": 1000 * statistics.median(p), "proxy_ttft_ms_p95": 1000 * p95(p),
+        "added_ms_median": 1000 * statistics.median(added), "added_ms_p95": 1000 * p95(added),
+        "ratio_median": statistics.median(p) / statistics.median(d), "ratio_p95": p95(p) / p95(d),
+        "exchanges_stored_after": stored,
+    }
+    print(f"upstream: {kind}; session of {args.history} exchanges; {args.runs} runs each, alternating")
+    print(f"time to first token: direct median {res['direct_ttft_ms_median']:.1f} ms (p95 "
+          f"{res['direct_ttft_ms_p95']:.1f}), via proxy median {res['proxy_ttft_ms_median']:.1f} ms "
+          f"(p95 {res['proxy_ttft_ms_p95']:.1f})")
+    print(f"added by the proxy: median {res['added_ms_median']:.1f} ms, p95 {res['added_ms_p95']:.1f} ms; "
+          f"ratio proxy/direct: median {res['ratio_median']:.2f}, p95 {res['ratio_p95']:.2f}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(res, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
