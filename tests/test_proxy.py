@@ -312,3 +312,44 @@ def test_streams_cut_short_or_failing_are_not_remembered(data_dir, minilm):
     tree = stored("default", minilm)
     assert tree.exchanges == []
     tree.vdb.close()
+
+
+def test_nexus_proxy_command_serves_and_stops(tmp_path, server, minilm):
+    """`nexus proxy` as a user starts it: a real process, then Ctrl+C (SIGINT)."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server.script("Stored by the command.")
+    env = dict(os.environ, NEXUS_DATA_DIR=str(tmp_path / "data"), NEXUS_JUDGE="embedding", HF_HUB_OFFLINE="1",
+               OPENAI_API_KEY="upstream-secret-key")
+    proc = subprocess.Popen([sys.executable, "-m", "nexus", "proxy", "--upstream", server.base_url,
+                             "--port", str(port), "--session", "cli"], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, "proxy did not start"
+                time.sleep(0.3)
+        r = client(f"http://127.0.0.1:{port}/v1").chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "Remember the command test."}])
+        assert r.choices[0].message.content == "Stored by the command."
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "session 'cli'" in err and "exchange #0" in err
+    assert "upstream-secret-key" not in err and "Remember the command test" not in err
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+        tree = stored("cli", minilm)
+    assert [x.user for x in tree.exchanges] == ["Remember the command test."]
+    tree.vdb.close()
