@@ -373,9 +373,16 @@ class NexusApp(App):
                 marker = Notice(f"↑ {pager.remaining} earlier exchanges: scroll up to see them")
                 marker.add_class("history-marker")
                 await chat.mount(marker, before=0)
-            if shown:  # paging back: the exchange that was at the top stays where the reader left it
-                chat.scroll_to_widget(shown[0], top=True, animate=False)
-        finally:
+        except BaseException:
+            self._history_busy = False
+            raise
+        if shown:  # paging back: the exchange that was at the top stays where the reader left it
+            def keep_place() -> None:
+                chat.scroll_to_widget(shown[0], top=True, animate=False, immediate=True)
+                self._history_busy = False
+
+            self.call_after_refresh(keep_place)
+        else:
             self._history_busy = False
 
     def _chat_scrolled(self, old: float, new: float) -> None:

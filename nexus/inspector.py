@@ -1,0 +1,142 @@
+"""The node inspector: the details of the topic or exchange selected in the tree pane.
+
+A topic: name, summary, range, depth, children against the fan-out bound, frozen or
+active, exchanges below, its five nearest other branches by centroid cosine and, when
+it fed the last reply, its retrieval scores. An exchange: both messages in full, date,
+branch path, archived / superseded status and its indexed sentence parts. The details
+are read under the tree's lock in a worker thread; Esc closes the view.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import work
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+from textual.worker import get_current_worker
+
+from .treeinfo import ExchangeDetail, TopicDetail, exchange_detail, topic_detail
+
+
+def _safe(text: str) -> str:
+    from .widgets import safe
+
+    return safe(text)
+
+
+def topic_text(d: TopicDetail) -> Text:
+    t = Text()
+    t.append(_safe(d.name) + "\n", style="bold")
+    t.append(_safe(d.path) + "\n\n", style="dim")
+    rows = [
+        ("range", f"[{d.start}:{d.end}]"),
+        ("depth", str(d.depth)),
+        ("children", f"{d.topic_children}/{d.max_children} topics, {d.exchange_children}/{d.max_children} exchanges"),
+        ("state", "ROOT" if d.is_root else ("frozen" if d.frozen else "active (on the current path)")),
+        ("exchanges", f"{d.exchanges_below} below"),
+    ]
+    for k, v in rows:
+        t.append(f"{k:<10} ", style="bold")
+        t.append(v + "\n")
+    if d.summary:
+        t.append("\nsummary\n", style="bold")
+        t.append(_safe(d.summary) + "\n")
+    if d.retrieval is not None:
+        r = d.retrieval
+        t.append("\nfed the last reply\n", style="bold magenta")
+        if r.similarity is not None:
+            t.append(f"  branch cos {r.similarity:.3f}  bm25 {r.keyword or 0:.3f}\n")
+        t.append(f"  {r.injected} exchanges injected, best fused {r.best_fused:.4f}\n")
+        t.append(f"  for: {_safe(r.query[:120])}\n", style="dim")
+    if d.nearest:
+        t.append("\nnearest branches (centroid cosine)\n", style="bold")
+        for n in d.nearest:
+            t.append(f"  {n.cosine:+.3f}  ")
+            t.append(_safe(n.path.removeprefix("ROOT → ")) + "\n")
+    return t
+
+
+def exchange_text(d: ExchangeDetail) -> Text:
+    t = Text()
+    t.append(f"Exchange #{d.index}\n", style="bold")
+    t.append(_safe(d.path) + "\n\n", style="dim")
+    status = "archived" if d.archived else "in the tree"
+    if d.status and d.status != "unknown":
+        status += f", {d.status}"
+    elif not d.status:
+        status += ", not superseded"
+    for k, v in (("date", d.timestamp or "(none)"), ("status", status)):
+        t.append(f"{k:<7} ", style="bold")
+        t.append(v + "\n")
+    for role, content in d.messages:
+        t.append(f"\n{role}\n", style="bold")
+        t.append(_safe(content) + "\n")
+    if d.parts:
+        t.append("\nindexed sentence parts\n", style="bold")
+        for role, parts in d.parts:
+            if not parts:
+                t.append(f"  {role}: not indexed yet\n", style="dim")
+                continue
+            for p in parts:
+                t.append(f"  {role}: ", style="dim")
+                t.append(_safe(" ".join(p.split())) + "\n")
+    return t
+
+
+class NodeInspector(VerticalScroll):
+    """Beside the tree pane; hidden until a node is selected."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.body = Static("", id="inspector-body")
+        self.subject = None  # topic id (str) or exchange index (int) on view
+        self.detail: TopicDetail | ExchangeDetail | None = None
+        self.border_title = "Inspector · Esc closes"
+
+    def compose(self):
+        yield self.body
+
+    def on_mount(self) -> None:
+        self.display = False
+
+    @property
+    def is_open(self) -> bool:
+        return bool(self.display)
+
+    def inspect(self, ctree, data, report=None, synth=None) -> None:
+        """``data``: a topic id or an exchange node, as the tree pane holds them."""
+        if ctree is None or data is None:
+            return
+        self.subject = data if isinstance(data, str) else data.index
+        self._load(ctree, self.subject, report, synth)
+
+    @work(thread=True, exclusive=True, group="inspector")
+    def _load(self, ctree, subject, report, synth) -> None:
+        if isinstance(subject, str):
+            detail = topic_detail(ctree, subject, report)
+        else:
+            detail = exchange_detail(ctree, subject, synth)
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._show, subject, detail)
+
+    def _show(self, subject, detail) -> None:
+        if subject != self.subject:
+            return  # a later selection won
+        self.detail = detail
+        if detail is None:
+            self.body.update(Text("That node is no longer in the tree.", style="italic"))
+        elif isinstance(detail, TopicDetail):
+            self.body.update(topic_text(detail))
+        else:
+            self.body.update(exchange_text(detail))
+        self.display = True
+        self.scroll_home(animate=False)
+
+    def close(self) -> bool:
+        """Hide the view; False when it was not open (Esc then goes on to cancel)."""
+        if not self.display:
+            return False
+        self.display = False
+        self.subject = None
+        self.detail = None
+        return True

@@ -1,0 +1,292 @@
+"""The five TRACE stress scenarios, run inside Nexus (/scenario).
+
+A scenario runs in a scratch session — a session file in a temporary folder, never
+the user's — in a worker thread. The tree pane shows the scratch tree growing (a
+snapshot at most every ``refresh_seconds``), the log shows each judge decision, and
+the verdict with what the scenario checked goes to the chat. Esc cancels between two
+exchanges. The user's session stays open and untouched throughout; the pane shows it
+again when the scenario ends.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+
+from trace_core import CTree
+from trace_core import events as tev
+from trace_core import scenarios as S
+
+from .treeinfo import TreeSnapshot, reorganize_lines, take_snapshot
+
+JUDGES = ("embedding", "auto", "llm")
+
+# what each scenario checks, in the user's words
+WHAT = {
+    "needle": "200 exchanges; a shellfish allergy stated at exchange 10; asked for a seafood main course, "
+              "the allergy must reach the prompt.",
+    "overwrite": "Sarah's peanut allergy, 12 unrelated exchanges, then 'the test came back negative'; asked "
+                 "about a peanut cookie, the newer fact must be marked [current] and the older [superseded].",
+    "drift": "'python' the snake and Python the language in separate branches; a reorganisation at threshold "
+             "0.55 must keep them apart (the veto).",
+    "theseus": "Eleanor the 1967 Mustang, one exchange in every five among filler; after a reorganisation "
+               f"(threshold {S.THESEUS_THRESHOLD}) her branches must share one parent that is about her.",
+    "multihop": "allergy, party and cake recipe in separate topics; 'peanut butter cake for Sarah's party?' "
+                "must recall all three and none of Tokyo or the bike.",
+}
+
+
+class ScenarioCancelled(Exception):
+    """Esc: the scenario stops before its next exchange."""
+
+
+class CancellableTree(CTree):
+    """A scratch tree that stops at the next ``add()`` once cancelled, and keeps the
+    result of its reorganisation for the log."""
+
+    cancel_event: threading.Event | None = None
+    last_reorganize: dict | None = None
+
+    def add(self, messages, timestamp=None):
+        if self.cancel_event is not None and self.cancel_event.is_set():
+            raise ScenarioCancelled()
+        return super().add(messages, timestamp)
+
+    def reorganize(self, *args, **kwargs) -> dict:
+        if self.cancel_event is not None and self.cancel_event.is_set():
+            raise ScenarioCancelled()
+        self.last_reorganize = super().reorganize(*args, **kwargs)
+        return self.last_reorganize
+
+
+@dataclass(frozen=True)
+class ScenarioOutcome:
+    name: str
+    judge: str
+    passed: bool | None  # None: cancelled or failed to run
+    detail: str
+    exchanges: int
+    seconds: float
+    cancelled: bool = False
+    error: str = ""
+    when: str = ""
+
+    def summary(self) -> str:
+        if self.cancelled:
+            return f"{self.name}: cancelled after {self.exchanges} exchanges ({self.seconds:.1f} s)."
+        if self.error:
+            return f"{self.name}: could not run: {self.error}"
+        return (f"{'PASS' if self.passed else 'FAIL'}  {self.name} ({self.judge} judge, {self.exchanges} exchanges, "
+                f"{self.seconds:.1f} s): {self.detail}\nChecked: {WHAT[self.name]}")
+
+
+def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url: str | None = None,
+                 api_key: str | None = None, model: str | None = None, cancel: threading.Event | None = None,
+                 on_start: Callable[[CTree], None] | None = None,
+                 on_event: Callable[[str, str], None] | None = None,
+                 on_snapshot: Callable[[CTree, TreeSnapshot], None] | None = None,
+                 refresh_seconds: float = 0.3) -> ScenarioOutcome:
+    """Run one scenario in a scratch session file in a temporary folder (deleted after).
+    Callbacks run in this thread: ``on_event(text, level)`` for the log, ``on_snapshot``
+    at most every ``refresh_seconds`` and once at the end."""
+    if name not in S.SCENARIOS:
+        raise ValueError(f"no scenario {name!r}; the five are {', '.join(S.SCENARIOS)}")
+    cancel = cancel or threading.Event()
+    emit = on_event or (lambda text, level: None)
+    total = len(S.TALKS[name]())
+    started = time.perf_counter()
+    stamp = datetime.now().isoformat(timespec="seconds")
+    with tempfile.TemporaryDirectory(prefix="nexus-scenario-") as tmp:
+        kwargs = dict(judge=judge, base_url=base_url, api_key=api_key, embed_fn=embed_fn, llm_timeout=60)
+        if model:
+            kwargs["model"] = model
+        tree = CancellableTree.open(str(Path(tmp) / f"{name}.db"), **kwargs)
+        tree.cancel_event = cancel
+        last = [0.0]
+
+        def snapshot(force: bool = False) -> None:
+            now = time.perf_counter()
+            if on_snapshot is not None and (force or now - last[0] >= refresh_seconds):
+                last[0] = now
+                on_snapshot(tree, take_snapshot(tree))
+
+        def listen(e: tev.EngineEvent) -> None:
+            if isinstance(e, tev.JudgeDecided):
+                emit(f"scenario {name} #{e.exchange_index + 1}/{total}: judge {e.judge}: {e.action} → {e.topic} "
+                     f"({e.reason})", "info")
+                snapshot()
+            elif isinstance(e, tev.LLMFailed):
+                emit(f"scenario {name}: memory model failed at {e.task}: {e.problem}; the embedding judge decided",
+                     "warning")
+            elif isinstance(e, tev.ReorganizeFinished):
+                emit(f"scenario {name}: reorganised: {e.merged} merged, {e.skipped} skipped", "info")
+
+        tree.on_event(listen)
+        try:
+            if on_start is not None:
+                on_start(tree)
+            try:
+                verdict = S.SCENARIOS[name](tree)
+            except ScenarioCancelled:
+                snapshot(force=True)
+                return ScenarioOutcome(name, judge, None, "", len(tree._exchanges), time.perf_counter() - started,
+                                       cancelled=True, when=stamp)
+            except Exception as exc:  # a scenario that cannot run is reported, never raised into the UI
+                return ScenarioOutcome(name, judge, None, "", len(tree._exchanges), time.perf_counter() - started,
+                                       error=f"{type(exc).__name__}: {exc}", when=stamp)
+            if tree.last_reorganize:
+                for text, level in reorganize_lines(tree.last_reorganize):
+                    emit(f"scenario {name}: {text}", level)
+            snapshot(force=True)
+            return ScenarioOutcome(name, judge, bool(verdict.passed), verdict.detail, len(tree._exchanges),
+                                   time.perf_counter() - started, when=stamp)
+        finally:
+            if tree.vdb is not None:
+                tree.vdb.close()
+
+
+# --- last verdicts --------------------------------------------------------------------------
+
+
+def verdicts_path() -> Path:
+    from .config import data_dir
+
+    return data_dir() / "scenario-verdicts.json"
+
+
+def load_verdicts(path: Path | None = None) -> dict[str, dict]:
+    try:
+        data = json.loads((path or verdicts_path()).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def save_verdict(outcome: ScenarioOutcome, path: Path | None = None) -> None:
+    path = path or verdicts_path()
+    data = load_verdicts(path)
+    data[outcome.name] = asdict(outcome)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+
+
+def listing(verdicts: dict[str, dict]) -> str:
+    lines = ["Scenarios (/scenario NAME [--judge embedding|auto|llm]; Esc cancels a run):"]
+    for name in S.SCENARIOS:
+        v = verdicts.get(name)
+        if v is None:
+            last = "not run yet"
+        else:
+            last = f"{'PASS' if v['passed'] else 'FAIL'} ({v['judge']} judge, {v['when']}): {v['detail']}"
+        lines.append(f"  {name:<10} {last}")
+        lines.append(f"  {'':<10} checks: {WHAT[name]}")
+    return "\n".join(lines)
+
+
+# --- the app side ---------------------------------------------------------------------------
+
+
+class ScenarioController:
+    """/scenario in the app: parses the command, runs the scenario in a worker, routes
+    its events to the log and its snapshots to the tree pane, cancels on Esc."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self.cancel_event: threading.Event | None = None
+        self.name: str | None = None
+        self.outcome: ScenarioOutcome | None = None  # the last run's
+
+    @property
+    def running(self) -> bool:
+        return self.name is not None
+
+    def command(self, args: list[str]) -> None:
+        from .commands import BY_NAME, UsageError, flag_value
+
+        usage = BY_NAME["scenario"].usage
+        args = list(args)
+        judge = flag_value(args, "--judge", str, usage) or "embedding"
+        if not args:
+            self.app.chat_notice(listing(load_verdicts()))
+            return
+        if len(args) != 1 or judge not in JUDGES:
+            raise UsageError(usage)
+        name = args[0].lower()
+        if name not in S.SCENARIOS:
+            raise UsageError(f"{usage} — the scenarios are {', '.join(S.SCENARIOS)}")
+        if self.running:
+            self.app.chat_notice(f"The {self.name} scenario is still running (Esc cancels it).", "warning")
+            return
+        self.start(name, judge)
+
+    def start(self, name: str, judge: str) -> None:
+        from functools import partial
+
+        app = self.app
+        cfg = app.config
+        session = app.session
+        embed_fn = session.tree.embed_fn if session is not None and session.tree is not None else app._embed_fn
+        self.name = name
+        self.cancel_event = threading.Event()
+        app.chat_notice(f"Running the {name} scenario ({judge} judge) in a scratch session; the tree pane shows "
+                        "it growing, the log its judge decisions. Esc cancels it.")
+        job = partial(run_scenario, name, judge, embed_fn=embed_fn, base_url=cfg.base_url, api_key=cfg.api_key,
+                      model=cfg.memory_model or cfg.chat_model or None, cancel=self.cancel_event,
+                      on_start=self._on_start, on_event=self._on_event, on_snapshot=self._on_snapshot)
+        app.run_worker(partial(self._work, job), thread=True, group="scenario", name=f"scenario {name}")
+
+    # these run in the worker thread
+    def _work(self, job) -> None:
+        try:
+            outcome = job()
+        except Exception as exc:
+            outcome = ScenarioOutcome(self.name or "?", "?", None, "", 0, 0.0, error=str(exc))
+        self._call(self._finish, outcome)
+
+    def _call(self, fn, *args) -> None:
+        try:
+            self.app.call_from_thread(fn, *args)
+        except RuntimeError:  # the app is closing
+            pass
+
+    def _on_start(self, tree) -> None:
+        self._call(self._pane().show_scenario, tree)
+
+    def _on_event(self, text: str, level: str) -> None:
+        self._call(self.app.log_line, text, level)
+
+    def _on_snapshot(self, tree, snap) -> None:
+        self._call(self._pane()._apply_if_current, tree, snap)
+
+    # these run on the UI thread
+    def _pane(self):
+        from .treepane import MemoryTree
+
+        return self.app.query_one(MemoryTree)
+
+    def _finish(self, outcome: ScenarioOutcome) -> None:
+        self.name = None
+        self.cancel_event = None
+        self.outcome = outcome
+        self._pane().end_scenario()
+        level = "info" if outcome.passed else ("warning" if outcome.cancelled else "error")
+        if outcome.passed is not None:
+            save_verdict(outcome)
+        self.app.chat_notice(outcome.summary() + "\nYour session is back in the tree pane.", level)
+        self.app.log_line(f"scenario {outcome.name}: " + outcome.summary().splitlines()[0], level)
+
+    def cancel(self) -> bool:
+        """Esc: True when a running scenario was asked to stop."""
+        if self.cancel_event is None or self.cancel_event.is_set():
+            return False
+        self.cancel_event.set()
+        self.app.log_line(f"scenario {self.name}: cancelling after the current exchange", "warning")
+        return True

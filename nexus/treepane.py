@@ -1,0 +1,265 @@
+"""The memory tree pane: the live context tree, updated in place.
+
+It renders from a ``TreeSnapshot`` copied under the tree's lock (never from nodes a
+worker may be moving). Children load when a node is expanded, so a 10,000-exchange
+tree costs only what is open; an update touches only the nodes whose children or
+labels changed (a new exchange adds one leaf and relabels its path). Marks: the
+active path (●), the branches that fed the last reply (★ score), what the last
+reorganisation merged (⇐, until the next exchange) and /find matches (highlighted).
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual import work
+from textual.widgets import Tree
+from textual.widgets.tree import TreeNode
+from textual.worker import get_current_worker
+
+from .treeinfo import TopicRow, TreeSnapshot, find_topics, snapshot_unlocked, take_snapshot, try_lock
+
+SUMMARY = "summary"  # the key of a topic's summary line among its children
+
+
+def _safe(text: str) -> str:
+    from .widgets import safe  # widgets re-exports this pane: imported late, not at module load
+
+    return safe(text)
+
+
+class MemoryTree(Tree):
+    """The live context tree (see the module docstring)."""
+
+    def __init__(self, **kw) -> None:
+        super().__init__("ROOT", **kw)
+        self.ctree = None
+        self.snapshot: TreeSnapshot | None = None
+        self.expanded_ids: set[str] = {"root"}
+        self.injected: dict[str, float] = {}  # topic id -> fused score of the last reply
+        self.marks: dict[str, str] = {}  # topic id -> what the last reorganisation merged into it
+        self._marks_at = -1  # exchange count when marked: the next exchange clears them
+        self.found: set[str] = set()  # /find matches
+        self._reveal: set[str] = set()  # topics to open the path to at the next update
+        self.show_root = True
+        self.guide_depth = 3
+        self.auto_expand = False  # Enter / click inspects; space, arrows or the ▶ icon expand
+        self._topic_nodes: dict[str, TreeNode] = {}  # topic id -> its node in the pane
+        self._shown: dict[str, tuple] = {}  # topic id -> keys of the children shown under it
+        self._sigs: dict[str, tuple] = {}  # topic id -> what its label shows
+        self._held = None  # the user's (tree, injected) while a scenario's tree is shown
+        self.updates = 0  # in-place updates applied (for tests and the bench)
+        self.rebuilt = 0  # child lists rebuilt
+
+    # --- the source tree -------------------------------------------------------------------
+
+    def refresh_tree(self, ctree, injected: dict[str, float] | None = None) -> None:
+        """Show ``ctree`` (None: nothing). Cheap when nothing changed."""
+        if self._held is not None:  # a scenario is on screen: the user's tree waits
+            self._held = (ctree, injected if injected is not None else self._held[1])
+            return
+        if injected is not None:
+            self.injected = injected
+        self._show(ctree)
+
+    def _show(self, ctree) -> None:
+        if ctree is not self.ctree:
+            self._reset(ctree)
+        if ctree is None:
+            return
+        snap = try_lock(ctree, snapshot_unlocked)
+        if snap is None:
+            self._snapshot_worker(ctree)
+        else:
+            self.apply(snap)
+
+    @work(thread=True, exclusive=True, group="tree-snapshot")
+    def _snapshot_worker(self, ctree) -> None:
+        snap = take_snapshot(ctree)  # waits for the writer, off the UI thread
+        if not get_current_worker().is_cancelled:
+            self.app.call_from_thread(self._apply_if_current, ctree, snap)
+
+    def _apply_if_current(self, ctree, snap: TreeSnapshot) -> None:
+        if ctree is self.ctree:
+            self.apply(snap)
+
+    def _reset(self, ctree) -> None:
+        self.ctree = ctree
+        self.snapshot = None
+        self.clear()
+        self.root.data = None
+        self._topic_nodes.clear()
+        self._shown.clear()
+        self._sigs.clear()
+        self.found.clear()
+        self.marks.clear()
+        self._reveal.clear()
+        self.border_title = ""
+
+    def show_scenario(self, ctree) -> None:
+        """Show a scratch tree (a running scenario); the user's tree comes back with
+        ``end_scenario``."""
+        if self._held is None:
+            self._held = (self.ctree, dict(self.injected))
+        self.injected = {}
+        self._reset(ctree)
+
+    def end_scenario(self) -> None:
+        if self._held is None:
+            return
+        ctree, injected = self._held
+        self._held = None
+        self.injected = injected or {}
+        self._reset(None)
+        self._show(ctree)
+
+    @property
+    def showing_scenario(self) -> bool:
+        return self._held is not None
+
+    # --- marks -----------------------------------------------------------------------------
+
+    def mark_reorganization(self, marks: dict[str, str]) -> None:
+        self.marks = dict(marks)
+        self._marks_at = self.snapshot.exchanges if self.snapshot else -1
+        self._reveal = set(marks)  # shown open once the reorganised tree is on screen
+        self._relabel()
+
+    def clear_marks(self) -> None:
+        self.marks = {}
+        self._relabel()
+
+    def find(self, words: str, expand_at_most: int = 50) -> list[str]:
+        """Highlight and expand the topics whose name or summary match; their ids."""
+        if self.snapshot is None:
+            return []
+        ids = find_topics(self.snapshot, words)
+        self.found = set(ids)
+        for tid in ids[:expand_at_most]:
+            for row in self.snapshot.path(tid)[:-1]:
+                self.expanded_ids.add(row.node_id)
+        self.apply(self.snapshot)
+        if ids and ids[0] in self._topic_nodes:
+            node = self._topic_nodes[ids[0]]
+            self.move_cursor(node)
+            self.scroll_to_node(node, animate=False)
+        return ids
+
+    def _relabel(self) -> None:
+        if self.snapshot is not None:
+            self.apply(self.snapshot)
+
+    # --- rendering -------------------------------------------------------------------------
+
+    def apply(self, snap: TreeSnapshot) -> None:
+        """Bring the pane in line with ``snap``, touching only what changed."""
+        if self.marks and self._marks_at >= 0 and snap.exchanges != self._marks_at:
+            self.marks = {}  # a new exchange since the reorganisation
+        self.snapshot = snap
+        self.updates += 1
+        for tid in [t for t in self._reveal if t in snap.topics][:50]:
+            self.expanded_ids.update(row.node_id for row in snap.path(tid)[:-1])
+            self._reveal.discard(tid)
+        self.border_title = snap.title()
+        root = snap.topics[snap.root_id]
+        label = Text(f"ROOT ({snap.exchanges} exchanges)")
+        if self.root.data != snap.root_id or str(self.root.label) != label.plain:
+            self.root.set_label(label)
+            self.root.data = snap.root_id
+        self._topic_nodes[snap.root_id] = self.root
+        self._sync(self.root, root)
+        if not self.root.is_expanded:
+            self.root.expand()
+
+    def label_for(self, row: TopicRow) -> Text:
+        label = Text()
+        if row.active:
+            label.append("● ", style="green")
+        style = "bold" if row.active else ""
+        if row.node_id in self.found:
+            style = "bold black on yellow"
+        label.append(_safe(row.name), style=style)
+        label.append(f" [{row.start}:{row.end}] ({row.exchanges_below})", style="dim")
+        if row.node_id in self.injected:
+            label.append(f"  ★ {self.injected[row.node_id]:.3f}", style="bold magenta")
+        if row.node_id in self.marks:
+            label.append(f"  ⇐ {_safe(self.marks[row.node_id])}", style="bold cyan")
+        return label
+
+    def _signature(self, row: TopicRow) -> tuple:
+        return (row.name, row.start, row.end, row.exchanges_below, row.active, row.node_id in self.found,
+                self.injected.get(row.node_id), self.marks.get(row.node_id))
+
+    @staticmethod
+    def _keys(row: TopicRow) -> tuple:
+        keys = [(SUMMARY, row.summary)] if row.summary and row.parent_id is not None else []
+        return tuple(keys + [c.node_id for c in row.children])
+
+    def _sync(self, node: TreeNode, row: TopicRow) -> None:
+        """Children of a loaded node: unchanged → relabel; appended → add; else rebuild
+        this node's children only. Expanded children are synced the same way."""
+        snap = self.snapshot
+        keys = self._keys(row)
+        old = self._shown.get(row.node_id)
+        if old is None or keys[: len(old)] != old:
+            self._forget_children(node)
+            node.remove_children()
+            self.rebuilt += 1
+            start = 0
+        else:
+            start = len(old)
+        for key, child in zip(keys[start:], self._child_items(row)[start:]):
+            if child is None:
+                node.add_leaf(Text("↳ " + _safe(key[1][:200]), style="italic dim"))
+            elif child.is_topic:
+                self._add_topic(node, snap.topics[child.node_id])
+            else:
+                node.add_leaf(Text(f"#{child.index} " + _safe(" ".join(child.user.split())[:70]), style="dim"),
+                              data=child)
+        self._shown[row.node_id] = keys
+        for child in node.children:
+            tid = child.data if isinstance(child.data, str) else None
+            if tid is None or tid not in snap.topics:
+                continue
+            crow = snap.topics[tid]
+            sig = self._signature(crow)
+            if self._sigs.get(tid) != sig:
+                child.set_label(self.label_for(crow))
+                self._sigs[tid] = sig
+            if tid in self._shown or tid in self.expanded_ids:  # loaded, or to be opened
+                self._sync(child, crow)
+            if tid in self.expanded_ids and not child.is_expanded:
+                child.expand()
+
+    def _child_items(self, row: TopicRow) -> list:
+        items: list = [None] if row.summary and row.parent_id is not None else []
+        return items + list(row.children)
+
+    def _add_topic(self, parent: TreeNode, row: TopicRow) -> TreeNode:
+        child = parent.add(self.label_for(row), data=row.node_id, allow_expand=True)
+        self._topic_nodes[row.node_id] = child
+        self._sigs[row.node_id] = self._signature(row)
+        return child
+
+    def _forget_children(self, node: TreeNode) -> None:
+        stack = list(node.children)
+        while stack:
+            n = stack.pop()
+            if isinstance(n.data, str):
+                self._topic_nodes.pop(n.data, None)
+                self._shown.pop(n.data, None)
+                self._sigs.pop(n.data, None)
+            stack.extend(n.children)
+
+    # --- expansion ----------------------------------------------------------------------------
+
+    def on_tree_node_expanded(self, event: Tree.NodeExpanded) -> None:
+        tid = event.node.data
+        if isinstance(tid, str):
+            self.expanded_ids.add(tid)
+            if tid not in self._shown and self.snapshot is not None and tid in self.snapshot.topics:
+                self._sync(event.node, self.snapshot.topics[tid])
+
+    def on_tree_node_collapsed(self, event: Tree.NodeCollapsed) -> None:
+        tid = event.node.data
+        if isinstance(tid, str):
+            self.expanded_ids.discard(tid)

@@ -1,0 +1,417 @@
+"""Pilot tests of the tree pane, the node inspector, /check, /find, reorganisation
+marks and /scenario (issue 13). Sessions are real files built with the real MiniLM."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+from scenario_oracle import label_table, oracle
+from scripted_server import Reply
+
+from nexus.app import NexusApp
+from nexus.config import load_config
+from nexus.inspector import NodeInspector
+from nexus.widgets import EventLog, MemoryTree, Notice
+from trace_core import CTree
+from trace_core import scenarios as S
+
+# topics that come back: sourdough twice, so a reorganisation has something to merge
+TALK = [(u, a) for _label, u, a in S.filler(24)] + [(u, a) for _label, u, a in S.filler(8, start=6)] + [
+    ("Unrelated: what's the capital of Australia?", "Canberra.")]
+
+
+def make_config(base_url: str, tmp_path: Path, **over):
+    cfg = load_config(env={}, user_file=tmp_path / "none.toml")
+    cfg.set("server", "base_url", base_url)
+    cfg.set("server", "api_key", "sk-test")
+    cfg.set("models", "chat", "test-model")
+    cfg.set("memory", "judge", "embedding")
+    cfg.set("memory", "idle_reorganize_seconds", 0)
+    cfg.set("web", "enabled", False)
+    for (section, key), value in over.items():
+        cfg.set(section, key, value)
+    return cfg
+
+
+def build_session(path: Path, embed, talk=TALK) -> None:
+    """A real session file, as Nexus would have written it (fixed dates)."""
+    tree = CTree.open(str(path), judge="embedding", embed_fn=embed)
+    for i, (u, a) in enumerate(talk):
+        tree.add([{"role": "user", "content": u}, {"role": "assistant", "content": a}],
+                 timestamp=f"2025-03-{1 + i:02d}T09:00:00")
+    tree.index_pending()
+    tree.vdb.close()
+
+
+async def wait_for(pilot, cond, timeout: float = 30.0, what: str = "") -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError(f"not reached: {what}\nnotices:\n{notices(pilot.app)}\nlog:\n{log_text(pilot.app)}")
+        await pilot.pause(0.05)
+
+
+async def ready(app, pilot) -> None:
+    await wait_for(pilot, lambda: app.session is not None and app.embedder_state == "ready"
+                   and app.query_one(MemoryTree).snapshot is not None, what="session ready")
+
+
+async def command(pilot, app, text: str) -> None:
+    app.query_one("#prompt").focus()
+    app.run_command(text)
+    await pilot.pause()
+
+
+def log_text(app) -> str:
+    return "\n".join(t for _, t in app.query_one(EventLog).history)
+
+
+def notices(app) -> str:
+    return "\n".join(str(n.render()) for n in app.query(Notice))
+
+
+def inspector_text(app) -> str:
+    return str(app.query_one(NodeInspector).body.render())
+
+
+def pane_labels(pane: MemoryTree) -> list[str]:
+    out, stack = [], [pane.root]
+    while stack:
+        n = stack.pop()
+        out.append(str(n.label))
+        stack.extend(n.children)
+    return out
+
+
+async def select(pilot, pane: MemoryTree, node) -> None:
+    pane.focus()
+    pane.move_cursor(node)
+    await pilot.pause()
+    await pilot.press("enter")
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def session_file(tmp_path, minilm):
+    path = tmp_path / "s.db"
+    build_session(path, minilm)
+    return path
+
+
+def topic_nodes(pane: MemoryTree):
+    return [n for n in pane.root.children if isinstance(n.data, str)]
+
+
+async def test_inspector_shows_a_topic_and_an_exchange_and_esc_closes_it(server, tmp_path, minilm, data_dir,
+                                                                        session_file):
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        tree = app.session.tree
+        inspector = app.query_one(NodeInspector)
+        assert not inspector.display
+        # the pane's title: depth, topics, exchanges
+        topics = [t for t in tree.iter_topics() if t is not tree.root]
+        assert pane.border_title == f"depth {pane.snapshot.depth} · {len(topics)} topics · {len(TALK)} exchanges"
+
+        first = topic_nodes(pane)[1]  # a branch with more than five others outside it
+        topic = next(t for t in topics if t.node_id == first.data)
+        await select(pilot, pane, first)
+        await wait_for(pilot, lambda: inspector.display and inspector.detail is not None, what="topic inspector")
+        text = inspector_text(app)
+        assert topic.topic_name in text and f"[{topic.start_index}:{topic.end_index}]" in text
+        assert "depth" in text and "frozen" in text
+        assert f"{len(topic.topic_children)}/5 topics, {len(topic.message_children)}/5 exchanges" in text
+        assert f"{topic.message_count} below" in text
+        d = inspector.detail
+        assert len(d.nearest) == 5 and topic.node_id not in {n.node_id for n in d.nearest}
+        # the nearest branches really are the nearest by centroid cosine
+        ancestors = {t.node_id for t in tree.get_ancestors(topic)}
+        below = {t.node_id for t in topic.iter_topics()}
+        others = [t for t in topics if t.node_id not in ancestors | below]
+        v = tree._node_vector(topic)
+        best = sorted(others, key=lambda t: -float(tree._node_vector(t) @ v))[:5]
+        assert [n.node_id for n in d.nearest] == [t.node_id for t in best]
+        assert "nearest branches" in text and f"{d.nearest[0].cosine:+.3f}" in text
+        assert "fed the last reply" not in text  # no reply yet
+
+        # an exchange: both messages in full, date, branch, status, sentence parts
+        node = first
+        while True:  # expand (space) down to a topic holding exchanges
+            pane.move_cursor(node)
+            await pilot.press("space")
+            await wait_for(pilot, lambda node=node: node.is_expanded and node.children, what="expanded")
+            leaves = [c for c in node.children if c.data is not None and not isinstance(c.data, str)]
+            if leaves:
+                break
+            node = next(c for c in node.children if isinstance(c.data, str))
+        leaf = leaves[0]
+        x = leaf.data
+        await select(pilot, pane, leaf)
+        await wait_for(pilot, lambda: getattr(inspector.detail, "index", None) == x.index, what="exchange inspector")
+        text = inspector_text(app)
+        assert x.user in text and x.assistant in text
+        assert x.timestamp in text and tree.thread_path(x) in text
+        assert "in the tree, not superseded" in text
+        parts = tree.vdb.message_parts([f"x{x.index}-user"])
+        assert parts and all(" ".join(p.split()) in text for p in parts[f"x{x.index}-user"][0])
+
+        # Esc closes the inspector first; nothing else happens
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not inspector.display, what="inspector closed")
+        assert app.session is not None
+
+
+async def test_click_inspects_and_esc_closes_the_inspector_before_cancelling_a_reply(server, tmp_path, minilm,
+                                                                                  data_dir, session_file):
+    def respond(req):
+        if req.get("response_format"):
+            return Reply('{"action": "continue"}')
+        return Reply("", chunks=[f"word{i} " for i in range(200)], chunk_delay=0.05)
+
+    server.respond(respond)
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        inspector = app.query_one(NodeInspector)
+        # a click on the first topic's row (line 1 under ROOT; the pane has a top edge)
+        await pilot.click(MemoryTree, offset=(12, 2))
+        await wait_for(pilot, lambda: inspector.display and inspector.detail is not None, what="click inspects")
+        assert inspector.detail.node_id == topic_nodes(pane)[0].data
+        # a reply streams; the first Esc closes the inspector, the second cancels the reply
+        app.query_one("#prompt").focus()
+        app.query_one("#prompt").value = "count for me about sourdough"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.current_reply is not None and "word3" in app.current_reply.text,
+                       what="reply streams")
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert not inspector.display
+        assert app.turn is not None and "word199" not in app.current_reply.text  # still streaming
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == len(TALK) + 1, what="cancelled reply stored")
+        assert "word199" not in app.session.tree.exchanges[-1].assistant
+
+
+async def test_the_branches_that_fed_a_reply_show_their_scores(server, tmp_path, minilm, data_dir, session_file):
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply("Feed it more often.", chunk_delay=0.0))
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        app.query_one("#prompt").value = "My sourdough starter smells odd again, what should I do?"
+        app.query_one("#prompt").focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == len(TALK) + 1, what="reply stored")
+        await wait_for(pilot, lambda: pane.injected, what="injected branches")
+        report = app.session.synth.last_report
+        tid = next(t for t in pane.injected if t in {p.node_id for p in report.paths})
+        for a in app.session.tree.get_ancestors(app.session.tree.find(tid))[1:-1]:  # open its branch
+            pane._topic_nodes[a.node_id].expand()
+            await pilot.pause()
+        await wait_for(pilot, lambda: tid in pane._topic_nodes, what="branch shown")
+        assert "★" in str(pane._topic_nodes[tid].label)
+        await select(pilot, pane, pane._topic_nodes[tid])
+        inspector = app.query_one(NodeInspector)
+        await wait_for(pilot, lambda: getattr(inspector.detail, "node_id", None) == tid, what="inspector")
+        r = inspector.detail.retrieval
+        p = next(p for p in report.paths if p.node_id == tid)
+        assert r is not None and r.similarity == p.similarity and r.injected >= 1
+        assert abs(r.best_fused - pane.injected[tid]) < 1e-9
+        text = inspector_text(app)
+        assert "fed the last reply" in text and f"branch cos {p.similarity:.3f}" in text
+
+
+async def test_check_reports_health_and_names_a_corrupted_node(server, tmp_path, minilm, data_dir, session_file):
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        tree = app.session.tree
+        await command(pilot, app, "/check")
+        await wait_for(pilot, lambda: "Tree check" in notices(app), what="/check")
+        text = notices(app)
+        assert "all invariants hold" in text
+        snap = app.query_one(MemoryTree).snapshot
+        assert f"depth {snap.depth}" in text and "per level      " + " ".join(map(str, snap.per_level)) in text
+        assert f"{len(TALK)} in the tree, 0 archived" in text and "fan-out" in text
+        assert sum(snap.per_level) == snap.topic_count == sum(snap.fanout.values())
+
+        # corrupt the live tree: one exchange in two topics
+        topics = [t for t in tree.iter_topics() if t is not tree.root and t.message_children]
+        a, b = topics[0], topics[-1]
+        x = a.message_children[0]
+        b.children.append(x)
+        await command(pilot, app, "/check")
+        await wait_for(pilot, lambda: "Tree check FAILED" in notices(app), what="violation")
+        failed = [n for n in app.query(Notice) if "FAILED" in str(n.render())][-1]
+        assert "error" in failed.classes
+        assert f"{x.node_id} is a child of {b.topic_name}" in str(failed.render())
+        b.children.remove(x)
+
+        # a cycle: the check names the node and returns (no endless walk)
+        a.children.append(tree.root)
+        await command(pilot, app, "/check")
+        await wait_for(pilot, lambda: "reached twice" in notices(app), what="cycle reported")
+        assert "'ROOT' (root) is reached twice" in notices(app)
+        a.children.remove(tree.root)
+        await command(pilot, app, "/check")
+        await wait_for(pilot, lambda: notices(app).count("all invariants hold") == 2, what="healthy again")
+
+
+async def test_find_highlights_and_expands_matching_topics(server, tmp_path, minilm, data_dir, session_file):
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        tree = app.session.tree
+        want = [t for t in tree.iter_topics() if t is not tree.root
+                and "sourdough" in f"{t.topic_name} {t.summary}".lower()]
+        assert want
+        await command(pilot, app, "/find Sourdough")
+        await wait_for(pilot, lambda: "/find Sourdough:" in notices(app), what="/find")
+        assert f"{len(want)} topics match" in notices(app)
+        assert pane.found == {t.node_id for t in want}
+        for t in want:  # shown, with their ancestors expanded, and highlighted
+            node = pane._topic_nodes[t.node_id]
+            assert all(pane._topic_nodes[a.node_id].is_expanded for a in tree.get_ancestors(t)[:-1])
+            assert any(s.style == "bold black on yellow" for s in node.label.spans)
+        await command(pilot, app, "/find zeppelin")
+        await wait_for(pilot, lambda: "/find zeppelin: 0 topics match." in notices(app), what="no match")
+        assert not pane.found
+
+
+async def test_reorganisation_marks_merges_until_undo_or_the_next_exchange(server, tmp_path, minilm, data_dir,
+                                                                          session_file):
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply("Sure.", chunk_delay=0.0))
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        tree = app.session.tree
+        before = tree.snapshot()
+        await command(pilot, app, "/reorganize --threshold 0.5")
+        await wait_for(pilot, lambda: "Reorganised:" in notices(app), what="reorganised")
+        await wait_for(pilot, lambda: pane.marks, what="marks")
+        merges = [line for line in log_text(app).splitlines() if line.startswith("merge: ")]
+        vetoes = [line for line in log_text(app).splitlines() if line.startswith("veto: ")]
+        n_merged = int(notices(app).split("Reorganised: ")[1].split(" merged")[0])
+        n_vetoed = int(notices(app).split(" archived, ")[1].split(" vetoed")[0])
+        assert len(merges) == n_merged >= 1 and len(vetoes) == n_vetoed
+        assert all(re.search(r"absorbed .* \(cos [01]\.\d\d, \w+ judge: .+\)", m) for m in merges)
+        # the absorbing branch is marked in the pane with what it absorbed and the cosine
+        tid, mark = next(iter(pane.marks.items()))
+        assert tid in pane._topic_nodes and f"⇐ {mark}" in str(pane._topic_nodes[tid].label)
+        assert re.fullmatch(r"absorbed .+ \(cos [01]\.\d\d\)", mark)
+        assert any("⇐ absorbed" in label for label in pane_labels(pane))
+        # undo: the tree as before, no marks
+        await command(pilot, app, "/undo-reorganize")
+        await wait_for(pilot, lambda: "was undone" in notices(app), what="undone")
+        await wait_for(pilot, lambda: not pane.marks and not any("⇐" in lb for lb in pane_labels(pane)),
+                       what="marks cleared")
+        assert tree.snapshot() == before
+        # again, then the next exchange clears the marks
+        await command(pilot, app, "/reorganize --threshold 0.5")
+        await wait_for(pilot, lambda: notices(app).count("Reorganised:") == 2, what="reorganised again")
+        await wait_for(pilot, lambda: pane.marks, what="marks again")
+        app.query_one("#prompt").value = "One more thing about marathon tapering."
+        app.query_one("#prompt").focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not pane.marks and not any("⇐" in lb for lb in pane_labels(pane)),
+                       what="marks cleared by the next exchange")
+
+
+async def test_a_new_exchange_updates_the_pane_in_place(server, tmp_path, minilm, data_dir, session_file):
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply("Canberra is the capital.", chunk_delay=0.0))
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        shown = {id(n): n for n in topic_nodes(pane)}
+        rebuilt = pane.rebuilt
+        app.query_one("#prompt").value = "And what's the capital of New Zealand?"
+        app.query_one("#prompt").focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: pane.snapshot.exchanges == len(TALK) + 1, what="pane updated")
+        await pilot.pause(0.2)
+        # the topic rows that were on screen are the same widgets' nodes, not new ones
+        after = topic_nodes(pane)
+        kept = [n for n in after if id(n) in shown]
+        assert len(kept) >= len(shown) - 1
+        assert pane.rebuilt - rebuilt <= 2
+        assert f"ROOT ({len(TALK) + 1} exchanges)" in str(pane.root.label)
+
+
+def session_bytes(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.parent.glob(path.name + "*"))}
+
+
+async def test_scenario_runs_in_a_scratch_session_and_esc_cancels_it(server, tmp_path, minilm, data_dir,
+                                                                     session_file):
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        tree = app.session.tree
+        await wait_for(pilot, lambda: tree.pending_parts() == 0, what="indexed")
+        before_tree = tree.snapshot()
+        before_bytes = session_bytes(session_file)
+        await command(pilot, app, "/scenario")
+        await wait_for(pilot, lambda: "Scenarios (" in notices(app), what="listing")
+        for name in ("needle", "overwrite", "drift", "theseus", "multihop"):
+            assert f"  {name:<10} not run yet" in notices(app)
+
+        await command(pilot, app, "/scenario bogus")
+        await wait_for(pilot, lambda: "Usage: /scenario" in notices(app), what="usage")
+        await command(pilot, app, "/scenario needle --judge psychic")
+        await wait_for(pilot, lambda: notices(app).count("Usage: /scenario") == 2, what="judge usage")
+
+        # needle: 200 exchanges; the pane shows the scratch tree growing, Esc cancels it
+        await command(pilot, app, "/scenario needle")
+        await wait_for(pilot, lambda: pane.showing_scenario and pane.snapshot is not None
+                       and pane.snapshot.exchanges >= 20, what="scratch tree growing")
+        assert pane.ctree is not tree and "/nexus-scenario-" in str(pane.ctree.vdb.path)
+        grown = pane.snapshot.exchanges
+        await wait_for(pilot, lambda: pane.snapshot.exchanges > grown, what="growing live")
+        assert "scenario needle #" in log_text(app) and ": judge embedding: " in log_text(app)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: "needle: cancelled after" in notices(app), what="cancelled")
+        assert not pane.showing_scenario and pane.ctree is tree
+        assert f"ROOT ({len(TALK)} exchanges)" in str(pane.root.label)
+        assert app.session.tree is tree and tree.snapshot() == before_tree
+        assert session_bytes(session_file) == before_bytes
+
+        # multihop to the end: verdict, what it checked, remembered for the listing
+        await command(pilot, app, "/scenario multihop")
+        await wait_for(pilot, lambda: "PASS  multihop" in notices(app), timeout=60, what="multihop verdict")
+        assert "Checked: allergy, party and cake recipe" in notices(app)
+        await command(pilot, app, "/scenario")
+        await wait_for(pilot, lambda: "  multihop   PASS (embedding judge" in notices(app), what="last verdict")
+        assert "  needle     not run yet" in notices(app).split("multihop   PASS")[0].rsplit("Scenarios (", 1)[1]
+        assert tree.snapshot() == before_tree and session_bytes(session_file) == before_bytes
+        assert pane.ctree is tree
+
+
+async def test_scenario_with_the_llm_judge(server, tmp_path, minilm, data_dir, session_file):
+    server.respond(oracle(label_table()))
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        await command(pilot, app, "/scenario multihop --judge llm")
+        await wait_for(pilot, lambda: "multihop (llm judge" in notices(app), timeout=90, what="llm verdict")
+        assert "PASS  multihop (llm judge" in notices(app)
+        assert "judge llm: new → Sarah's Peanut Allergy" in log_text(app)
+        assert any("New exchange:" in r["messages"][-1]["content"] for r in server.chat_requests())
