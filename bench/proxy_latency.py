@@ -123,6 +123,11 @@ def main() -> None:
         server.should_exit = True
         thread.join(10)
         stored = len(svc.tree.exchanges)
+        recall = []  # the recall alone, same queries, in this process: the proxy's own work
+        for k in range(args.runs):
+            t0 = time.perf_counter()
+            svc.recall(f"What did I say about {TOPICS[k % len(TOPICS)]}? (run {k})")
+            recall.append(time.perf_counter() - t0)
         svc.close()
     if scripted is not None:
         scripted.stop()
@@ -135,6 +140,8 @@ def main() -> None:
         "proxy_ttft_ms_median": 1000 * statistics.median(p), "proxy_ttft_ms_p95": 1000 * p95(p),
         "added_ms_median": 1000 * statistics.median(added), "added_ms_p95": 1000 * p95(added),
         "ratio_median": statistics.median(p) / statistics.median(d), "ratio_p95": p95(p) / p95(d),
+        "recall_alone_ms_median": 1000 * statistics.median(recall), "recall_alone_ms_p95": 1000 * p95(recall),
+        "load_average_1min": os.getloadavg()[0], "cpus": os.cpu_count(),
         "exchanges_stored_after": stored,
     }
     print(f"upstream: {kind}; session of {args.history} exchanges; {args.runs} runs each, alternating")
@@ -143,6 +150,9 @@ def main() -> None:
           f"(p95 {res['proxy_ttft_ms_p95']:.1f})")
     print(f"added by the proxy: median {res['added_ms_median']:.1f} ms, p95 {res['added_ms_p95']:.1f} ms; "
           f"ratio proxy/direct: median {res['ratio_median']:.2f}, p95 {res['ratio_p95']:.2f}")
+    print(f"of which the recall alone (MiniLM query embeddings + scoring): median {res['recall_alone_ms_median']:.1f} "
+          f"ms, p95 {res['recall_alone_ms_p95']:.1f} ms; load average {res['load_average_1min']:.1f} on "
+          f"{res['cpus']} CPUs")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(res, fh, indent=2)

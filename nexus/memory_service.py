@@ -126,10 +126,7 @@ class SearchResult:
 
 def open_read_only(path: Path) -> VectorDatabase:
     """A session's store opened without the write lock and never written."""
-    try:
-        return VectorDatabase(str(path), read_only=True)
-    except TypeError:  # an engine without read-only opening (before the one-writer lock)
-        return VectorDatabase(str(path))
+    return VectorDatabase(str(path), read_only=True)
 
 
 def _hit(session: str, h) -> SearchHit:
