@@ -353,3 +353,28 @@ def test_nexus_proxy_command_serves_and_stops(tmp_path, server, minilm):
         tree = stored("cli", minilm)
     assert [x.user for x in tree.exchanges] == ["Remember the command test."]
     tree.vdb.close()
+
+
+@pytest.mark.llama
+def test_proxy_in_front_of_the_real_llama_server(data_dir, minilm, llama_server):
+    """The memory block reaches the real model (its prompt grows by the recalled exchange)
+    and the model's answer is remembered; streamed, bounded."""
+    direct = client(llama_server.base_url)
+    question = [{"role": "user", "content": "What is my cat called?"}]
+    bare = direct.chat.completions.create(model=llama_server.model_name, messages=question, max_tokens=8)
+    pool = make_pool(minilm)
+    pool.get(None).remember("My cat is called Miso and she likes tuna.", "Miso, the tuna lover. Noted!")
+    with running_proxy(pool, llama_server.base_url) as url:
+        c = client(url)
+        via = c.chat.completions.create(model=llama_server.model_name, messages=question, max_tokens=8)
+        assert via.usage.prompt_tokens > bare.usage.prompt_tokens + 10  # the memory block reached the model
+        s = c.chat.completions.create(model=llama_server.model_name, stream=True, max_tokens=8,
+                                      messages=[{"role": "user", "content": "Say hello to Miso."}])
+        streamed = "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices)
+    tree = stored("default", minilm)
+    users = [x.user for x in tree.exchanges]
+    assert users[0] == "My cat is called Miso and she likes tuna."
+    assert "What is my cat called?" in users or not (via.choices[0].message.content or "").strip()
+    if streamed.strip():
+        assert users[-1] == "Say hello to Miso." and tree.exchanges[-1].assistant.strip() == streamed.strip()
+    tree.vdb.close()
