@@ -41,7 +41,7 @@ def build_session(path: Path, embed, talk=TALK) -> None:
     tree = CTree.open(str(path), judge="embedding", embed_fn=embed)
     for i, (u, a) in enumerate(talk):
         tree.add([{"role": "user", "content": u}, {"role": "assistant", "content": a}],
-                 timestamp=f"2025-03-{1 + i:02d}T09:00:00")
+                 timestamp=f"2025-{3 + i // 28:02d}-{1 + i % 28:02d}T09:00:00")
     tree.index_pending()
     tree.vdb.close()
 
