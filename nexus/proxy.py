@@ -266,7 +266,9 @@ class MemoryProxy:
         try:
             r = await run_in_threadpool(svc.remember, user, answer)
         except Exception as exc:  # the client still gets its answer; the failure is logged in words
-            log.error("session %s: the exchange could not be stored: %s", svc.name, type(exc).__name__)
+            # the engine's messages name the problem (locked, read-only, disk full), not the text
+            log.error("session %s: the exchange could not be stored: %s: %s", svc.name, type(exc).__name__,
+                      str(exc)[:200])
             return " (NOT remembered)"
         return f" → exchange #{r.exchange}"
 
