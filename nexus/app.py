@@ -321,7 +321,7 @@ class NexusApp(App):
         tree = self.session.tree if self.session else None
         if tree is not None:
             for x in r.exchanges:
-                node = tree._exchanges[x.index]
+                node = tree.exchange_view()[x.index]
                 for t in tree.get_ancestors(node.parent, exclude_root=True) if node.parent else []:
                     injected[t.node_id] = max(injected.get(t.node_id, 0.0), x.fused)
         self.refresh_tree(injected)
@@ -927,7 +927,7 @@ class NexusApp(App):
             return
         n = len(tree.exchanges)
         self.ui(self.end_progress, "load", f"Imported {path} ({n:,} exchanges) as a new session {target.stem}.")
-        self.ui(self.switch_session, target, f"Opened the imported session {target.stem}.")
+        self.ui(self.open_session, target, f"Opened the imported session {target.stem}.")
 
     # --- long commands: progress in the chat pane, Esc cancels, /quit stops them ------------------
 

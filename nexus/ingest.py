@@ -108,49 +108,88 @@ def describe(client, model: str, image: PreparedImage, timeout: float) -> str:
     return text
 
 
-def ingest_images(session, manager, target: str, emit=lambda e: None) -> list[tuple[str, str]]:
-    """Describe every image of ``target`` into memory. Returns ``(message, level)`` lines."""
+def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line=None, on_progress=None,
+                  stop=lambda: False, on_vision=None) -> list[tuple[str, str]]:
+    """Describe every image of ``target`` into memory. Returns ``(message, level)`` lines;
+    ``on_line(message, level)`` gets each as it happens and ``on_progress(text)`` a
+    status line per step. ``stop()`` is asked between files: True ends the run (the
+    text model is loaded back). ``on_vision(True/False)`` brackets the model swap."""
     cfg = session.config.data["ingest"]
     vision_model = str(session.config.get("models", "vision"))
     lines: list[tuple[str, str]] = []
+
+    def say(text: str, level: str = "info") -> None:
+        lines.append((text, level))
+        if on_line is not None:
+            on_line(text, level)
+
+    def status(text: str) -> None:
+        if on_progress is not None:
+            on_progress(text)
+
     paths = find_images(target)
     if not paths:
-        return [(f"No images found at {target}.", "warning")]
+        say(f"No images found at {target}.", "warning")
+        return lines
     prepared: list[PreparedImage] = []
-    for p in paths:  # validate everything before touching the models
+    for k, p in enumerate(paths, 1):  # validate everything before touching the models
+        if stop():
+            say(f"Ingest cancelled while checking the images ({k - 1} of {len(paths)} checked); nothing was "
+                "described.", "warning")
+            return lines
+        status(f"/ingest: checking {k:,}/{len(paths):,} — {p.name} (Esc cancels)")
         try:
             prepared.append(prepare(p, int(cfg["max_side"]), float(cfg["max_file_mb"]), float(cfg["max_megapixels"])))
         except ImageError as exc:
-            lines.append((f"Skipped {exc}", "error"))
+            say(f"Skipped {exc}", "error")
             emit(ev.Notice(f"ingest: {exc}", "error"))
     if not prepared:
         return lines
     text_model = session.model or session.resolve_model()
     timeout = float(cfg["load_timeout"])
+    done = cancelled = 0
+    if on_vision is not None:
+        on_vision(True)
     try:
+        status(f"/ingest: loading {vision_model} (messages you send wait for the text model)")
         with manager.vision(text_model, vision_model):
             for k, img in enumerate(prepared, 1):
+                if stop():
+                    cancelled = len(prepared) - k + 1
+                    status(f"/ingest: cancelled — loading {text_model} again")
+                    break
                 emit(ev.Progress("ingest", k - 1, len(prepared)))
+                status(f"/ingest: describing {k:,}/{len(prepared):,} — {img.path.name} (Esc cancels)")
                 started = time.perf_counter()
                 try:
                     text = describe(session.client, vision_model, img, timeout)
                 except Exception as exc:
                     problem = describe_error(exc, session.config.base_url) if not isinstance(exc, RuntimeError) \
                         else str(exc)
-                    lines.append((f"Could not describe {img.path.name}: {problem}", "error"))
+                    say(f"Could not describe {img.path.name}: {problem}", "error")
                     emit(ev.ModelStep(f"describe {img.path.name}", time.perf_counter() - started, False, problem))
                     continue
                 emit(ev.ModelStep(f"describe {img.path.name}", time.perf_counter() - started))
                 note = f"Image ingested: {img.path.name} ({img.width}×{img.height}) described by {vision_model}."
                 session.remember(f"/ingest {img.path}", text, system=note)
-                lines.append((f"Ingested {img.path.name}: {text[:160]}{'…' if len(text) > 160 else ''}", "info"))
+                done += 1
+                say(f"Ingested {img.path.name} ({k}/{len(prepared)}): {text[:160]}{'…' if len(text) > 160 else ''}")
+            if not cancelled:
+                status(f"/ingest: loading {text_model} again")
     except Exception as exc:  # load refused, server down: the manager has restored the text model
-        lines.append((f"Ingest stopped: {exc}. The text model {text_model} was loaded again.", "error"))
+        say(f"Ingest stopped: {exc}. The text model {text_model} was loaded again.", "error")
+    finally:
+        if on_vision is not None:
+            on_vision(False)
+    if cancelled:
+        say(f"Ingest cancelled: {done} described, {cancelled} not; the text model {text_model} is loaded "
+            "again.", "warning")
     return lines
 
 
-def ingest(app, target: str):
-    """The app's entry point: yields lines for the chat pane."""
+def ingest(app, target: str, stop=lambda: False) -> list[tuple[str, str]]:
+    """The app's entry point: lines go to the chat pane as they happen; chat messages
+    wait while the vision model is loaded (``app.vision_busy``)."""
     from .models import ModelManager, detect
 
     session = app.session
@@ -158,4 +197,7 @@ def ingest(app, target: str):
         detect(session.config.base_url, str(session.config.get("server", "kind")),
                float(session.config.get("ingest", "load_timeout"))), app.post_event)
     app.model_manager = manager
-    yield from ingest_images(session, manager, target, app.post_event)
+    return ingest_images(session, manager, target, app.post_event,
+                         on_line=lambda text, level: app.ui(app.chat_notice, text, level),
+                         on_progress=lambda text: app.ui(app.show_progress, "ingest", text),
+                         stop=stop, on_vision=lambda busy: app.ui(app.set_vision_busy, busy))

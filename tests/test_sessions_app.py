@@ -1,0 +1,392 @@
+"""Sessions in the app: the chat you left is shown again, /open /rename /delete /new
+/sessions, /save's refusals, commands with no session, long commands' progress and
+cancellation (Pilot tests against the scripted server, real session files)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_nexus_app import chat_reply, make_config, notices, ready, type_and_send, wait_for
+
+from nexus import sessions
+from nexus.app import NexusApp
+from nexus.history import HistoryPager
+from nexus.widgets import PastExchangeView
+from trace_core import CTree
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def make_session(path: Path, embed, n: int, archive: tuple[int, ...] = ()) -> None:
+    tree = CTree.open(str(path), judge="embedding", embed_fn=embed)
+    for i in range(n):
+        tree.add([{"role": "user", "content": f"Question number {i} about topic {i % 7}?"},
+                  {"role": "assistant", "content": f"Answer **{i}**: see item {i}.\n\n- one\n- two"}],
+                 timestamp=f"2026-03-{1 + i % 28:02d}T10:{i % 60:02d}:00+00:00")
+    if archive:
+        tree.archive([tree.exchanges[i] for i in archive])
+    tree.vdb.close()
+
+
+def shown_indexes(app) -> list[int]:
+    return [v.exchange.index for v in app.query_one("#chat").query_children(PastExchangeView)]
+
+
+def test_pager_pages_back_from_the_newest():
+    class X:
+        def __init__(self, i):
+            self.index, self.user, self.assistant, self.system = i, f"u{i}", f"a{i}", ""
+            self.timestamp, self.archived = "2026-01-02T03:04:05+00:00", i == 3
+
+    pager = HistoryPager([X(i) for i in range(120)], page_size=50)
+    assert [x.index for x in pager.earlier()] == list(range(70, 120))
+    assert pager.remaining == 70
+    assert [x.index for x in pager.earlier()] == list(range(20, 70))
+    last = pager.earlier()
+    assert [x.index for x in last] == list(range(20)) and pager.remaining == 0
+    assert last[3].archived and not last[2].archived and last[0].when.startswith("2026-01-0")
+    assert pager.earlier() == []
+
+
+async def test_reopening_shows_the_last_50_and_scrolling_up_loads_the_rest(server, tmp_path, minilm, data_dir):
+    path = tmp_path / "long.db"
+    make_session(path, minilm, 60, archive=(55,))
+    server.respond(chat_reply("ok"))
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: len(shown_indexes(app)) == 50)
+        assert shown_indexes(app) == list(range(10, 60))
+        views = list(app.query(PastExchangeView))
+        last = views[-1]
+        assert "Question number 59" in str(last.query_one(".user-message").render())
+        assert "2026-03-" in str(last.query_one(".past-date").render())
+        assert last.query_one(".past-reply").source.startswith("Answer **59**")  # shown as Markdown
+        archived = [v for v in views if v.exchange.index == 55][0]
+        assert archived.has_class("archived") and not views[0].has_class("archived")
+        assert "10 earlier exchanges" in notices(app)
+        chat = app.query_one("#chat")
+        # the newest is in view: scrolled to the bottom
+        await wait_for(pilot, lambda: chat.max_scroll_y > 0 and chat.scroll_y == chat.max_scroll_y)
+        chat.scroll_home(animate=False)
+        await wait_for(pilot, lambda: len(shown_indexes(app)) == 60)
+        assert shown_indexes(app) == list(range(60))
+        assert "earlier exchanges" not in notices(app)
+        # paging kept the reader's place: exchange #10 is at the top of the view, not #0
+        tenth = [v for v in app.query(PastExchangeView) if v.exchange.index == 10][0]
+        await wait_for(pilot, lambda: chat.scroll_y > 0 and abs(tenth.virtual_region.y - chat.scroll_y) <= 1)
+
+
+async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, data_dir):
+    server.respond(chat_reply("Noted."))
+    first = sessions.resolve("first")
+    app = NexusApp(make_config(server.base_url, tmp_path), first, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My bike is a blue Gazelle.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        # /sessions: size includes the -wal file (where the recent writes sit), time its last write
+        await type_and_send(pilot, app, "/sessions")
+        await wait_for(pilot, lambda: "Sessions (newest first" in notices(app))
+        mtime, size = sessions.footprint(first)
+        assert size == sum(f.stat().st_size for f in sessions.files_of(first) if f.exists())
+        assert Path(f"{first}-wal").stat().st_size > 0 and size > first.stat().st_size
+        assert mtime == max(f.stat().st_mtime for f in sessions.files_of(first) if f.exists())
+        from nexus.app import human_size
+        assert "* first" in notices(app) and human_size(size) in notices(app)
+        # /new, then back with /open
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path != first
+                       and app.session.tree is not None)
+        second = app.session_path
+        assert not shown_indexes(app)
+        await type_and_send(pilot, app, "/open first")
+        await wait_for(pilot, lambda: app.session_path == first and app.session is not None
+                       and len(shown_indexes(app)) == 1)
+        assert "blue Gazelle" in str(app.query(PastExchangeView).first().query_one(".user-message").render())
+        # /delete: never the open one; asks first; a second /delete confirms
+        await type_and_send(pilot, app, "/delete first")
+        await wait_for(pilot, lambda: "is the open session" in notices(app))
+        assert first.exists()
+        await type_and_send(pilot, app, f"/delete {second.stem}")
+        await wait_for(pilot, lambda: "again within 30 s to confirm" in notices(app))
+        assert second.exists()
+        await type_and_send(pilot, app, f"/delete {second.stem}")
+        await wait_for(pilot, lambda: f"Deleted {second.stem}" in notices(app))
+        assert not any(f.exists() for f in sessions.files_of(second))
+        await type_and_send(pilot, app, "/open nosuchsession")
+        await wait_for(pilot, lambda: "No session named 'nosuchsession'" in notices(app))
+        # /rename: the open session's files move; it reopens under the new name with its history
+        await type_and_send(pilot, app, "/rename bikes")
+        await wait_for(pilot, lambda: "Renamed first to bikes" in notices(app))
+        await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None)
+        assert app.session_path.name == "bikes.db" and not first.exists()
+        assert len(app.session.tree.exchanges) == 1 and len(shown_indexes(app)) == 1
+        assert sessions.last_session() == app.session_path
+        # the palette lists sessions
+        from nexus.app import SessionProvider
+
+        provider = SessionProvider(app.screen)
+        hits = [h async for h in provider.search("bikes")]
+        assert any("open session bikes" in str(h.text) for h in hits)
+
+
+async def test_new_then_restart_resumes_the_new_one_and_the_old_stays_reachable(server, tmp_path, minilm,
+                                                                               data_dir):
+    server.respond(chat_reply("Noted."))
+    old = sessions.resolve("old")
+    app = NexusApp(make_config(server.base_url, tmp_path), old, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Remember the code word: pelican.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path != old)
+        new = app.session_path
+    # a restart (no --session) resumes the last session: the new one
+    assert sessions.resolve(None) == new
+    app = NexusApp(make_config(server.base_url, tmp_path), sessions.resolve(None), embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        assert app.session_path == new and len(app.session.tree.exchanges) == 0
+        await type_and_send(pilot, app, "/open old")
+        await wait_for(pilot, lambda: app.session_path == old and app.session is not None
+                       and len(shown_indexes(app)) == 1)
+        assert len(app.session.tree.exchanges) == 1
+
+
+async def test_a_session_switch_stores_the_reply_in_flight_first(server, tmp_path, minilm, data_dir):
+    from scripted_server import Reply
+
+    def respond(req):
+        if req.get("response_format"):
+            return Reply('{"action": "continue"}')
+        return Reply("", chunks=[f"word{i} " for i in range(400)], chunk_delay=0.05)
+
+    server.respond(respond)
+    first = sessions.resolve("first")
+    app = NexusApp(make_config(server.base_url, tmp_path), first, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "count slowly")
+        await wait_for(pilot, lambda: app.current_reply is not None and "word3" in app.current_reply.text)
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path != first
+                       and app.session.tree is not None)
+    tree = CTree.open(str(first), judge="embedding", embed_fn=minilm)
+    try:
+        assert len(tree.exchanges) == 1 and tree.exchanges[0].user == "count slowly"
+        assert "word0" in tree.exchanges[0].assistant and "word399" not in tree.exchanges[0].assistant
+    finally:
+        tree.vdb.close()
+
+
+async def test_save_refuses_the_open_session_and_any_sqlite_file(server, tmp_path, minilm, data_dir):
+    server.respond(chat_reply("Noted."))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    other = tmp_path / "other.db"
+    make_session(other, minilm, 1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My cat is called Miso.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        before_other = other.read_bytes()
+        await type_and_send(pilot, app, f"/save {path}")
+        await wait_for(pilot, lambda: "Not saved" in notices(app))
+        assert "file of the open session" in notices(app)
+        await type_and_send(pilot, app, f"/save {path}-wal")
+        await wait_for(pilot, lambda: notices(app).count("Not saved") == 2)
+        await type_and_send(pilot, app, f"/save {other}")
+        await wait_for(pilot, lambda: "is a SQLite database" in notices(app))
+        assert other.read_bytes() == before_other
+        await type_and_send(pilot, app, f"/save {tmp_path / 'out.json'}")
+        await wait_for(pilot, lambda: (tmp_path / "out.json").exists())
+        await type_and_send(pilot, app, "Another fact: the sky is green here.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    assert len(tree.exchanges) == 2  # the session survived the attempts
+    tree.vdb.close()
+
+
+SAMPLE_ARGS = {"search": "cats", "ingest": "x.png", "web": "on", "open": "nosuch", "delete": "nosuch",
+               "rename": "zzz", "find": "cats", "model": "", "save": "", "scenario": ""}
+NEEDS_SESSION = {"tree", "search", "reorganize", "ingest", "web", "model", "save", "stats", "rename"}
+SAYS = {"sessions": "No sessions yet", "help": "Commands:", "open": "No session named",
+        "delete": "No session named", "undo-reorganize": "Nothing undone"}
+
+
+async def test_every_command_works_or_says_why_with_no_session(server, tmp_path, minilm, data_dir):
+    """A refused (corrupt) session file: no session is open. Each command either works or
+    says why in the chat; none stops the app."""
+    from nexus import commands as C
+    from nexus.widgets import Notice
+
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"definitely not sqlite" * 50)
+    before = bad.read_bytes()
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), bad, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: "Cannot open the session" in notices(app))
+        assert app.session is None
+        for c in C.COMMANDS:
+            if c.name in ("quit", "new", "load", "clear"):
+                continue
+            arg = SAMPLE_ARGS.get(c.name, "x" if "<" in c.usage else "")
+            app.query_one("#chat").remove_children()
+            await pilot.pause(0.05)
+            await type_and_send(pilot, app, f"/{c.name} {arg}".strip())
+            await wait_for(pilot, lambda: bool(list(app.query(Notice))), timeout=10)
+            said = notices(app)
+            assert SAYS.get(c.name, "") in said, f"/{c.name}: {said}"
+            if c.name in NEEDS_SESSION:
+                assert "needs a session" in said, f"/{c.name}: {said}"
+            await pilot.pause(0.2)  # a worker that would crash has had its chance
+            assert app.is_running and app.return_code is None, f"/{c.name} stopped the app"
+        # /load and /new work without one
+        export = tmp_path / "export.json"
+        make_session(tmp_path / "src.db", minilm, 3)
+        src = CTree.open(str(tmp_path / "src.db"), judge="embedding", embed_fn=minilm)
+        src.save(str(export), save_conversation=True)
+        src.vdb.close()
+        await type_and_send(pilot, app, f"/load {export}")
+        await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None
+                       and len(app.session.tree.exchanges) == 3, timeout=60)
+        assert "Imported" in notices(app)
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None
+                       and not app.session.tree.exchanges)
+    assert bad.read_bytes() == before
+
+
+def big_export(path: Path, n: int) -> None:
+    """A JSON export of ``n`` exchanges, written directly in the export format."""
+    kids = []
+    for t in range(n // 5):
+        msgs = [{"type": "message", "id": f"m{5 * t + k}", "index": 5 * t + k, "timestamp": "2026-01-01T00:00:00",
+                 "messages": [{"role": "user", "content": f"question {5 * t + k} about thing {t}"},
+                              {"role": "assistant", "content": f"answer {5 * t + k} about thing {t}"}]}
+                for k in range(5)]
+        kids.append({"type": "topic", "id": f"t{t}", "name": f"Thing {t}", "summary": "", "start": 5 * t,
+                     "end": 5 * t + 4, "created": 5 * t, "children": msgs})
+    root = {"type": "topic", "id": "root", "name": "ROOT", "summary": "", "start": 0, "end": n - 1,
+            "created": 0, "children": kids}
+    path.write_text(json.dumps({"format": "trace-ctree", "version": 1, "max_children": 5 * n, "model": "m",
+                                "current_node": f"t{n // 5 - 1}", "root": root, "archived": []}))
+
+
+async def test_load_shows_progress_and_esc_cancels_it(server, tmp_path, minilm, data_dir):
+    export = tmp_path / "big.json"
+    big_export(export, 3000)
+    server.respond(chat_reply("Noted."))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, f"/load {export}")
+        await wait_for(pilot, lambda: "imported " in notices(app) and "/3,000 exchanges" in notices(app), 60)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: "cancelled: nothing was imported" in notices(app), 30)
+        assert app.session_path == path and app.session is not None
+        assert not [p for p in sessions.sessions_dir().iterdir() if ".importing" in p.name]
+        assert all(p == path for p, _, _ in sessions.list_sessions()) or not sessions.list_sessions()
+
+
+def test_quit_during_a_long_load_exits_within_2_s_and_the_session_opens(tmp_path, monkeypatch):
+    """A real process in a real terminal (tmux): /load of a 20,000-exchange export, then /quit."""
+    import shutil
+
+    if not shutil.which("tmux"):
+        pytest.skip("tmux is not installed")
+    export = tmp_path / "big.json"
+    big_export(export, 20_000)
+    data = tmp_path / "data"
+    session = tmp_path / "s.db"
+    name = f"nexus-quit-{os.getpid()}"
+    env = {**os.environ, "NEXUS_DATA_DIR": str(data), "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+           "TERM": "xterm-256color"}
+    cmd = f"{sys.executable} -m nexus --no-web --session {session}; echo EXITED $? > {tmp_path / 'rc'}"
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd], env=env, check=True)
+
+    def screen() -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True).stdout
+
+    def wait_screen(text: str, secs: float) -> None:
+        end = time.monotonic() + secs
+        while text not in screen():
+            if time.monotonic() > end:
+                raise AssertionError(f"{text!r} not on screen:\n{screen()}")
+            time.sleep(0.2)
+
+    try:
+        wait_screen("embedder ready", 90)
+        subprocess.run(["tmux", "send-keys", "-t", name, "-l", f"/load {export}"], check=True)
+        subprocess.run(["tmux", "send-keys", "-t", name, "Enter"], check=True)
+        wait_screen("/20,000 exchanges", 120)
+        subprocess.run(["tmux", "send-keys", "-t", name, "-l", "/quit"], check=True)
+        t0 = time.monotonic()
+        subprocess.run(["tmux", "send-keys", "-t", name, "Enter"], check=True)
+        while not (tmp_path / "rc").exists():
+            if time.monotonic() - t0 > 10:
+                raise AssertionError(f"still running 10 s after /quit:\n{screen()}")
+            time.sleep(0.05)
+        took = time.monotonic() - t0
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+    assert took <= 2.0, f"/quit took {took:.2f} s"
+    assert (tmp_path / "rc").read_text().split() == ["EXITED", "0"]
+    # the open session and anything the import left open cleanly; no half import is listed
+    tree = CTree.open(str(session), judge="embedding")
+    tree.vdb.close()
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(data))
+    for p, _, _ in sessions.list_sessions():
+        CTree.open(str(p), judge="embedding").vdb.close()
+    assert not list((data / "sessions").glob("*.importing*"))
+
+
+async def test_first_run_without_a_server_says_so_and_offers_local(tmp_path, minilm, data_dir):
+    from scripted_server import ScriptedServer
+
+    srv = ScriptedServer()
+    port = srv.port
+    srv.httpd.server_close()  # nothing listens there
+    app = NexusApp(make_config(f"http://127.0.0.1:{port}/v1", tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: "No model server answers" in notices(app))
+        said = notices(app)
+        assert f"127.0.0.1:{port}" in said and "nexus --local" in said and "connection refused" in said
+
+
+async def test_a_reachable_server_gets_no_warning(server, tmp_path, minilm, data_dir):
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: not any(w.group == "probe" and not w.is_finished for w in app.workers))
+        assert "No model server" not in notices(app)
+        assert any(r.path.rstrip("/").endswith("/v1/models") for r in server.state.requests)  # it was asked
+
+
+def test_version_and_help_in_a_real_process(tmp_path):
+    env = {**os.environ, "NEXUS_DATA_DIR": str(tmp_path / "data"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    v = subprocess.run([sys.executable, "-m", "nexus", "--version"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    from importlib.metadata import version
+
+    assert v.returncode == 0 and v.stdout.strip() == f"nexus {version('nexus-trace')}"
+    h = subprocess.run([sys.executable, "-m", "nexus", "--help"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert h.returncode == 0
+    # the real paths, each whole on one line (not wrapped mid-path)
+    assert str(tmp_path / "data") in h.stdout
+    assert str(tmp_path / "cfg" / "nexus" / "nexus.toml") in h.stdout
