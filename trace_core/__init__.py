@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> type:
     # PromptSynthesizer lives in its own module; import it on first use
     if name == "PromptSynthesizer":
         from .synthesizer import PromptSynthesizer

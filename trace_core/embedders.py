@@ -16,8 +16,12 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any, Literal, Union
 
 import numpy as np
+
+# what ``embed_fn`` accepts: an Embedder, a plain ``embed_fn(text) -> vector``, or None (MiniLM)
+EmbedFnLike = Union["Embedder", Callable[[str], Sequence[float]], None]
 
 _MODEL_CACHE: dict[str, object] = {}
 _MODEL_LOCK = threading.RLock()
@@ -70,18 +74,21 @@ class SentenceTransformerEmbedder(Embedder):
         self.device = device
         self._dim: int | None = None
 
-    def _model(self):
+    def _model(self) -> Any:
         key = f"{self.model_path}@{self.device}"
         with _MODEL_LOCK:
             model = _MODEL_CACHE.get(key)
             if model is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub
-                os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
                 from sentence_transformers import SentenceTransformer
 
-                model = SentenceTransformer(self.model_path, device=self.device)
+                model = SentenceTransformer(self.model_path, device=self.device, **self._local_only())
                 _MODEL_CACHE[key] = model
         return model
+
+    def _local_only(self) -> dict:
+        """A model on disk is loaded from disk, never looked up on a hub (per call: the
+        process's environment, e.g. ``HF_HUB_OFFLINE``, is the host's to set)."""
+        return {"local_files_only": True} if os.path.isdir(self.model_path) else {}
 
     def load(self) -> None:
         """Load the model now (Nexus does this in a worker at start-up)."""
@@ -125,7 +132,7 @@ class MiniLMEmbedder(SentenceTransformerEmbedder):
         self.name = "all-MiniLM-L6-v2"
         self._dim = 384
         self.use_onnx = use_onnx
-        self._onnx = None  # (session, tokenizer) once loaded; False if unavailable
+        self._onnx: tuple[Any, Any] | Literal[False] | None = None  # (session, tokenizer) once loaded; False if unavailable
         self.backend = "unloaded"
 
     def load(self) -> None:
@@ -151,15 +158,15 @@ class MiniLMEmbedder(SentenceTransformerEmbedder):
 
         # a model instance of its own: exporting leaves a model altered (seen: the torch
         # path then gave cosine 0.86 to its own earlier output), so never the cached one
-        st = SentenceTransformer(self.model_path, device="cpu")
+        st = SentenceTransformer(self.model_path, device="cpu", **self._local_only())
         bert = st[0].auto_model.eval()
 
         class Encoder(torch.nn.Module):
-            def __init__(self, m):
+            def __init__(self, m: Any) -> None:
                 super().__init__()
                 self.m = m
 
-            def forward(self, input_ids, attention_mask, token_type_ids):
+            def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
                 return self.m(input_ids=input_ids, attention_mask=attention_mask,
                               token_type_ids=token_type_ids).last_hidden_state
 
@@ -183,7 +190,7 @@ class MiniLMEmbedder(SentenceTransformerEmbedder):
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
-    def _runtime(self):
+    def _runtime(self) -> tuple[Any, Any] | None:
         if self._onnx is not None:
             return self._onnx or None
         with _MODEL_LOCK:
@@ -287,7 +294,7 @@ class FunctionEmbedder(Embedder):
 
     def __init__(self, fn: Callable[[str], Sequence[float]], name: str | None = None) -> None:
         self.fn = fn
-        self.name = name or getattr(fn, "name", None) or getattr(fn, "__name__", "embed_fn")
+        self.name = str(name or getattr(fn, "name", None) or getattr(fn, "__name__", "embed_fn"))
         self._dim: int | None = None
 
     def _encode(self, texts: list[str]) -> np.ndarray:
@@ -303,7 +310,7 @@ class FunctionEmbedder(Embedder):
         return self._dim
 
 
-def as_embedder(embed_fn) -> Embedder | None:
+def as_embedder(embed_fn: EmbedFnLike) -> Embedder | None:
     """Accept an ``Embedder``, a plain ``embed_fn`` callable, or None."""
     if embed_fn is None or isinstance(embed_fn, Embedder):
         return embed_fn

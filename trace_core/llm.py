@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from .jsonparse import JSONParseError, parse_json_object
 
@@ -35,13 +36,10 @@ class LLMError(RuntimeError):
 
 
 def resolve_endpoint(api_key: str | None, base_url: str | None) -> tuple[str, str]:
-    """The TRACE README's fallbacks: argument, then environment (and .env), then LM Studio."""
-    try:
-        from dotenv import load_dotenv
+    """The TRACE README's fallbacks: argument, then environment, then LM Studio.
 
-        load_dotenv(os.path.join(os.getcwd(), ".env"), override=False)
-    except ImportError:  # python-dotenv is a dependency, but stay usable without it
-        pass
+    A library leaves its host's environment alone: no ``.env`` is loaded here (Nexus
+    reads one in its configuration; a host application loads its own)."""
     key = api_key or os.environ.get("OPENAI_API_KEY") or DEFAULT_API_KEY
     url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
     return key, url.rstrip("/")
@@ -64,7 +62,7 @@ def describe_error(exc: BaseException, base_url: str) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _refuses_format(exc) -> bool:
+def _refuses_format(exc: Any) -> bool:
     """Did the server reject the ``response_format`` (rather than fail)?
 
     LM Studio answers 400; llama-cpp-python's server answers 500 with a validation

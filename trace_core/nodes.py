@@ -8,7 +8,9 @@ summary and the index range ``[start_index:end_index]`` of the exchanges below i
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import ClassVar, Literal
 
 
 def new_id(prefix: str) -> str:
@@ -27,7 +29,7 @@ class MessageNode:
     archived: bool = False
     home_id: str = ""  # while archived: the topic it was archived from (for restore)
 
-    is_topic = False
+    is_topic: ClassVar[Literal[False]] = False  # a Literal: type checkers narrow Node by it
 
     def role_text(self, role: str) -> str:
         return "\n".join(m["content"] for m in self.messages if m["role"] == role)
@@ -74,7 +76,7 @@ class TopicNode:
     parent: "TopicNode | None" = field(default=None, repr=False)
     created_index: int = -1  # exchange index when the topic was opened (age, for merges)
 
-    is_topic = True
+    is_topic: ClassVar[Literal[True]] = True
 
     @property
     def is_root(self) -> bool:
@@ -90,9 +92,9 @@ class TopicNode:
 
     # iterative walks: nested generators cost a frame per level for every node yielded
 
-    def iter_messages(self):
+    def iter_messages(self) -> Iterator[MessageNode]:
         """Every exchange below this node, in tree order."""
-        stack = [iter(self.children)]
+        stack: list[Iterator[Node]] = [iter(self.children)]
         while stack:
             for c in stack[-1]:
                 if c.is_topic:
@@ -102,7 +104,7 @@ class TopicNode:
             else:
                 stack.pop()
 
-    def iter_topics(self):
+    def iter_topics(self) -> Iterator[TopicNode]:
         """This node and every topic below it, depth first."""
         stack = [self]
         while stack:

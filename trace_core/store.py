@@ -18,11 +18,13 @@ import re
 import sqlite3
 import threading
 import weakref
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from .locking import LockBusy, WriterLock
 from .rows import NodeRow
@@ -153,7 +155,7 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _blob(vec) -> bytes:
+def _blob(vec: ArrayLike) -> bytes:
     return np.asarray(vec, dtype=np.float32).ravel().tobytes()
 
 
@@ -172,7 +174,7 @@ def parse_message_id(mid: str) -> tuple[int, str]:
     return int(head), role
 
 
-def _chunks(ids: list[str], size: int = 500):
+def _chunks(ids: list[str], size: int = 500) -> Iterator[tuple[list[str], str]]:
     """``(chunk, "?,?,…")`` pairs: SQLite caps the parameters of one statement."""
     for k in range(0, len(ids), size):
         chunk = ids[k : k + size]
@@ -343,7 +345,7 @@ class VectorDatabase:
         return self.con.execute("PRAGMA user_version").fetchone()[0]
 
     @contextmanager
-    def transaction(self):
+    def transaction(self) -> Iterator[sqlite3.Connection]:
         """One atomic, durable unit of work. Nested uses join the outer one."""
         if self.read_only:
             raise ReadOnlySessionError(self.path, "write to it")
@@ -437,7 +439,7 @@ class VectorDatabase:
                 self._conv_index = idx
             return self._conv_index
 
-    def _row_to_cv(self, row, similarity: float = 0.0) -> ConversationVector:
+    def _row_to_cv(self, row: tuple, similarity: float = 0.0) -> ConversationVector:
         mid, midx, role, text, blob, ts, path, node_id, xidx = row
         return ConversationVector(mid, midx, role, text, _vec(blob), ts, path, similarity, node_id or "", xidx)
 
@@ -451,7 +453,8 @@ class VectorDatabase:
                     out[row[0]] = self._row_to_cv(row)
         return out
 
-    def search_conversation(self, query_vector, top_k: int = 2, min_similarity: float = 0.5) -> list[ConversationVector]:
+    def search_conversation(self, query_vector: ArrayLike, top_k: int = 2,
+                            min_similarity: float = 0.5) -> list[ConversationVector]:
         hits = self._conv().search(np.asarray(query_vector, dtype=np.float32), top_k, min_similarity)
         rows = self.get_conversation_messages([h[0] for h in hits])
         out = []
@@ -552,7 +555,7 @@ class VectorDatabase:
                 [(nid, p) for nid, p in paths.items() if current.get(nid) != p],
             )
 
-    def delete_topic_summaries(self, node_ids) -> None:
+    def delete_topic_summaries(self, node_ids: Iterable[str]) -> None:
         """Many at once (a reorganisation removes thousands)."""
         ids = list(node_ids)
         with self._lock:
@@ -572,7 +575,7 @@ class VectorDatabase:
 
     # --- topic summaries ---------------------------------------------------------------
 
-    def upsert_topic_summary(self, node_id: str, topic_name: str, summary: str, embedding,
+    def upsert_topic_summary(self, node_id: str, topic_name: str, summary: str, embedding: ArrayLike,
                              start_index: int = -1, end_index: int = -1) -> None:
         emb = np.asarray(embedding, dtype=np.float32)
         with self._lock:
@@ -648,7 +651,8 @@ class VectorDatabase:
         with self._lock:
             return {r[0] for r in self.con.execute("SELECT node_id FROM topic_summaries")}
 
-    def search_topic_summaries(self, query_vector, top_k: int = 3, min_similarity: float = 0.40) -> list[dict]:
+    def search_topic_summaries(self, query_vector: ArrayLike, top_k: int = 3,
+                               min_similarity: float = 0.40) -> list[dict]:
         hits = self._topics().search(np.asarray(query_vector, dtype=np.float32), top_k, min_similarity)
         if not hits:
             return []
@@ -705,7 +709,7 @@ class VectorDatabase:
             return [NodeRow.from_sql(r) for r in self.con.execute(
                 f"SELECT {', '.join(NodeRow.COLUMNS)} FROM nodes")]
 
-    def message_vectors(self):
+    def message_vectors(self) -> list[tuple[int, str, np.ndarray]]:
         """``(exchange_index, role, vector)`` of every stored message."""
         with self._lock:
             rows = self.con.execute("SELECT exchange_index, role, embedding FROM conversation_vectors").fetchall()

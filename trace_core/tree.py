@@ -7,14 +7,15 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
 from . import events as ev
 from .archive import Archive
-from .embedders import Embedder, as_embedder, normalise
+from .embedders import EmbedFnLike, Embedder, as_embedder, normalise
 from .fanout import FanoutBalancer
 from .judges import EmbeddingJudge, Judges, LLMJudge
 from .model import ARROW, ROOT_ID, ExchangeView, TreeModel
@@ -47,7 +48,7 @@ def storable(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
-def _validate(messages) -> list[dict]:
+def _validate(messages: object) -> list[dict]:
     """The exchange's messages (made storable), or ``ValueError`` naming what is wrong."""
     if not isinstance(messages, (list, tuple)):
         raise ValueError(f"add() takes a list of messages, got {type(messages).__name__}")
@@ -85,12 +86,12 @@ class CTree:
         base_url: str | None = None,
         model: str = "gpt-4o-mini",
         auto_save_path: str | None = None,
-        embed_fn=None,
+        embed_fn: EmbedFnLike = None,
         judge: str = "auto",
         *,
         embedding_judge: EmbeddingJudge | None = None,
         llm_timeout: float = 30.0,
-        llm_judge=None,
+        llm_judge: LLMJudge | None = None,
     ) -> None:
         if not isinstance(max_children, int) or max_children < 2:
             raise ValueError("max_children must be an integer ≥ 2")
@@ -130,7 +131,7 @@ class CTree:
         return self._embed
 
     @embed_fn.setter
-    def embed_fn(self, fn) -> None:
+    def embed_fn(self, fn: EmbedFnLike) -> None:
         self._embed = as_embedder(fn)
 
     @property
@@ -256,6 +257,18 @@ class CTree:
         """An exchange's unit vector, or the direction of a topic's exchanges."""
         return self.structure.vectors.node(node)
 
+    # the old private names, while callers move to the public ones above
+    @property
+    def _exchanges(self) -> ExchangeView:
+        return self.structure.exchanges
+
+    @property
+    def _archived_nodes(self) -> list[MessageNode]:
+        return self.structure.archived
+
+    def _node_vector(self, node: Node) -> np.ndarray:
+        return self.node_vector(node)
+
     def _name_group(self, group: list[Node]) -> str:
         """A name for a new grouping topic: from its subtopics' names (short texts: this
         runs for every group the fan-out creates), or from its exchanges."""
@@ -269,7 +282,7 @@ class CTree:
 
     # --- adding an exchange -----------------------------------------------------------------
 
-    def add(self, messages, timestamp: str | None = None) -> MessageNode:
+    def add(self, messages: Sequence[Mapping[str, Any]], timestamp: str | None = None) -> MessageNode:
         """Store one completed exchange (user + assistant, optional system message)."""
         msgs = _validate(messages)
         self._refuse_if_read_only("add an exchange")
@@ -297,7 +310,7 @@ class CTree:
             self.save(self.auto_save_path)
         return node
 
-    async def aadd(self, messages, timestamp: str | None = None) -> MessageNode:
+    async def aadd(self, messages: Sequence[Mapping[str, Any]], timestamp: str | None = None) -> MessageNode:
         """``add()`` for async apps: runs in a worker thread, off the event loop (the same
         lock, the same transaction: when it returns, the exchange is on disk)."""
         return await asyncio.to_thread(self.add, messages, timestamp)
@@ -345,13 +358,14 @@ class CTree:
                          self._embed.name if self._embed is not None else None)
 
     @classmethod
-    def load(cls, filepath: str, api_key=None, base_url=None, model=None, embed_fn=None, **kwargs) -> "CTree":
+    def load(cls, filepath: str, api_key: str | None = None, base_url: str | None = None, model: str | None = None,
+             embed_fn: EmbedFnLike = None, **kwargs: Any) -> "CTree":
         """Import a JSON export. A corrupt or foreign file raises ``SessionFileError``."""
         data = read_json(filepath)
         try:
             tree = cls(max_children=data.max_children, model=model or data.model or "gpt-4o-mini", api_key=api_key,
                        base_url=base_url, embed_fn=embed_fn, **kwargs)
-            tree.structure.replace_structure(data.rows, data.current, lambda r: data.exchanges[r.exchange_index],
+            tree.structure.replace_structure(data.rows, data.current, lambda r: data.exchanges[r.exchange_index],  # type: ignore[index]
                                              data.conversation)
         except (BrokenRowsError, KeyError, TypeError, ValueError) as exc:
             raise SessionFileError(filepath, f"is a damaged TRACE export ({exc})") from None
@@ -360,8 +374,9 @@ class CTree:
         return tree
 
     @classmethod
-    def open(cls, path: str, api_key=None, base_url=None, model: str = "gpt-4o-mini", embed_fn=None,
-             judge: str = "auto", max_children: int = 5, *, read_only: bool = False, **kwargs) -> "CTree":
+    def open(cls, path: str, api_key: str | None = None, base_url: str | None = None, model: str = "gpt-4o-mini",
+             embed_fn: EmbedFnLike = None, judge: str = "auto", max_children: int = 5, *, read_only: bool = False,
+             **kwargs: Any) -> "CTree":
         """Open (or create) a session file and restore its tree exactly.
 
         The tree holds the file's writer lock until ``tree.vdb.close()``: a second writer
@@ -426,13 +441,15 @@ class CTree:
         This is idle-time work, kept off ``add()`` (it doubles the embedding cost of an
         exchange): Nexus runs it in the background after each reply; a library user calls
         it when convenient. Retrieval works without it, with message vectors only."""
-        if self._vdb is None or self._vdb.read_only:
+        index = self._sentence_index()
+        if index is None or self._vdb is None or self._vdb.read_only:
             return 0
-        return self._sentence_index().run(max_exchanges, batch)
+        return index.run(max_exchanges, batch)
 
     # --- consolidation ---------------------------------------------------------------------------
 
-    def reorganize(self, embed_fn=None, similarity_threshold: float = 0.55, prune_trivial_leaves: bool = False) -> dict:
+    def reorganize(self, embed_fn: EmbedFnLike = None, similarity_threshold: float = 0.55,
+                   prune_trivial_leaves: bool = False) -> dict:
         """Merge similar frozen topics (the four axioms) and optionally archive trivial
         exchanges. Returns ``merged``, ``pruned``, ``skipped``, ``vetoed``, ``duration_secs``…"""
         self._refuse_if_read_only("reorganise it")
@@ -446,11 +463,11 @@ class CTree:
         self._refuse_if_read_only("undo a reorganisation")
         return undo_reorganize(self.structure, self._store, self._undo, self._lock)
 
-    def archive(self, exchanges) -> list[MessageNode]:
+    def archive(self, exchanges: Iterable[MessageNode]) -> list[MessageNode]:
         self._refuse_if_read_only("archive exchanges")
         return self._archive().archive(exchanges)
 
-    def restore_archived(self, exchanges=None) -> list[MessageNode]:
+    def restore_archived(self, exchanges: Iterable[MessageNode] | None = None) -> list[MessageNode]:
         """Bring soft-archived exchanges back into the tree (all by default)."""
         self._refuse_if_read_only("restore exchanges")
         return self._archive().restore(exchanges)
@@ -458,7 +475,7 @@ class CTree:
     def _archive(self) -> Archive:
         return Archive(self.structure, self.balancer, self.summaries, self._store, self._lock)
 
-    def replace_last(self, messages, timestamp: str | None = None) -> MessageNode:
+    def replace_last(self, messages: Sequence[Mapping[str, Any]], timestamp: str | None = None) -> MessageNode:
         """Replace the newest exchange with ``messages`` (a regenerated or edited turn): the
         same node in the same topic, its vectors, stored rows and sentence index redone, so
         memory never holds both the old exchange and the new one."""
@@ -481,7 +498,8 @@ class CTree:
                     self._vdb.append_messages(node.index, first, msgs, node.timestamp)
                     for cv in self.conversation_vectors_for(node, first, vecs):
                         self._vdb.add_conversation_message(cv)
-                    if self._sentence_index().indexed() > node.index:  # its sentences are embedded again at idle time
+                    index = self._sentence_index()
+                    if index is not None and index.indexed() > node.index:  # its sentences are embedded again at idle time
                         self._vdb.set_meta("parts_indexed", str(node.index))
         if self.auto_save_path:
             self.save(self.auto_save_path)
@@ -510,5 +528,5 @@ class CTree:
     def __enter__(self) -> "CTree":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
