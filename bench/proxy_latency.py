@@ -4,13 +4,14 @@ directly in the same run.
     python -m bench.proxy_latency [--runs 40] [--history 300] [--local | --upstream URL] [--json OUT]
 
 Upstream: the bundled llama.cpp server with gemma-3-270m (``--local``), any
-OpenAI-compatible server (``--upstream``), or by default the scripted test server
-answering after ``--first-token-ms`` (a stand-in for a model's prompt time, so the
-ratio is not a ratio of two near-zero loopback times). The proxy runs in this process
-under uvicorn, with MiniLM and a session of ``--history`` exchanges, so each request
-pays a real recall (and its exchange is remembered after the answer, off the timed
-path). Direct and proxied requests alternate; time to first token is measured with the
-``openai`` client from the request to the first chunk carrying content.
+OpenAI-compatible server (``--upstream``), or by default the scripted test server in its
+own process, answering after ``--first-token-ms`` (a stand-in for a model's prompt time,
+so the ratio is not one of two near-zero loopback times). The proxy runs as
+``nexus proxy`` in its own process, with MiniLM and a session of ``--history``
+exchanges, so each request pays a real recall (its exchange is remembered after the
+first token, off the timed path); the recall alone is timed too, in this process, before
+the proxy starts. Direct and proxied requests alternate; time to first token is
+measured with the ``openai`` client, from the request to the first chunk with content.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -45,18 +45,38 @@ def ttft(client, model: str, text: str, max_tokens: int) -> float:
     return first if first is not None else time.perf_counter() - t0
 
 
-def start_proxy(pool, upstream: str, key: str):
-    import uvicorn
+UPSTREAM = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from scripted_server import Reply, ScriptedServer
+srv = ScriptedServer().start()
+delay = float(sys.argv[2]) / 1000
+srv.respond(lambda req: Reply("Sure, here is what I remember about that.", delay=delay))
+print(srv.base_url, flush=True)
+sys.stdin.readline()
+"""
 
-    from nexus.proxy import MemoryProxy
 
-    server = uvicorn.Server(uvicorn.Config(MemoryProxy(pool, upstream, key).app(), host="127.0.0.1", port=0,
-                                           log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    return server, thread, f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/v1"
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc, timeout: float = 180) -> None:
+    import httpx
+
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            httpx.get(url, timeout=2)
+            return
+        except httpx.TransportError:
+            if proc.poll() is not None or time.monotonic() > end:
+                raise RuntimeError(f"{url} did not come up") from None
+            time.sleep(0.3)
 
 
 def main() -> None:
@@ -71,6 +91,8 @@ def main() -> None:
     ap.add_argument("--json")
     args = ap.parse_args()
 
+    import subprocess
+
     import openai
 
     from nexus.memory_service import MemoryService
@@ -84,53 +106,59 @@ def main() -> None:
         upstream, model, kind = local.base_url, local.model_name, "llama.cpp gemma-3-270m"
     elif args.upstream:
         upstream, model, kind = args.upstream.rstrip("/"), args.model, args.upstream
-    else:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        from scripted_server import Reply, ScriptedServer
+    else:  # in its own process, like a real model server
+        tests = str(Path(__file__).resolve().parent.parent / "tests")
+        scripted = subprocess.Popen([sys.executable, "-c", UPSTREAM, tests, str(args.first_token_ms)],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        upstream, model = scripted.stdout.readline().strip(), "test-model"
+        kind = f"scripted, first token after {args.first_token_ms:.0f} ms"
 
-        scripted = ScriptedServer().start()
-        delay = args.first_token_ms / 1000
-        scripted.respond(lambda req: Reply("Sure, here is what I remember about that.", delay=delay))
-        upstream, model, kind = scripted.base_url, "test-model", f"scripted, first token after {args.first_token_ms:.0f} ms"
-
-    embed = MiniLMEmbedder()
-    embed.load()
+    queries = [f"What did I say about {TOPICS[k % len(TOPICS)]}? (run {k})" for k in range(args.runs)]
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["NEXUS_DATA_DIR"] = tmp
         from nexus.memory_service import session_path
-        from nexus.proxy import SessionPool
 
+        embed = MiniLMEmbedder()
+        embed.load()
         svc = MemoryService.open(session_path("bench"), embed_fn=embed, judge="embedding")
         for i in range(args.history):
             topic = TOPICS[i % len(TOPICS)]
             svc.remember(f"Note {i} about {topic}: detail number {i * 7 % 101}.", f"Noted detail {i} on {topic}.")
         svc.wait_indexed(300)
-        pool = SessionPool(lambda name: svc, "bench")
-        server, thread, proxy_url = start_proxy(pool, upstream, "lm-studio")
-        direct = openai.OpenAI(base_url=upstream, api_key="lm-studio", max_retries=0, timeout=300)
-        proxied = openai.OpenAI(base_url=proxy_url, api_key="lm-studio", max_retries=0, timeout=300)
-        ttft(direct, model, "warm up", args.max_tokens)
-        ttft(proxied, model, "warm up", args.max_tokens)
-        d, p = [], []
-        for k in range(args.runs):
-            q = f"What did I say about {TOPICS[k % len(TOPICS)]}? (run {k})"
-            if k % 2:
-                p.append(ttft(proxied, model, q, args.max_tokens))
-                d.append(ttft(direct, model, q, args.max_tokens))
-            else:
-                d.append(ttft(direct, model, q, args.max_tokens))
-                p.append(ttft(proxied, model, q, args.max_tokens))
-        server.should_exit = True
-        thread.join(10)
-        stored = len(svc.tree.exchanges)
         recall = []  # the recall alone, same queries, in this process: the proxy's own work
-        for k in range(args.runs):
+        for q in queries:
             t0 = time.perf_counter()
-            svc.recall(f"What did I say about {TOPICS[k % len(TOPICS)]}? (run {k})")
+            svc.recall(q)
             recall.append(time.perf_counter() - t0)
+        svc.close()  # the proxy process takes the session's writer lock
+        port = free_port()
+        env = dict(os.environ, NEXUS_JUDGE="embedding", NEXUS_EMBED="minilm", HF_HUB_OFFLINE="1")
+        proxy = subprocess.Popen([sys.executable, "-m", "nexus", "proxy", "--upstream", upstream, "--port", str(port),
+                                  "--session", "bench"], env=env, stderr=subprocess.DEVNULL)
+        try:
+            proxy_url = f"http://127.0.0.1:{port}/v1"
+            wait_http(proxy_url + "/models", proxy)
+            direct = openai.OpenAI(base_url=upstream, api_key="lm-studio", max_retries=0, timeout=300)
+            proxied = openai.OpenAI(base_url=proxy_url, api_key="lm-studio", max_retries=0, timeout=300)
+            ttft(direct, model, "warm up", args.max_tokens)
+            ttft(proxied, model, "warm up", args.max_tokens)
+            d, p = [], []
+            for k, q in enumerate(queries):
+                if k % 2:
+                    p.append(ttft(proxied, model, q, args.max_tokens))
+                    d.append(ttft(direct, model, q, args.max_tokens))
+                else:
+                    d.append(ttft(direct, model, q, args.max_tokens))
+                    p.append(ttft(proxied, model, q, args.max_tokens))
+        finally:
+            proxy.terminate()
+            proxy.wait(60)
+        svc = MemoryService.open(session_path("bench"), embed_fn=embed, judge="embedding")
+        stored = len(svc.tree.exchanges)
         svc.close()
     if scripted is not None:
-        scripted.stop()
+        scripted.stdin.close()
+        scripted.wait(30)
     if local is not None:
         local.stop()
     added = [b - a for a, b in zip(d, p)]

@@ -115,6 +115,9 @@ class SessionPool:
         self._services: dict[str, MemoryService] = {}
         self._lock = threading.Lock()
 
+    def cached(self, name: str | None) -> MemoryService | None:
+        return self._services.get((name or self.default).strip())
+
     def get(self, name: str | None) -> MemoryService:
         key = (name or self.default).strip()
         with self._lock:
@@ -207,8 +210,10 @@ class MemoryProxy:
         messages = body.get("messages") if isinstance(body, dict) else None
         if not isinstance(messages, list) or not messages:
             return _error(400, "the request needs a non-empty 'messages' list", "invalid_request_error")
+        name = request.headers.get(SESSION_HEADER)
         try:
-            svc = await run_in_threadpool(self.pool.get, request.headers.get(SESSION_HEADER))
+            # an open session is a dict lookup; only opening one (file, lock) goes to a thread
+            svc = self.pool.cached(name) or await run_in_threadpool(self.pool.get, name)
         except SessionNameError as exc:
             return _error(400, str(exc), "invalid_request_error")
         except SessionFileError as exc:
