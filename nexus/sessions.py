@@ -47,7 +47,9 @@ def remember(path: Path) -> None:
     from .paths import private_dir
 
     private_dir(_pointer().parent)
-    _pointer().write_text(str(path))
+    fd = os.open(_pointer(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # a session's name is private too
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(str(path))
 
 
 def last_session() -> Path | None:

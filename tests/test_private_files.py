@@ -56,6 +56,7 @@ def test_data_folders_are_0700(tmp_path, monkeypatch, loose_umask):
     d = sessions.sessions_dir()
     assert mode(d) == 0o700 and mode(d.parent) == 0o700 and mode(tmp_path / "deep") == 0o700
     sessions.remember(d / "x.db")
+    assert mode(d.parent / "last-session") == 0o600
     assert log_dir() == tmp_path / "deep" / "data" / "logs"
 
 
