@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_nexus_app import data_dir, make_config, notices, ready, type_and_send, wait_for  # noqa: F401 (fixture)
+import pytest
+from test_nexus_app import make_config, notices, ready, type_and_send, wait_for
 
 from nexus.app import NexusApp
 from nexus.widgets import UserMessage
@@ -27,6 +28,12 @@ sys.stdin.readline()
 tree.vdb.close()
 print("RELEASED", flush=True)
 """
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
 
 
 def start_holder(path: Path) -> subprocess.Popen:

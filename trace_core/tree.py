@@ -15,7 +15,7 @@ import numpy as np
 
 from . import events as ev
 from .archive import Archive
-from .embedders import EmbedFnLike, Embedder, as_embedder, normalise
+from .embedders import Embedder, EmbedFnLike, as_embedder, normalise
 from .fanout import FanoutBalancer
 from .judges import EmbeddingJudge, Judges, LLMJudge
 from .model import ARROW, ROOT_ID, ExchangeView, TreeModel
