@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -27,6 +28,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--session", help="default session name (default: 'default'); a request's "
                                      "X-Nexus-Session header picks another")
     p.add_argument("--token", help="bearer token clients must send (or $NEXUS_TOKEN)")
+    for cmd in (m, p):
+        # the LLM judges ask a model inside remember(), holding the tree for seconds: a service
+        # shared by many clients files exchanges by embedding unless asked otherwise
+        cmd.add_argument("--judge", choices=("embedding", "auto", "llm"),
+                         default=os.environ.get("NEXUS_JUDGE") or "embedding",
+                         help="how exchanges are filed into topics (default: embedding, no model asked; "
+                              "auto/llm ask the memory model)")
     return ap.parse_args(argv)
 
 
@@ -40,6 +48,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"nexus: {exc}", file=sys.stderr)
         return 2
+    config.set("memory", "judge", args.judge)
     token = resolve_token(args.token)
     try:
         if args.mode == "mcp":
