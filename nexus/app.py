@@ -174,7 +174,7 @@ class NexusApp(App):
         self.replies: dict[int, AssistantMessage] = {}  # turn id -> its reply widget
         self.outbox: list[Outgoing] = []  # messages shown, not sent yet
         self.vision_busy = False  # /ingest holds the vision model: messages wait
-        self._closing = False
+        self._leaving = False
         self._ui_thread = threading.get_ident()
         self.handle_signals = False  # main() sets it: SIGTERM/SIGHUP store the reply in flight, then exit
         self.embedder_state = "loading"
@@ -531,7 +531,7 @@ class NexusApp(App):
         if threading.get_ident() != self._ui_thread:
             self.call_from_thread(self.drain_outbox)
             return
-        if not self.outbox or self._closing:
+        if not self.outbox or self._leaving:
             return
         if self.turn is not None or self.session is None or self.embedder_state == "loading" or self.vision_busy:
             why = ("waiting — /ingest is using the vision model; sent when the text model is back"
@@ -631,9 +631,9 @@ class NexusApp(App):
     async def leave(self, code: int = 0) -> None:
         """The one orderly way out (/quit, Ctrl+Q, SIGTERM, SIGHUP): the reply in flight is
         cancelled and stored with the user's message, queued messages are stored, then exit."""
-        if self._closing:
+        if self._leaving:
             return
-        self._closing = True
+        self._leaving = True
         await self.settle_reply_async()
         await asyncio.to_thread(self.store_outbox)
         self.exit(return_code=code)
@@ -645,7 +645,7 @@ class NexusApp(App):
         """SIGTERM/SIGHUP: store first, synchronously — the terminal may already be gone,
         and the reply's worker stores without needing this loop — then exit."""
         log.warning("signal %s: storing the reply in flight and leaving", signum)
-        self._closing = True
+        self._leaving = True
         self.settle_reply()
         self.store_outbox()
         self.exit(return_code=128 + signum)
@@ -1314,7 +1314,7 @@ class NexusApp(App):
 
     async def on_unmount(self) -> None:
         # every way out waits for the reply in flight to be stored (and stores what is queued)
-        self._closing = True
+        self._leaving = True
         await self.settle_reply_async()
         await asyncio.to_thread(self.store_outbox)
         if self.session is not None:

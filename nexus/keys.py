@@ -1,0 +1,109 @@
+"""Nexus key bindings: the one table of actions and their default keys.
+
+The app declares its bindings from ``APP_KEYS`` (ids = action names, priority so a
+focused editor cannot swallow them); the prompt's own keys are in ``PROMPT_KEYS``.
+``[keys]`` in the config remaps them through Textual's keymap; ``validate_keys``
+turns an unknown action or a malformed key into a ``ConfigError`` naming it.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+
+from .config import ConfigError
+
+
+@dataclass(frozen=True)
+class KeyAction:
+    action: str  # the binding id and the app's action_<name>
+    key: str  # default, Textual key names; "a,b" binds both
+    description: str
+    show: bool = False  # in the footer
+
+
+APP_KEYS: tuple[KeyAction, ...] = (
+    KeyAction("toggle_tree", "ctrl+t", "tree", True),
+    KeyAction("toggle_log", "ctrl+l", "log", True),
+    KeyAction("cancel", "escape", "cancel", True),
+    KeyAction("resend", "ctrl+r", "resend", True),
+    KeyAction("copy_reply", "ctrl+y", "copy", True),
+    KeyAction("copy_code", "ctrl+k", "copy code"),
+    KeyAction("select_previous", "ctrl+up", "select previous message"),
+    KeyAction("select_next", "ctrl+down", "select next message"),
+    KeyAction("focus_input", "ctrl+o", "back to the input"),
+    KeyAction("cycle_log_level", "ctrl+g", "log level"),
+    KeyAction("grow_side", "ctrl+right", "wider tree"),
+    KeyAction("shrink_side", "ctrl+left", "narrower tree"),
+    KeyAction("quit", "ctrl+q", "quit", True),
+)
+PROMPT_KEYS: tuple[KeyAction, ...] = (
+    KeyAction("newline", "shift+enter,ctrl+j", "new line"),
+    KeyAction("complete", "tab", "complete"),
+)
+ALL_KEYS = {k.action: k for k in APP_KEYS + PROMPT_KEYS}
+
+MODIFIERS = {"ctrl", "shift", "alt", "meta", "super", "hyper"}
+NAMED = {
+    "enter", "escape", "tab", "space", "backspace", "delete", "insert", "home", "end", "pageup", "pagedown",
+    "up", "down", "left", "right", *(f"f{i}" for i in range(1, 25)),
+}
+
+
+SAME_AS = {"ctrl+i": "tab", "ctrl+m": "enter"}
+
+
+def _base_key_ok(name: str) -> bool:
+    if len(name) == 1 and name.isprintable() and name != " ":
+        return True
+    if name in NAMED:
+        return True
+    try:  # Textual's names of punctuation keys: "question_mark", "full_stop", ...
+        return ord(unicodedata.lookup(name.replace("_", " ").upper())) < 128
+    except KeyError:
+        return False
+
+
+def check_key(key: str) -> str | None:
+    """The problem with one key string ("ctrl+k", "shift+enter,ctrl+j"), or None."""
+    for one in key.split(","):
+        one = one.strip()
+        parts = one.split("+")
+        if not one or any(not p for p in parts):
+            return f"{key!r} is not a key (empty part)"
+        *mods, base = [p.lower() for p in parts]
+        bad = [m for m in mods if m not in MODIFIERS]
+        if bad:
+            return f"{one!r}: unknown modifier {bad[0]!r} (use {', '.join(sorted(MODIFIERS))})"
+        if not _base_key_ok(base):
+            return f"{one!r}: unknown key {base!r}"
+        if one.lower() in SAME_AS:  # a terminal sends these as another key: the binding would never fire
+            return f"{one!r} arrives as {SAME_AS[one.lower()]!r} in a terminal: bind {SAME_AS[one.lower()]!r} or another key"
+    return None
+
+
+def validate_keys(keys: dict) -> dict[str, str]:
+    """``[keys]`` of the config → a Textual keymap {binding id: key}. Raises ``ConfigError``
+    naming the first unknown action, malformed key, or key bound to two actions."""
+    keymap: dict[str, str] = {}
+    for action, key in keys.items():
+        if action not in ALL_KEYS:
+            raise ConfigError(f"[keys] {action}: unknown action (known: {', '.join(sorted(ALL_KEYS))})")
+        if not isinstance(key, str):
+            raise ConfigError(f"[keys] {action} = {key!r}: a key must be a string such as \"ctrl+k\"")
+        problem = check_key(key)
+        if problem:
+            raise ConfigError(f"[keys] {action} = {key!r}: {problem}")
+        keymap[action] = ",".join(k.strip() for k in key.split(","))
+    owner: dict[str, str] = {}
+    for k in APP_KEYS + PROMPT_KEYS:
+        for one in keymap.get(k.action, k.key).split(","):
+            if one in owner:
+                raise ConfigError(f"[keys] {one!r} is bound to both {owner[one]} and {k.action}")
+            owner[one] = k.action
+    return keymap
+
+
+def key_for(action: str, keymap: dict[str, str] | None = None) -> str:
+    """The key an action is bound to (remapped or default)."""
+    return (keymap or {}).get(action) or ALL_KEYS[action].key

@@ -1,0 +1,99 @@
+"""Earlier prompts, recalled with ↑/↓ and kept across restarts (one JSON line each,
+0600, in the user data dir)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .config import data_dir
+
+LIMIT = 1000
+
+
+def history_path() -> Path:
+    return data_dir() / "prompt-history.jsonl"
+
+
+class PromptHistory:
+    """The prompts, oldest first; ``previous``/``following`` walk them from a draft."""
+
+    def __init__(self, path: Path | None = None, limit: int = LIMIT) -> None:
+        self.path = Path(path) if path is not None else history_path()
+        self.limit = limit
+        self.items: list[str] = self._read()
+        self._pos: int | None = None  # index into items while walking; None: at the draft
+        self._draft = ""
+
+    def _read(self) -> list[str]:
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return []
+        out = []
+        for line in lines:
+            try:
+                text = json.loads(line)
+            except ValueError:
+                continue  # a torn last line after a crash: skip it, keep the rest
+            if isinstance(text, str) and text:
+                out.append(text)
+        return out[-self.limit:]
+
+    def add(self, text: str) -> None:
+        self._pos = None
+        if not text.strip() or (self.items and self.items[-1] == text):
+            return
+        self.items.append(text)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if len(self.items) > self.limit * 2:  # rewrite now and then, append otherwise
+                self.items = self.items[-self.limit:]
+                body = "".join(json.dumps(t) + "\n" for t in self.items)
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            else:
+                body = json.dumps(text) + "\n"
+                if self._torn():  # a crash cut the last line: start a fresh one
+                    body = "\n" + body
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(body)
+        except OSError:
+            pass  # history is a convenience: a read-only data dir must not stop a message
+
+    def _torn(self) -> bool:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                if fh.tell() == 0:
+                    return False
+                fh.seek(-1, os.SEEK_END)
+                return fh.read(1) != b"\n"
+        except OSError:
+            return False
+
+    def previous(self, draft: str) -> str | None:
+        """The prompt before the current one (None at the oldest)."""
+        if not self.items:
+            return None
+        if self._pos is None:
+            self._draft = draft
+            self._pos = len(self.items)
+        if self._pos == 0:
+            return None
+        self._pos -= 1
+        return self.items[self._pos]
+
+    def following(self) -> str | None:
+        """The next newer prompt, then the draft; None when not walking."""
+        if self._pos is None:
+            return None
+        self._pos += 1
+        if self._pos >= len(self.items):
+            self._pos = None
+            return self._draft
+        return self.items[self._pos]
+
+    def reset(self) -> None:
+        self._pos = None

@@ -1,0 +1,63 @@
+"""A real terminal (tmux): a bracketed paste of three lines reaches memory with its
+newlines; ↑ recalls it. Nexus runs as a user starts it, against the scripted server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from scripted_server import Reply, ScriptedServer
+from test_nexus_tmux import screen, tmux, wait_screen
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_a_pasted_stack_trace_keeps_its_lines(tmp_path):
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    pasted = "Traceback (most recent call last):\n  File \"x.py\", line 1\nZeroDivisionError: division by zero"
+    with ScriptedServer() as srv:
+        srv.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                    else Reply("Divide by something else."))
+        name = f"nexus-paste-{os.getpid()}"
+        exit_file = tmp_path / "exit.txt"
+        session = tmp_path / "s.db"
+        cmd = (f"cd {ROOT} && NEXUS_DATA_DIR={tmp_path / 'data'} NEXUS_JUDGE=embedding HF_HUB_OFFLINE=1 "
+               f"XDG_CONFIG_HOME={tmp_path / 'cfg'} TERM=xterm-256color "
+               f"{sys.executable} -m nexus --base-url {srv.base_url} --model test-model --no-web "
+               f"--session {session}; echo EXIT=$? > {exit_file}")
+        tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd)
+        try:
+            wait_screen(name, "embedder ready", 120)
+            subprocess.run(["tmux", "set-buffer", "-b", name, pasted], check=True)
+            subprocess.run(["tmux", "paste-buffer", "-p", "-b", name, "-t", name], check=True)
+            time.sleep(0.5)
+            shown = screen(name)
+            assert "ZeroDivisionError" in shown and "remembered exchange" not in shown  # pasted, not sent
+            tmux("send-keys", "-t", name, "Enter")
+            wait_screen(name, "remembered exchange #0", 60)
+            tmux("send-keys", "-t", name, "Up")
+            time.sleep(0.5)
+            assert "ZeroDivisionError" in screen(name).split("remembered exchange #0", 1)[-1]
+            tmux("send-keys", "-t", name, "Down")  # back to the (empty) draft
+            tmux("send-keys", "-t", name, "-l", "/quit")
+            tmux("send-keys", "-t", name, "Enter")
+            end = time.time() + 30
+            while time.time() < end and not exit_file.exists():
+                time.sleep(0.3)
+            assert exit_file.exists(), "/quit did not quit; the screen:\n" + screen(name)
+            assert exit_file.read_text().strip() == "EXIT=0"
+        finally:
+            tmux("kill-session", "-t", name)
+        sent = [r for r in srv.chat_requests() if not r.get("response_format")]
+        assert sent[-1]["messages"][-1]["content"] == pasted
+    con = sqlite3.connect(session)
+    stored = [r[0] for r in con.execute("SELECT content FROM messages WHERE role='user'")]
+    con.close()
+    assert stored == [pasted]
