@@ -565,6 +565,17 @@ class NexusApp(App):
 
     async def on_reply_event(self, e) -> None:
         reply = self.replies.get(getattr(e, "turn", 0))
+        if isinstance(e, ev.TurnSettled):
+            if self.replies.pop(e.turn, None) is self.current_reply:
+                self.current_reply = None
+            if self.turn is not None and self.turn.id == e.turn:
+                self.turn = None
+        if self._leaving:  # the exchange is stored by the worker; the screen is going away
+            if isinstance(e, (ev.ReplyFailed, ev.StoreFailed)):
+                log.error("while leaving: %s", e.problem)
+            return
+        if reply is not None and not reply.is_attached:  # the chat pane was cleared
+            reply = None
         key = self.config.data.get("keys", {}).get("resend", "ctrl+r")
         if isinstance(e, ev.ReplyChunk):
             if reply is not None:
@@ -592,11 +603,6 @@ class NexusApp(App):
                              "store it again (the model is not asked again).", "error")
             self.log_line(f"storing failed: {e.problem}", "error")
         elif isinstance(e, ev.TurnSettled):
-            self.replies.pop(e.turn, None)
-            if reply is not None and reply is self.current_reply:
-                self.current_reply = None
-            if self.turn is not None and self.turn.id == e.turn:
-                self.turn = None
             self.drain_outbox()
 
     def settle_reply(self, keep: bool = True, timeout: float = 15.0) -> bool:

@@ -183,7 +183,7 @@ class ChatSession:
                       base_url=self.config.base_url, timeout=10, max_tokens=16)
         ans = llm.ask(prompts.WEB_ROUTER_SYSTEM, prompts.WEB_ROUTER_USER.format(question=question[:500]),
                       prompts.WEB_ROUTER_SCHEMA, "route")
-        return bool(ans.get("search"))
+        return ans.get("search") in (True, "true", "yes")  # a small model's "false" is no yes
 
     # --- one turn ---------------------------------------------------------------------------
 
@@ -561,7 +561,7 @@ class ChatSession:
         return {
             "session": str(self.path),
             "exchanges": len(self.tree.exchanges),
-            "archived": len(self.tree._archived_nodes),
+            "archived": len(self.tree.archived),
             "topics": len(topics),
             "judge": self.tree.judge,
             "embedder": getattr(self.tree.embed_fn, "name", "?"),

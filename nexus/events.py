@@ -11,14 +11,27 @@ class Notice:
     level: str = "info"  # debug | info | warning | error
 
 
+# Reply events carry their turn's id: a late event of one request never touches another's text.
+
+
 @dataclass(frozen=True)
 class ReplyStarted:
     user: str
+    turn: int = 0
 
 
 @dataclass(frozen=True)
 class ReplyChunk:
     text: str
+    turn: int = 0
+
+
+@dataclass(frozen=True)
+class ReasoningChunk:
+    """A piece of the model's reasoning (``reasoning_content``): shown folded, never stored."""
+
+    text: str
+    turn: int = 0
 
 
 @dataclass(frozen=True)
@@ -26,6 +39,9 @@ class ReplyFinished:
     text: str
     cancelled: bool = False
     sources: tuple[tuple[str, str], ...] = ()  # (title, url) of web results used
+    turn: int = 0
+    empty: bool = False  # no answer at all: shown as such, not stored, kept for resend
+    note: str = ""  # e.g. the reply was cut at max_tokens
 
 
 @dataclass(frozen=True)
@@ -33,6 +49,24 @@ class ReplyFailed:
     user: str
     partial: str
     problem: str
+    turn: int = 0
+    kept: bool = True  # the message is kept for resend (False: refused, e.g. too long for the context)
+
+
+@dataclass(frozen=True)
+class StoreFailed:
+    """Storing an exchange raised: it is kept in the app (ChatSession.unstored) for Ctrl+R."""
+    user: str
+    reply: str
+    problem: str
+    turn: int = 0
+
+
+@dataclass(frozen=True)
+class TurnSettled:
+    """A turn is over and its exchange stored (or kept): the next queued message may go."""
+    turn: int
+    outcome: str  # answered | cancelled | failed | empty | refused | unstored
 
 
 @dataclass(frozen=True)

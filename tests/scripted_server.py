@@ -25,6 +25,11 @@ class Reply:
     chunk_delay: float = 0.0  # seconds between streamed chunks
     chunks: list[str] | None = None  # streamed pieces; default: content split in words
     error: str = "scripted error"
+    reasoning: list[str] | None = None  # streamed first as delta.reasoning_content (LM Studio, llama.cpp)
+    body: str | None = None  # answer HTTP ``status`` with this raw body instead (e.g. an HTML page)
+    content_type: str = "text/html; charset=utf-8"  # of ``body``
+    drop: bool = False  # stream the pieces, then close without finish_reason and [DONE]
+    finish: str = "stop"  # the finish_reason of the last chunk ("length": cut at max_tokens)
 
 
 @dataclass
@@ -159,6 +164,17 @@ class _Handler(BaseHTTPRequestHandler):
         reply = st.responder(body)
         if reply.delay:
             time.sleep(reply.delay)
+        if reply.body is not None:
+            data = reply.body.encode()
+            self.send_response(reply.status)
+            self.send_header("Content-Type", reply.content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            return
         if reply.status != 200:
             return self._send(reply.status, {"error": {"message": reply.error}})
         model = body.get("model", "test-model")
@@ -172,12 +188,20 @@ class _Handler(BaseHTTPRequestHandler):
         pieces = reply.chunks if reply.chunks is not None else [w + " " for w in reply.content.split(" ")]
         try:
             self.wfile.write(_chunk({"role": "assistant", "content": ""}, model))
+            for piece in reply.reasoning or []:
+                if reply.chunk_delay:
+                    time.sleep(reply.chunk_delay)
+                self.wfile.write(_chunk({"reasoning_content": piece}, model))
+                self.wfile.flush()
             for piece in pieces:
                 if reply.chunk_delay:
                     time.sleep(reply.chunk_delay)
                 self.wfile.write(_chunk({"content": piece}, model))
                 self.wfile.flush()
-            self.wfile.write(_chunk({}, model, "stop"))
+            if reply.drop:  # a connection lost mid-reply: no finish_reason, no [DONE]
+                self.close_connection = True
+                return
+            self.wfile.write(_chunk({}, model, reply.finish))
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):

@@ -1,0 +1,46 @@
+"""/export: the conversation as Markdown, with dates (and the topic outline with --tree)."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from pathlib import Path
+
+from .config import data_dir
+from .history import when
+
+
+def default_path(session: Path) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return data_dir() / "exports" / f"{session.stem}-{stamp}.md"
+
+
+def conversation_markdown(tree, title: str, with_tree: bool = False, system: str = "") -> str:
+    """Every exchange in order (archived ones marked), each under its date; the topic
+    outline at the end with ``with_tree``."""
+    lines = [f"# {title}", "", f"Exported {datetime.now().strftime('%Y-%m-%d %H:%M')} · "
+             f"{len(tree.exchanges)} exchanges", ""]
+    if system:
+        lines += ["> System prompt: " + system.replace("\n", "\n> "), ""]
+    day = ""
+    for x in tree.exchanges:
+        stamp = when(x.timestamp)
+        if stamp[:10] != day:
+            day = stamp[:10]
+            lines += [f"## {day or 'undated'}", ""]
+        lines += [f"### #{x.index} · {stamp[11:] or '—'}" + (" · archived" if x.archived else ""), ""]
+        if x.system:
+            lines += [f"*{x.system}*", ""]
+        lines += ["**You:**", "", x.user, "", "**Assistant:**", "", x.assistant, ""]
+    if with_tree:
+        lines += ["## Topic outline", "", "```", tree.render_tree().rstrip(), "```", ""]
+    return "\n".join(lines)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` readable by the owner only (0600), folders made as needed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.chmod(path, 0o600)  # an existing file keeps its mode through O_CREAT
