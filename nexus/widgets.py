@@ -71,11 +71,15 @@ class PastExchangeView(Widget):
         super().__init__(classes="past-exchange" + (" archived" if x.archived else ""))
         self.exchange = x
         self.source = safe(x.assistant)  # the reply's Markdown source, made safe
+        self._reply = None  # parsed once: render() runs for layout and for each paint
 
     def render(self):
         from rich.console import Group
         from rich.markdown import Markdown as RichMarkdown
         from rich.padding import Padding
+
+        if self._reply is None:
+            self._reply = RichMarkdown(self.source)
 
         x = self.exchange
         head = f"#{x.index}" + (f" · {x.when}" if x.when else "") + (" · archived" if x.archived else "")
@@ -84,7 +88,7 @@ class PastExchangeView(Widget):
             parts.append(Text(safe(x.note), style=self.get_component_rich_style("past-exchange--note")))
         user = Padding(Text(safe(x.user)), (0, 1), style=self.get_component_rich_style("past-exchange--user"))
         parts.append(Padding(user, (1, 0, 0, 8)))
-        parts.append(Padding(RichMarkdown(self.source), (1, 4, 0, 0)))
+        parts.append(Padding(self._reply, (1, 4, 0, 0)))
         return Group(*parts)
 
 

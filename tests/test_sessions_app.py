@@ -38,6 +38,15 @@ def make_session(path: Path, embed, n: int, archive: tuple[int, ...] = ()) -> No
     tree.vdb.close()
 
 
+def rendered(widget) -> str:
+    """The text a widget draws at its current width."""
+    from rich.console import Console
+
+    console = Console(width=widget.size.width or 100, color_system=None, record=True, file=open(os.devnull, "w"))
+    console.print(widget.render())
+    return console.export_text()
+
+
 def shown_indexes(app) -> list[int]:
     return [v.exchange.index for v in app.query_one("#chat").query_children(PastExchangeView)]
 
@@ -69,9 +78,10 @@ async def test_reopening_shows_the_last_50_and_scrolling_up_loads_the_rest(serve
         assert shown_indexes(app) == list(range(10, 60))
         views = list(app.query(PastExchangeView))
         last = views[-1]
-        assert "Question number 59" in str(last.query_one(".user-message").render())
-        assert "2026-03-" in str(last.query_one(".past-date").render())
-        assert last.query_one(".past-reply").source.startswith("Answer **59**")  # shown as Markdown
+        drawn = rendered(last)
+        assert "Question number 59" in drawn and "#59 · 2026-03-" in drawn
+        assert "Answer 59: see item 59." in drawn and "**" not in drawn  # Markdown, drawn as such
+        assert "• one" in drawn
         archived = [v for v in views if v.exchange.index == 55][0]
         assert archived.has_class("archived") and not views[0].has_class("archived")
         assert "10 earlier exchanges" in notices(app)
@@ -113,7 +123,7 @@ async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, dat
         await type_and_send(pilot, app, "/open first")
         await wait_for(pilot, lambda: app.session_path == first and app.session is not None
                        and len(shown_indexes(app)) == 1)
-        assert "blue Gazelle" in str(app.query(PastExchangeView).first().query_one(".user-message").render())
+        assert "blue Gazelle" in rendered(app.query(PastExchangeView).first())
         # /delete: never the open one; asks first; a second /delete confirms
         await type_and_send(pilot, app, "/delete first")
         await wait_for(pilot, lambda: "is the open session" in notices(app))
