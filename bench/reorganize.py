@@ -72,9 +72,7 @@ def build(n: int, emb, rng: random.Random, max_children: int = 5) -> CTree:
             m = MessageNode(idx, [{"role": "user", "content": u}, {"role": "assistant", "content": a}],
                             "2024-01-01T00:00:00")
             topic.add_child(m)
-            tree._exchanges.append(m)
-            tree.conversation += m.messages
-            tree._vectors[idx] = normalise(vecs[2 * idx] + vecs[2 * idx + 1])
+            tree.structure.register(m, normalise(vecs[2 * idx] + vecs[2 * idx + 1]))
             idx += 1
         topic.recompute_range()
         topic.summary = tree.judges.summarize(talk)

@@ -40,7 +40,6 @@ from bench.synthetic import layout_balanced
 from trace_core import CTree, PromptSynthesizer, VectorDatabase
 from trace_core.embedders import MiniLMEmbedder, normalise
 from trace_core.nodes import MessageNode, TopicNode
-from trace_core.persist import _row
 from trace_core.store import ConversationVector, message_id
 from trace_core.synthesizer import RetrievalReport
 
@@ -114,18 +113,13 @@ def build_session(path: str, n: int, emb, sentences, vecs, rng: random.Random) -
                         parts.append((message_id(idx, role), 0, f"{prev[0]} {text}", normalise(prev[1] + v)))
                     prev = (text, v)
                 db.add_message_parts(parts)
-                tree._exchanges.append(m)
-                tree._vectors[idx] = normalise(vecs[2 * k] + vecs[2 * k + 1])
+                tree.structure.register(m, normalise(vecs[2 * k] + vecs[2 * k + 1]))
                 idx += 1
             topic.recompute_range()
             topic.summary = tree.judges.summarize([(x.user, x.assistant) for x in topic.message_children])
             leaves.append(topic)
         layout_balanced(tree, leaves)
-        rows = []
-        for t in tree.root.iter_topics():
-            rows.append(_row(t, t.parent.node_id if t.parent else None))
-            rows += [_row(c, t.node_id) for c in t.children if not c.is_topic]
-        db.save_nodes(rows)
+        db.save_nodes(tree.structure.rows())
         frozen = [t for t in tree.root.iter_topics() if t is not tree.root and t not in set(tree.active_path())]
         for t, v in zip(frozen, tree.summary_vectors(frozen)):
             db.upsert_topic_summary(t.node_id, t.topic_name, t.summary, v, t.start_index, t.end_index)

@@ -166,7 +166,7 @@ def search_sessions(tree: CTree, path: Path, query: str, k: int = 10, all_sessio
     if not query:
         return result
     qvec = tree.embed_fn.embed(query)
-    with tree._lock:  # the tree's own lock: add() holds it while it writes
+    with tree.lock:  # the tree's own lock: add() holds it while it writes
         hits = tree.vdb.search_conversation(qvec, top_k=k, min_similarity=min_similarity)
     own = Path(path).resolve()
     result.hits = [_hit(session_name(own), h) for h in hits]
@@ -239,7 +239,7 @@ class MemoryService:
             return Recall(self.name, query, "", 0, budget)
         qvec = self.tree.embed_fn.embed(query)  # outside the lock: embedding is the slow part
         report = RetrievalReport(query=query, memory_token_budget=budget)
-        with self.tree._lock:  # the tree's own lock: add() holds it while it changes the tree
+        with self.tree.lock:  # the tree's own lock: add() holds it while it changes the tree
             block = self.synth.memory_block(query, qvec, recent or [], 3, 2, 0.50, budget, report)
             self.synth.last_report = report
         return Recall(
@@ -258,13 +258,13 @@ class MemoryService:
     def outline(self, show_messages: bool = False) -> str:
         """The topic tree as text (names, exchange ranges, summaries; ``*`` marks the
         active branch)."""
-        with self.tree._lock:
+        with self.tree.lock:
             return self.tree.render_tree(show_messages=show_messages)
 
     def exchange(self, index: int) -> dict:
         """One stored exchange by number. ``IndexError`` naming the range if absent."""
-        with self.tree._lock:
-            xs = self.tree._exchanges
+        with self.tree.lock:
+            xs = self.tree.exchange_view()
             if not 0 <= index < len(xs):
                 raise IndexError(f"no exchange #{index} in session {self.name!r} (it has {len(xs)}: "
                                  f"#0..#{len(xs) - 1})" if xs else f"session {self.name!r} has no exchanges yet")
@@ -274,15 +274,15 @@ class MemoryService:
                     "messages": [dict(m) for m in x.messages]}
 
     def stats(self) -> dict:
-        with self.tree._lock:
+        with self.tree.lock:
             tree = self.tree
             topics = sum(1 for t in tree.iter_topics() if t is not tree.root)
             r = self.synth.last_report
             return {
                 "session": self.name,
                 "path": str(self.path),
-                "exchanges": len(tree._exchanges),
-                "archived": len(tree._archived_nodes),
+                "exchanges": len(tree.exchange_view()),
+                "archived": len(tree.archived),
                 "topics": topics,
                 "judge": tree.judge,
                 "embedder": getattr(tree.embed_fn, "name", "?"),

@@ -135,16 +135,16 @@ def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url
                 verdict = S.SCENARIOS[name](tree)
             except ScenarioCancelled:
                 snapshot(force=True)
-                return ScenarioOutcome(name, judge, None, "", len(tree._exchanges), time.perf_counter() - started,
+                return ScenarioOutcome(name, judge, None, "", len(tree.exchange_view()), time.perf_counter() - started,
                                        cancelled=True, when=stamp)
             except Exception as exc:  # a scenario that cannot run is reported, never raised into the UI
-                return ScenarioOutcome(name, judge, None, "", len(tree._exchanges), time.perf_counter() - started,
+                return ScenarioOutcome(name, judge, None, "", len(tree.exchange_view()), time.perf_counter() - started,
                                        error=f"{type(exc).__name__}: {exc}", when=stamp)
             if tree.last_reorganize:
                 for text, level in reorganize_lines(tree.last_reorganize):
                     emit(f"scenario {name}: {text}", level)
             snapshot(force=True)
-            return ScenarioOutcome(name, judge, bool(verdict.passed), verdict.detail, len(tree._exchanges),
+            return ScenarioOutcome(name, judge, bool(verdict.passed), verdict.detail, len(tree.exchange_view()),
                                    time.perf_counter() - started, when=stamp)
         finally:
             if tree.vdb is not None:

@@ -39,6 +39,7 @@ class TopicRow(NamedTuple):
     children: tuple
     exchanges_below: int
     active: bool
+    topics_below: int = 0  # its descendants: the rows right after it in ``TreeSnapshot.order``
 
     @property
     def topic_ids(self) -> list[str]:
@@ -60,6 +61,16 @@ class TreeSnapshot:
     per_level: tuple[int, ...]  # topics at depth 1, 2, ...
     fanout: dict[int, int]  # children per topic (topics + exchanges) -> how many topics
     problem: str = ""  # a structural fault met while copying (a cycle, a shared node)
+    nodes: dict = field(default_factory=dict, compare=False, repr=False)  # topic id -> the live TopicNode
+    root_children: tuple = field(default=(), compare=False, repr=False)  # to tell whether it is current
+    cache: dict = field(default_factory=dict, compare=False, repr=False)  # the centroid matrix, once made
+    order: tuple = field(default=(), compare=False, repr=False)  # topic ids depth first, ROOT first
+
+    def is_current(self, tree: CTree) -> bool:
+        """Nothing added, archived or regrouped at the top since (the caller holds the
+        lock). A reorganisation deeper down is followed by a new snapshot in Nexus."""
+        return (self.exchanges == len(tree.exchange_view()) and self.archived == len(tree.archived)
+                and self.root_children == tuple(tree.root.children))
 
     @property
     def topic_count(self) -> int:
@@ -81,7 +92,7 @@ class TreeSnapshot:
 def try_lock(tree: CTree, fn, *args):
     """``fn(tree, *args)`` under the tree's lock if it is free now, else ``None`` (the UI
     thread never waits for an ``add()`` that may be asking a model)."""
-    lock: threading.RLock = tree._lock
+    lock: threading.RLock = tree.lock
     if not lock.acquire(blocking=False):
         return None
     try:
@@ -91,7 +102,7 @@ def try_lock(tree: CTree, fn, *args):
 
 
 def take_snapshot(tree: CTree) -> TreeSnapshot:
-    with tree._lock:
+    with tree.lock:
         return snapshot_unlocked(tree)
 
 
@@ -113,25 +124,33 @@ def snapshot_unlocked(tree: CTree) -> TreeSnapshot:
             if c.is_topic:
                 stack.append((c, t.node_id, depth + 1))
     counts: dict[int, int] = {}
+    below: dict[int, int] = {}
     rows: dict[str, TopicRow] = {}
+    nodes: dict[str, TopicNode] = {}
     fanout: Counter = Counter()
     per_level: Counter = Counter()
     root = tree.root
     for t, pid, depth in reversed(order):  # children before parents
         kids = tuple(t.children)
-        xs = 0
+        xs = ts = 0
         for c in kids:
-            xs += counts.get(id(c), 0) if c.is_topic else 1
+            if c.is_topic:
+                xs += counts.get(id(c), 0)
+                ts += below.get(id(c), 0) + 1
+            else:
+                xs += 1
         counts[id(t)] = xs
+        below[id(t)] = ts
+        nodes[t.node_id] = t
         rows[t.node_id] = TopicRow(t.node_id, t.topic_name, t.summary, t.start_index, t.end_index, pid, depth,
-                                   kids, xs, id(t) in active)
+                                   kids, xs, id(t) in active, ts)
         if t is not root:
             fanout[len(kids)] += 1
             per_level[depth] += 1
     depth = max(per_level) if per_level else 0
-    return TreeSnapshot(rows, tree.root.node_id, len(tree._exchanges), len(tree._archived_nodes), tree.max_children,
+    return TreeSnapshot(rows, tree.root.node_id, len(tree.exchange_view()), len(tree.archived), tree.max_children,
                         depth, tuple(per_level[d] for d in range(1, depth + 1)), dict(sorted(fanout.items())),
-                        problem)
+                        problem, nodes, tuple(root.children), order=tuple(t.node_id for t, _, _ in order))
 
 
 def find_topics(snap: TreeSnapshot, words: str) -> list[str]:
@@ -181,7 +200,7 @@ def check_health(tree: CTree) -> Health:
     violation (or a tree too broken to check) comes back as ``problem``, never raised."""
     from trace_core.invariants import InvariantError, check_invariants
 
-    with tree._lock:
+    with tree.lock:
         snap = snapshot_unlocked(tree)
         if snap.problem:  # check_invariants would walk a cycle forever
             return Health(False, snap.problem, snap)
@@ -245,21 +264,48 @@ class ExchangeDetail:
     parts: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())  # role -> indexed sentence parts
 
 
-def nearest_branches(tree: CTree, topic: TopicNode, k: int = 5) -> tuple[Neighbour, ...]:
-    """The ``k`` other branches nearest ``topic`` by centroid cosine (its ancestors and
-    descendants excluded: they contain it or are contained). Caller holds the lock."""
-    mine = {id(t) for t in topic.iter_topics()}
-    cur = topic
-    while cur is not None:
-        mine.add(id(cur))
-        cur = cur.parent
-    others = [t for t in tree.root.iter_topics() if id(t) not in mine]
-    if not others:
+_vector_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tree -> {topic id: (key, unit vector)}
+
+
+def _centroids(tree: CTree, snap: TreeSnapshot) -> tuple[dict[str, int], np.ndarray]:
+    """Every topic's unit centroid, one matrix row each in depth-first order (so a
+    topic's descendants are the rows right after it), made once per snapshot. A
+    topic's vector is reused from the last matrix while its exchanges (count and
+    range) are the same: after a new exchange only the active path is recomputed.
+    The caller holds the lock; the tree caches each topic's vector sum."""
+    got = snap.cache.get("centroids")
+    if got is None:
+        vector_of = getattr(tree, "node_vector", None) or tree.node_vector
+        old = _vector_cache.get(tree, {})
+        new: dict[str, tuple] = {}
+        rows = []
+        for tid in snap.order:
+            r = snap.topics[tid]
+            key = (r.exchanges_below, r.start, r.end)
+            hit = old.get(tid)
+            vec = hit[1] if hit is not None and hit[0] == key else vector_of(snap.nodes[tid])
+            new[tid] = (key, vec)
+            rows.append(vec)
+        _vector_cache[tree] = new
+        mat = np.array(rows, dtype=np.float32)
+        got = snap.cache["centroids"] = ({tid: i for i, tid in enumerate(snap.order)}, mat)
+    return got
+
+
+def nearest_branches(tree: CTree, snap: TreeSnapshot, node_id: str, k: int = 5) -> tuple[Neighbour, ...]:
+    """The ``k`` other branches nearest the topic by centroid cosine (ROOT, its
+    ancestors and its descendants excluded: they contain it or are contained)."""
+    pos, mat = _centroids(tree, snap)
+    i = pos[node_id]
+    sims = mat @ mat[i]
+    sims[i : i + 1 + snap.topics[node_id].topics_below] = -np.inf
+    sims[[pos[row.node_id] for row in snap.path(node_id)]] = -np.inf  # ROOT and the ancestors
+    k = min(k, int(np.isfinite(sims).sum()))
+    if k <= 0:
         return ()
-    mat = np.array([tree._node_vector(t) for t in others], dtype=np.float32)
-    sims = mat @ np.asarray(tree._node_vector(topic), dtype=np.float32)
-    top = np.argsort(-sims, kind="stable")[:k]
-    return tuple(Neighbour(others[i].node_id, tree.thread_path(others[i]), float(sims[i])) for i in top)
+    top = np.argpartition(-sims, k - 1)[:k]
+    top = top[np.argsort(-sims[top], kind="stable")]
+    return tuple(Neighbour(snap.order[j], tree.thread_path(snap.nodes[snap.order[j]]), float(sims[j])) for j in top)
 
 
 def _retrieval_for(tree: CTree, topic: TopicNode, report) -> RetrievalScores | None:
@@ -268,9 +314,9 @@ def _retrieval_for(tree: CTree, topic: TopicNode, report) -> RetrievalScores | N
     path = next((p for p in report.paths if p.node_id == topic.node_id), None)
     fused, n = 0.0, 0
     for x in report.exchanges:
-        if x.index >= len(tree._exchanges):
+        if x.index >= len(tree.exchange_view()):
             continue
-        cur = tree._exchanges[x.index].parent
+        cur = tree.exchange_view()[x.index].parent
         while cur is not None and cur is not topic:
             cur = cur.parent
         if cur is topic:
@@ -281,28 +327,33 @@ def _retrieval_for(tree: CTree, topic: TopicNode, report) -> RetrievalScores | N
     return RetrievalScores(report.query, path.similarity if path else None, path.keyword if path else None, n, fused)
 
 
-def topic_detail(tree: CTree, node_id: str, report=None, k: int = 5) -> TopicDetail | None:
-    with tree._lock:
-        topic = tree.root if node_id == tree.root.node_id else next(
-            (t for t in tree.root.iter_topics() if t.node_id == node_id), None)
-        if topic is None:
+def topic_detail(tree: CTree, node_id: str, report=None, k: int = 5,
+                 snap: TreeSnapshot | None = None) -> TopicDetail | None:
+    """``snap``: the pane's snapshot, reused while current (its centroid matrix too)."""
+    with tree.lock:
+        if snap is None or not snap.is_current(tree):
+            snap = snapshot_unlocked(tree)
+        row = snap.topics.get(node_id)
+        if row is None:
             return None
-        is_root = topic is tree.root
-        depth = len(tree.get_ancestors(topic)) - 1
+        topic = snap.nodes[node_id]
+        is_root = node_id == snap.root_id
+        kids = row.children
+        n_topics = sum(1 for c in kids if c.is_topic)
         return TopicDetail(
-            topic.node_id, topic.topic_name, topic.summary, topic.start_index, topic.end_index, depth,
-            tree.thread_path(topic), len(topic.topic_children), len(topic.message_children), tree.max_children,
-            tree.is_frozen(topic) and not is_root, sum(1 for _ in topic.iter_messages()),
-            () if is_root else nearest_branches(tree, topic, k), _retrieval_for(tree, topic, report), is_root)
+            node_id, row.name, row.summary, row.start, row.end, row.depth, tree.thread_path(topic), n_topics,
+            len(kids) - n_topics, snap.max_children, not row.active and not is_root, row.exchanges_below,
+            () if is_root else nearest_branches(tree, snap, node_id, k), _retrieval_for(tree, topic, report),
+            is_root)
 
 
 def exchange_detail(tree: CTree, index: int, synth=None) -> ExchangeDetail | None:
     from trace_core.store import message_id
 
-    with tree._lock:
-        if not 0 <= index < len(tree._exchanges):
+    with tree.lock:
+        if not 0 <= index < len(tree.exchange_view()):
             return None
-        x = tree._exchanges[index]
+        x = tree.exchange_view()[index]
         if x.parent is not None:
             path = tree.thread_path(x)
         else:
@@ -339,7 +390,7 @@ def _status(tree: CTree, index: int, synth) -> str:
 
             similarity = SynthesisParams().supersede_similarity
         finder = _finders[tree] = Supersessions(similarity)
-    xs = tree._exchanges
+    xs = tree.exchange_view()
     try:
         newer, _ = finder.find([index], xs, tree.exchange_vector)
         if newer.get(index):

@@ -53,11 +53,11 @@ def test_sigkill_never_loses_an_acknowledged_exchange(tmp_path):
         acknowledged += acks
         tree = CTree.open(path, judge="embedding", embed_fn=HashEmbedder(), max_children=3)
         check_invariants(tree)
-        stored = [x.index for x in tree._exchanges]
+        stored = [x.index for x in tree.exchanges]
         assert set(acknowledged) <= set(stored)
         # nothing half-written: every stored exchange is complete and in order
         assert stored == list(range(len(stored)))
-        for x in tree._exchanges:
+        for x in tree.exchanges:
             assert x.user.startswith(f"exchange {x.index} ") and x.assistant == f"answer {x.index}"
         tree.vdb.close()
     assert len(acknowledged) >= 12

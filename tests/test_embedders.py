@@ -64,7 +64,7 @@ def test_openai_compatible_embeddings_endpoint(server):
     assert body["model"] == "nomic-embed-text" and body["input"] == ["one", "three"]
     tree = CTree(judge="embedding", embed_fn=e)
     tree.add([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
-    assert len(tree._exchanges) == 1
+    assert len(tree.exchanges) == 1
 
 
 def test_importing_trace_core_does_not_import_torch():

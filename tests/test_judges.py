@@ -96,7 +96,7 @@ def test_any_llm_failure_falls_back_to_the_embedding_judge(server, minilm, reply
     tree.add(ex("hello"))
     tree.add(ex("tell me about volcanoes", "they erupt"))
     check_invariants(tree)
-    assert len(tree._exchanges) == 2
+    assert len(tree.exchanges) == 2
     last = decided(seen)[-1]
     assert last.judge == "embedding" and problem in last.reason
     assert any(isinstance(e, LLMFailed) and problem in e.problem for e in seen)

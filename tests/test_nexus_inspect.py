@@ -139,8 +139,8 @@ async def test_inspector_shows_a_topic_and_an_exchange_and_esc_closes_it(server,
         ancestors = {t.node_id for t in tree.get_ancestors(topic)}
         below = {t.node_id for t in topic.iter_topics()}
         others = [t for t in topics if t.node_id not in ancestors | below]
-        v = tree._node_vector(topic)
-        best = sorted(others, key=lambda t: -float(tree._node_vector(t) @ v))[:5]
+        v = tree.node_vector(topic)
+        best = sorted(others, key=lambda t: -float(tree.node_vector(t) @ v))[:5]
         assert [n.node_id for n in d.nearest] == [t.node_id for t in best]
         assert "nearest branches" in text and f"{d.nearest[0].cosine:+.3f}" in text
         assert "fed the last reply" not in text  # no reply yet

@@ -30,7 +30,7 @@ def test_readme_loop_runs(tmp_path, monkeypatch, server, minilm):
     monkeypatch.setattr(builtins, "print", lambda *a, **k: printed.append(" ".join(map(str, a))))
     exec(compile(readme_loop(), "README.md", "exec"), {"__name__": "readme"})
     tree = CTree.open(str(tmp_path / "session.db"), judge="embedding")
-    assert len(tree._exchanges) == 3
+    assert len(tree.exchanges) == 3
     # the third reply's system prompt carried the memory of the cat's name
     chats = [r for r in server.chat_requests() if not r.get("response_format") and r["messages"][0]["role"] == "system"
              and "Miso" not in r["messages"][-1]["content"]]

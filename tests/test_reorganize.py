@@ -156,7 +156,7 @@ def test_prune_trivial_leaves_archives_and_restores(tmp_path, minilm):
     tree = build(tmp_path, minilm, talk)
     res = tree.reorganize(similarity_threshold=0.99, prune_trivial_leaves=True)
     check_invariants(tree)
-    archived = {x.user for x in tree._archived_nodes}
+    archived = {x.user for x in tree.archived}
     assert {"ok thanks", "hi"} <= archived and res["pruned"] >= 2
     assert long_q not in archived
     synth = PromptSynthesizer(ctree=tree)
@@ -164,10 +164,10 @@ def test_prune_trivial_leaves_archives_and_restores(tmp_path, minilm):
     assert "you're welcome" not in prompt and "hello there" not in prompt
     tree.vdb.close()  # one writer per file: the reopened tree writes next
     reopened = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm)
-    assert {x.user for x in reopened._archived_nodes} == archived  # persisted
+    assert {x.user for x in reopened.archived} == archived  # persisted
     reopened.restore_archived()
     check_invariants(reopened)
-    assert not reopened._archived_nodes
+    assert not reopened.archived
     prompt = PromptSynthesizer(ctree=reopened).synthesize_prompt("ok thanks", None, None, [])
     assert "you're welcome" in prompt
 

@@ -124,7 +124,7 @@ def test_session_reopens_identically(tmp_path, minilm):
     # and it goes on where it stopped
     reopened.add(ex("Sarah also likes chocolate cake.", "Chocolate cake it is."))
     check_invariants(reopened)
-    assert len(CTree.open(path, judge="embedding", embed_fn=minilm, read_only=True)._exchanges) == len(talk) + 1
+    assert len(CTree.open(path, judge="embedding", embed_fn=minilm, read_only=True).exchanges) == len(talk) + 1
 
 
 def test_assigning_a_store_adopts_or_receives(tmp_path, hash_embed):

@@ -229,6 +229,14 @@ def test_close_stops_the_bm25_thread_and_keeps_working(tree):
     assert "cello" in synth.synthesize_prompt("cello", None, None, [])  # closed: BM25 runs inline
 
 
+def test_closing_the_tree_closes_its_synthesizers(tree):
+    synth = PromptSynthesizer(ctree=tree, parallel_from=0)
+    synth.synthesize_prompt("cello", None, None, [])
+    assert bm25_threads()
+    tree.close()
+    assert not bm25_threads()
+
+
 def test_asynthesize_prompt_runs_off_the_event_loop(tree):
     synth = PromptSynthesizer(ctree=tree)
     loop_thread: list[int] = []
@@ -262,3 +270,23 @@ def test_asynthesize_prompt_runs_off_the_event_loop(tree):
     assert ticks > 0  # the loop kept running meanwhile
     assert prompt == synth.synthesize_prompt("Where does my sister live?", None, None, [])
     synth.close()
+
+
+def test_aadd_runs_off_the_event_loop_and_stores_the_exchange(tmp_path, minilm):
+    tree = CTree.open(str(tmp_path / "a.db"), judge="embedding", embed_fn=minilm)
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+    tree.on_event(lambda e: seen.append(threading.get_ident()))
+
+    async def main():
+        nonlocal loop_thread
+        loop_thread = threading.get_ident()
+        return await tree.aadd(ex("I keep bees in my garden.", "Bees are wonderful."), timestamp="2024-01-01T10:00")
+
+    node = asyncio.run(main())
+    assert node.index == 0 and tree.exchanges[0] is node
+    assert seen and all(t != loop_thread for t in seen)  # add() ran in a worker thread
+    tree.close()
+    reopened = CTree.open(str(tmp_path / "a.db"), judge="embedding", embed_fn=minilm)
+    assert reopened.exchanges[0].user == "I keep bees in my garden."  # on disk when aadd returned
+    reopened.close()

@@ -117,9 +117,7 @@ def test_newer_fact_supersedes_older(tmp_path, minilm):
 
 
 def test_archived_exchanges_never_appear(cross_tree, minilm):
-    from trace_core.archive import archive_exchanges
-
-    archive_exchanges(cross_tree, [cross_tree._exchanges[0]])
+    cross_tree.archive([cross_tree.exchanges[0]])
     synth = PromptSynthesizer(ctree=cross_tree)
     q = "Is Sarah allergic to peanuts?"
     prompt = synth.synthesize_prompt(q, minilm.embed(q), None, [])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -117,7 +118,7 @@ def test_too_many_exchanges_expand_into_subtopics(hash_embed):
     assert top.topic_children and not top.message_children  # expanded into subtopics
     assert all(len(t.message_children) <= 3 for t in tree.iter_topics())
     # the newest exchange sits in the current node, where the next one continues
-    assert tree._exchanges[-1].parent is tree.current_node
+    assert tree.exchanges[-1].parent is tree.current_node
 
 
 def depth(node) -> int:
@@ -163,8 +164,8 @@ def test_invariant_checker_catches_damage(hash_embed):
         check_invariants(tree)
     topic.children.append(moved)
     check_invariants(tree)
-    tree._sum_of(topic)  # cached sums are checked against the exchanges too
-    tree._sums[topic.node_id] = tree._sums[topic.node_id] + 1.0
+    tree.structure.vectors.sum_of(topic)  # cached sums are checked against the exchanges too
+    tree.structure.vectors.add_to_sum(topic, np.float32(1.0))
     with pytest.raises(InvariantError, match="vector sum"):
         check_invariants(tree)
 
@@ -180,7 +181,7 @@ def test_invariants_hold_for_any_sequence_of_decisions(decisions, max_children, 
         tree.add(ex(f"exchange {i} about subject {i % 4}"))
         check_invariants(tree)
         # temporal ordering: the newest exchange hangs on the active path
-        assert tree._exchanges[-1].parent in tree.active_path()
+        assert tree.exchanges[-1].parent in tree.active_path()
 
 
 def test_print_tree_format(hash_embed, capsys):
@@ -237,7 +238,7 @@ def test_auto_save_path_exports_after_each_add(tmp_path, hash_embed):
     tree = CTree(judge="embedding", embed_fn=hash_embed, auto_save_path=str(path))
     tree.add(ex("one"))
     tree.add(ex("two"))
-    assert len(CTree.load(str(path), embed_fn=hash_embed, judge="embedding")._exchanges) == 2
+    assert len(CTree.load(str(path), embed_fn=hash_embed, judge="embedding").exchanges) == 2
 
 
 def test_events_say_which_judge_decided(hash_embed):

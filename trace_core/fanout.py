@@ -1,5 +1,7 @@
-"""Bounded fan-out: expand a node with too many exchanges into subtopics, split a node
-with too many subtopics under new intermediate topics.
+"""Bounded fan-out, the one policy of the tree: at most ``max_children`` exchanges and
+at most ``max_children`` subtopics under a node. Along the active path (``balance``) a
+node over the bound is expanded or split like a B+tree node; inside a frozen topic
+after a merge (``contain``) the excess is grouped under new topics within it.
 
 Groups are contiguous runs (the tree stays in conversation order) cut where adjacent
 items are least alike, so each group is a coherent stretch of the conversation.
@@ -98,6 +100,38 @@ class FanoutBalancer:
     def balance(self, node: TopicNode) -> list[TopicNode]:
         created = self.expand(node)
         created += self.split(node)
+        return created
+
+    def contain(self, node: TopicNode) -> list[TopicNode]:
+        """The bounds inside ``node``'s own subtree only (after a merge into a frozen
+        topic: its siblings may be on the active path, so nothing moves out of it).
+        Excess exchanges, then excess subtopics, are grouped in contiguous runs under new
+        topics inside ``node``, named as its parts."""
+        created: list[TopicNode] = []
+        m = self.max_children
+        for kind in ("message", "topic"):
+            while True:
+                kids = node.message_children if kind == "message" else node.topic_children
+                if len(kids) <= m:
+                    break
+                size = max(2, -(-len(kids) // m))  # ceil: at most m groups
+                groups = [kids[k : k + size] for k in range(0, len(kids), size)]
+                for part, g in enumerate(groups, 1):
+                    if len(g) == 1:
+                        continue
+                    # named after the merged topic (naming each from its text cost a
+                    # second per 10,000 merges, and says less)
+                    t = TopicNode(f"{node.topic_name} · part {part}", created_index=min(_created(c) for c in g))
+                    for c in g:
+                        node.remove_child(c)
+                        t.add_child(c)
+                    t.sort_children()
+                    t.recompute_range()
+                    node.add_child(t)
+                    created.append(t)
+                node.sort_children()
+        for t in list(created):
+            created += self.contain(t)
         return created
 
 

@@ -58,28 +58,30 @@ def check_invariants(tree: "CTree") -> None:
             fail(f"{t.topic_name} has {len(t.message_children)} exchange children > {tree.max_children}")
         if len(t.topic_children) > tree.max_children:
             fail(f"{t.topic_name} has {len(t.topic_children)} topic children > {tree.max_children}")
-    for m in tree._archived_nodes:
+    for m in tree.archived:
         if m.index in seen:
             fail(f"exchange {m.index} is both archived and in the tree")
         if not m.archived or m.parent is not None:
             fail(f"archived exchange {m.index} is still attached")
         seen[m.index] = m.node_id
-    n = len(tree._exchanges)
+    exchanges = tree.exchange_view()
+    n = len(exchanges)
     if sorted(seen) != list(range(n)):
         missing = sorted(set(range(n)) - set(seen))
         fail(f"exchanges missing from the tree: {missing[:10]}")
-    for i, x in enumerate(tree._exchanges):
+    for i, x in enumerate(exchanges):
         if x.index != i or seen[i] != x.node_id:
             fail(f"exchange list out of step at {i}")
-    if sum(len(x.messages) for x in tree._exchanges) != len(tree.conversation):
+    if sum(len(x.messages) for x in exchanges) != len(tree.conversation):
         fail("conversation length does not match the exchanges")
     if tree.current_node not in topic_set:
         fail("the current node is not a topic in the tree")
     for t in topics:
-        cached = tree._sums.get(t.node_id)
+        cached = tree.structure.vectors.cached_sum(t.node_id)
         if cached is None:
             continue
-        msgs = [tree._vectors[m.index] for m in t.iter_messages() if m.index in tree._vectors]
+        known = [tree.structure.vectors.known(m.index) for m in t.iter_messages()]
+        msgs = [v for v in known if v is not None]
         want = np.sum(msgs, axis=0) if msgs else np.zeros_like(cached)
         if not np.allclose(cached, want, atol=1e-3):
             fail(f"the cached vector sum of {t.topic_name} does not match its exchanges")

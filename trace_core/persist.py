@@ -5,70 +5,84 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
-from .embedders import normalise
+from .embedders import Embedder, normalise
+from .model import TreeModel
 from .nodes import MessageNode, Node, TopicNode
-from .store import SessionFileError, VectorDatabase, _vec
-
-if TYPE_CHECKING:
-    from .tree import CTree
+from .rows import BrokenRowsError, NodeRow
+from .store import ConversationVector, SessionFileError, VectorDatabase, message_id
+from .summaries import Summaries
 
 JSON_FORMAT = "trace-ctree"
 JSON_VERSION = 1
-
-
-def _row(node: Node, parent_id: str | None) -> tuple:
-    if node.is_topic:
-        return (node.node_id, parent_id, "topic", node.topic_name, node.summary, node.start_index,
-                node.end_index, None, node.created_index, None, 0)
-    archived = 1 if node.archived else 0
-    pid = node.home_id if node.archived else parent_id
-    return (node.node_id, pid, "message", None, None, node.index, node.index, node.index, None, node.timestamp,
-            archived)
 
 
 def _parent_id(node: Node) -> str | None:
     return node.parent.node_id if node.parent is not None else None
 
 
-class TreeStore:
-    """The tree's side of a ``VectorDatabase``."""
+def conversation_vectors(model: TreeModel, node: MessageNode, first: int, vecs: np.ndarray) -> list[ConversationVector]:
+    """The exchange's messages as conversation vectors; ``first`` is the index of its
+    first message in the conversation."""
+    path = model.thread_path(node) if node.parent is not None else ""
+    return [
+        ConversationVector(message_id(node.index, m["role"]), first + i, m["role"], m["content"], vecs[i],
+                           node.timestamp, path, 0.0, node.node_id, node.index)
+        for i, m in enumerate(node.messages)
+    ]
 
-    def __init__(self, db: VectorDatabase) -> None:
+
+def has_tree(db: VectorDatabase) -> bool:
+    """Whether the store holds a session's tree."""
+    return db.get_meta("current_node") is not None
+
+
+def stored_max_children(db: VectorDatabase) -> int | None:
+    v = db.get_meta("max_children")
+    return int(v) if v else None
+
+
+class TreeStore:
+    """The tree's side of a ``VectorDatabase``: handed the store, the tree model, the
+    summaries (for the vectors topics are indexed under) and the tree's fan-out bound."""
+
+    def __init__(self, db: VectorDatabase, model: TreeModel, summaries: Summaries,
+                 max_children: Callable[[], int]) -> None:
         self.db = db
+        self.model = model
+        self.summaries = summaries
+        self.max_children = max_children
 
     def has_tree(self) -> bool:
-        return self.db.get_meta("current_node") is not None
-
-    def stored_max_children(self) -> int | None:
-        v = self.db.get_meta("max_children")
-        return int(v) if v else None
+        return has_tree(self.db)
 
     # --- writing ------------------------------------------------------------------------
 
-    def _frozen_topics(self, tree: "CTree", topics) -> list[TopicNode]:
-        path = set(tree.active_path())
+    def _frozen_topics(self, topics) -> list[TopicNode]:
+        path = set(self.model.active_path())
         return [t for t in topics if t.parent is not None and t not in path and t.summary]
 
-    def _upsert_summaries(self, tree: "CTree", topics: list[TopicNode]) -> None:
+    def _upsert_summaries(self, topics: list[TopicNode]) -> None:
         if not topics:
             return
-        vecs = tree.summary_vectors(topics)
+        vecs = self.summaries.vectors(topics)
         self.db.upsert_topic_summaries(
             [(t.node_id, t.topic_name, t.summary, v, t.start_index, t.end_index) for t, v in zip(topics, vecs)])
 
-    def _meta(self, tree: "CTree") -> None:
-        self.db.set_meta("current_node", tree.current_node.node_id)
-        self.db.set_meta("max_children", str(tree.max_children))
+    def _meta(self) -> None:
+        self.db.set_meta("current_node", self.model.current.node_id)
+        self.db.set_meta("max_children", str(self.max_children()))
 
-    def persist_add(self, tree: "CTree", node: MessageNode, msgs, vecs, frozen, new_topics) -> None:
+    def persist_add(self, node: MessageNode, msgs, vecs, frozen, new_topics) -> None:
         """One transaction: the exchange, its vectors, the nodes it changed, new summaries."""
-        first = len(tree.conversation) - len(msgs)
+        model = self.model
+        first = len(model.conversation) - len(msgs)
         changed: dict[str, Node] = {node.node_id: node}
-        for t in tree.active_path() + list(new_topics) + list(frozen):
+        for t in model.active_path() + list(new_topics) + list(frozen):
             changed[t.node_id] = t
         moved: list[Node] = []
         for t in new_topics:
@@ -77,128 +91,120 @@ class TreeStore:
                 moved.append(c)
         with self.db.transaction():
             self.db.append_messages(node.index, first, msgs, node.timestamp)
-            for cv in tree.conversation_vectors_for(node, first, vecs):
+            for cv in conversation_vectors(model, node, first, vecs):
                 self.db.add_conversation_message(cv)
-            self.db.save_nodes([_row(n, _parent_id(n)) for n in changed.values()])
-            self._upsert_summaries(tree, self._frozen_topics(tree, frozen))
+            self.db.save_nodes([NodeRow.of(n, _parent_id(n)) for n in changed.values()])
+            self._upsert_summaries(self._frozen_topics(frozen))
             if moved:
-                self._refresh_paths(tree, moved)
-            self._meta(tree)
+                self._refresh_paths(moved)
+            self._meta()
 
-    def _refresh_paths(self, tree: "CTree", nodes: list[Node]) -> None:
+    def _refresh_paths(self, nodes: list[Node]) -> None:
         paths: dict[str, str] = {}
         by_topic: dict[str, str] = {}  # exchanges share their topic's path: compute it once
         for n in nodes:
             msgs = n.iter_messages() if n.is_topic else [n]
             for m in msgs:
                 if m.parent.node_id not in by_topic:
-                    by_topic[m.parent.node_id] = tree.thread_path(m.parent)
+                    by_topic[m.parent.node_id] = self.model.thread_path(m.parent)
                 paths[m.node_id] = by_topic[m.parent.node_id]
         self.db.update_thread_paths(paths)
 
-    def write_topics(self, tree: "CTree", topics: list[TopicNode]) -> None:
+    def write_topics(self, topics: list[TopicNode]) -> None:
         with self.db.transaction():
-            self.db.save_nodes([_row(t, _parent_id(t)) for t in topics])
-            self._upsert_summaries(tree, self._frozen_topics(tree, topics))
+            self.db.save_nodes([NodeRow.of(t, _parent_id(t)) for t in topics])
+            self._upsert_summaries(self._frozen_topics(topics))
 
-    def all_rows(self, tree: "CTree") -> list[tuple]:
-        rows = []
-        for t in tree.root.iter_topics():
-            rows.append(_row(t, _parent_id(t)))
-            rows += [_row(c, t.node_id) for c in t.children if not c.is_topic]
-        rows += [_row(m, None) for m in tree._archived_nodes]
-        return rows
-
-    def write_structure(self, tree: "CTree") -> None:
+    def write_structure(self) -> None:
         """Replace every node row, every topic summary and the thread paths (joins the
         caller's transaction: a reorganisation commits whole or not at all)."""
+        model = self.model
         with self.db.transaction():
-            self.db.replace_all_nodes(self.all_rows(tree))
-            frozen = self._frozen_topics(tree, tree.root.iter_topics())
+            self.db.replace_all_nodes(model.rows())
+            frozen = self._frozen_topics(model.root.iter_topics())
             keep = {t.node_id for t in frozen}
             self.db.delete_topic_summaries(self.db.topic_summary_ids() - keep)
             indexed = self.db.indexed_topics()
             stale = [t for t in frozen
                      if indexed.get(t.node_id) != (t.topic_name, t.summary, t.start_index, t.end_index)]
-            self._upsert_summaries(tree, stale)
-            self._refresh_paths(tree, [tree.root])
-            self._meta(tree)
+            self._upsert_summaries(stale)
+            self._refresh_paths([model.root])
+            self._meta()
 
-    def write_everything(self, tree: "CTree") -> None:
-        """A store that was empty receives a whole tree (e.g. after a JSON import)."""
+    def write_archive_state(self, changed: list[MessageNode], archived: bool) -> None:
+        """Exchanges archived or restored, and the structure around them: one transaction."""
+        with self.db.transaction():
+            for x in changed:
+                self.db.set_exchange_archived(x.node_id, archived)
+            self.write_structure()
+
+    def write_reorganized(self, op_id: str, journal: list[tuple[str, dict]]) -> None:
+        """A reorganisation: its journal (the before state first), archive flags, the structure."""
+        with self.db.transaction():
+            self.db.journal_extend(op_id, journal)
+            for x in self.model.archived:
+                self.db.set_exchange_archived(x.node_id, True)
+            self.write_structure()
+
+    def last_reorganization(self) -> tuple[str | None, dict | None]:
+        """The last reorganisation's id and its before state, if any."""
+        op_id = self.db.journal_last_op()
+        if not op_id:
+            return None, None
+        return op_id, next((p for k, p in self.db.journal_entries(op_id) if k == "before"), None)
+
+    def write_undone(self, op_id: str) -> None:
+        """The tree after an undo, and the journal without the undone operation."""
+        with self.db.transaction():
+            for x in self.model.exchanges:
+                self.db.set_exchange_archived(x.node_id, x.archived)
+            self.write_structure()
+            self.db.journal_delete(op_id)
+
+    def write_everything(self, embedder: Embedder, progress=None) -> None:
+        """A store that was empty receives a whole tree (e.g. after a JSON import).
+        ``progress(done, total)`` after each exchange; if it raises, nothing is committed."""
+        model = self.model
         with self.db.transaction():
             first = 0
-            for x in tree._exchanges:
+            total = len(model.exchanges)
+            for x in model.exchanges:
+                if progress is not None:
+                    progress(x.index, total)
                 self.db.append_messages(x.index, first, x.messages, x.timestamp)
-                vecs = tree.embed_fn.embed_batch([m["content"] for m in x.messages])
-                for cv in tree.conversation_vectors_for(x, first, vecs):
+                vecs = embedder.embed_batch([m["content"] for m in x.messages])
+                for cv in conversation_vectors(model, x, first, vecs):
                     self.db.add_conversation_message(cv)
                 if x.archived:
                     self.db.set_exchange_archived(x.node_id, True)
                 first += len(x.messages)
-            self.write_structure(tree)
+            if progress is not None:
+                progress(total, total)  # the last chance to abandon: the structure is written next
+            self.write_structure()
 
     # --- reading ------------------------------------------------------------------------
 
-    def load_into(self, tree: "CTree") -> None:
-        rows = self.db.load_nodes()
-        messages = self.db.load_messages()
+    def load(self) -> None:
+        """The stored tree into the model (exchanges, structure, current topic, vectors)."""
         by_exchange: dict[int, list[dict]] = {}
-        for _idx, xidx, role, content, _ts in messages:
+        for _idx, xidx, role, content, _ts in self.db.load_messages():
             by_exchange.setdefault(xidx, []).append({"role": role, "content": content})
-        nodes: dict[str, Node] = {}
-        parents: dict[str, str | None] = {}
-        for nid, pid, kind, name, summary, start, end, xidx, created, ts, archived in rows:
-            if kind == "topic":
-                if nid == tree.root.node_id:
-                    node = tree.root
-                    node.start_index, node.end_index = start, end
-                else:
-                    node = TopicNode(name or "", summary or "", start, end, node_id=nid,
-                                     created_index=created if created is not None else start)
-            else:
-                if xidx not in by_exchange:
-                    raise SessionFileError(self.db.path, f"exchange {xidx} has a tree node but no messages")
-                node = MessageNode(xidx, by_exchange[xidx], ts or "", node_id=nid, archived=bool(archived))
-                if archived:
-                    node.home_id = pid or ""
-            nodes[nid] = node
-            parents[nid] = pid
-        for nid, node in nodes.items():
-            pid = parents[nid]
-            if not node.is_topic and node.archived:
-                continue
-            if pid is None:
-                continue
-            parent = nodes.get(pid)
-            if parent is None or not parent.is_topic:
-                raise SessionFileError(self.db.path, f"node {nid} points to a missing parent {pid}")
-            parent.children.append(node)
-            node.parent = parent
-        for n in nodes.values():
-            if n.is_topic:
-                n.sort_children()
-        exchanges = sorted((n for n in nodes.values() if not n.is_topic), key=lambda m: m.index)
-        if [m.index for m in exchanges] != list(range(len(exchanges))):
-            raise SessionFileError(self.db.path, "the stored exchanges are not numbered 0..n-1")
-        tree._exchanges = exchanges
-        tree._archived_nodes = [m for m in exchanges if m.archived]
-        tree.conversation = [dict(m) for x in exchanges for m in x.messages]
-        current = nodes.get(self.db.get_meta("current_node") or "", tree.root)
-        tree.current_node = current if current.is_topic else tree.root
-        tree._vectors = self._exchange_vectors()
-        for x in exchanges:
-            tree.judges.embedding.observe(x.user, x.assistant)
-        tree._invalidate_sums()
-        tree._stale.clear()
+
+        def make(r: NodeRow) -> MessageNode:
+            if r.exchange_index not in by_exchange:
+                raise BrokenRowsError(f"exchange {r.exchange_index} has a tree node but no messages")
+            return MessageNode(r.exchange_index, by_exchange[r.exchange_index], r.timestamp or "")
+
+        try:
+            self.model.replace_structure(self.db.load_nodes(), self.db.get_meta("current_node"), make)
+        except BrokenRowsError as exc:
+            raise SessionFileError(self.db.path, str(exc)) from None
+        self.model.vectors.replace_exchanges(self._exchange_vectors())
 
     def _exchange_vectors(self) -> dict[int, np.ndarray]:
         sums: dict[int, np.ndarray] = {}
-        for xidx, role, blob in self.db.con.execute(
-            "SELECT exchange_index, role, embedding FROM conversation_vectors"
-        ):
+        for xidx, role, v in self.db.message_vectors():
             if role in ("user", "assistant"):
-                v = _vec(blob)
                 sums[xidx] = sums[xidx] + v if xidx in sums else v.copy()
         return {k: normalise(v) for k, v in sums.items()}
 
@@ -218,19 +224,20 @@ def _node_json(node: Node) -> dict:
     return d
 
 
-def tree_to_json(tree: "CTree", filepath: str, save_conversation: bool) -> None:
+def tree_to_json(model: TreeModel, filepath: str, save_conversation: bool, max_children: int, model_name: str,
+                 embedder_name: str | None) -> None:
     data = {
         "format": JSON_FORMAT,
         "version": JSON_VERSION,
-        "max_children": tree.max_children,
-        "model": tree.model,
-        "embedder": tree._embed.name if tree._embed is not None else None,
-        "current_node": tree.current_node.node_id,
-        "root": _node_json(tree.root),
-        "archived": [_node_json(m) for m in tree._archived_nodes],
+        "max_children": max_children,
+        "model": model_name,
+        "embedder": embedder_name,
+        "current_node": model.current.node_id,
+        "root": _node_json(model.root),
+        "archived": [_node_json(m) for m in model.archived],
     }
     if save_conversation:
-        data["conversation"] = tree.conversation
+        data["conversation"] = model.conversation
     directory = os.path.dirname(os.path.abspath(filepath))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
@@ -246,23 +253,42 @@ def tree_to_json(tree: "CTree", filepath: str, save_conversation: bool) -> None:
         raise
 
 
-def _build(d: dict, path: str) -> Node:
+@dataclass
+class JsonTree:
+    """A JSON export, read and checked: the tree's rows and exchanges, ready to rebuild."""
+
+    max_children: int
+    model: str | None
+    rows: list[NodeRow]
+    exchanges: dict[int, MessageNode]
+    conversation: list[dict] | None
+    current: str
+
+
+def _json_rows(d: dict, parent_id: str | None, path: str, out: JsonTree, archived: bool = False) -> None:
     kind = d.get("type")
     if kind == "topic":
-        t = TopicNode(str(d["name"]), str(d.get("summary", "")), int(d["start"]), int(d["end"]),
-                      node_id=str(d["id"]), created_index=int(d.get("created", d["start"])))
+        start = int(d["start"])
+        out.rows.append(NodeRow(str(d["id"]), parent_id, "topic", str(d["name"]), str(d.get("summary", "")), start,
+                                int(d["end"]), None, int(d.get("created", start)), None, 0))
         for c in d.get("children", []):
-            t.add_child(_build(c, path))
-        return t
+            _json_rows(c, str(d["id"]), path, out)
+        return
     if kind == "message":
         msgs = d["messages"]
         if not isinstance(msgs, list) or not all(isinstance(m, dict) and "role" in m and "content" in m for m in msgs):
             raise SessionFileError(path, f"exchange {d.get('index')} has malformed messages")
-        return MessageNode(int(d["index"]), msgs, str(d.get("timestamp", "")), node_id=str(d["id"]))
+        index, ts = int(d["index"]), str(d.get("timestamp", ""))
+        out.exchanges[index] = MessageNode(index, msgs, ts)
+        pid = d.get("archived_from", "") if archived else parent_id
+        out.rows.append(NodeRow(str(d["id"]), pid, "message", None, None, index, index, index, None, ts,
+                                1 if archived else 0))
+        return
     raise SessionFileError(path, f"unknown node type {kind!r}")
 
 
-def tree_from_json(cls, filepath: str, **kwargs) -> "CTree":
+def read_json(filepath: str) -> JsonTree:
+    """A TRACE JSON export; a corrupt or foreign file raises ``SessionFileError``."""
     try:
         with open(filepath, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -276,30 +302,14 @@ def tree_from_json(cls, filepath: str, **kwargs) -> "CTree":
         raise SessionFileError(filepath, "is JSON but not a TRACE tree export")
     if int(data.get("version", 0)) > JSON_VERSION:
         raise SessionFileError(filepath, f"was written by a newer TRACE (format {data.get('version')})")
-    model = kwargs.pop("model", None) or data.get("model") or "gpt-4o-mini"
     try:
-        tree = cls(max_children=int(data.get("max_children", 5)), model=model, **kwargs)
-        root = _build(data["root"], filepath)
-        archived = [_build(m, filepath) for m in data.get("archived", [])]
+        out = JsonTree(int(data.get("max_children", 5)), data.get("model"), [], {},
+                       data.get("conversation") or None, str(data.get("current_node", "root")))
+        _json_rows(data["root"], None, filepath, out)
+        for m in data.get("archived", []):
+            _json_rows(m, None, filepath, out, archived=True)
     except SessionFileError:
         raise
     except (KeyError, TypeError, ValueError) as exc:
         raise SessionFileError(filepath, f"is a damaged TRACE export ({type(exc).__name__}: {exc})") from None
-    tree.root.children = []
-    for c in root.children:
-        tree.root.add_child(c)
-    tree.root.start_index, tree.root.end_index = root.start_index, root.end_index
-    for m, d in zip(archived, data.get("archived", [])):
-        m.archived = True
-        m.home_id = d.get("archived_from", "")
-    exchanges = sorted(list(tree.root.iter_messages()) + archived, key=lambda m: m.index)
-    if [m.index for m in exchanges] != list(range(len(exchanges))):
-        raise SessionFileError(filepath, "its exchanges are not numbered 0..n-1")
-    tree._exchanges = exchanges
-    tree._archived_nodes = archived
-    for x in exchanges:
-        tree.judges.embedding.observe(x.user, x.assistant)
-    tree.conversation = data.get("conversation") or [dict(m) for x in exchanges for m in x.messages]
-    current = tree.find(data.get("current_node", "root"))
-    tree.current_node = current if current is not None and current.is_topic else tree.root
-    return tree
+    return out

@@ -8,20 +8,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Collection
 
 from .nodes import TopicNode
-
-if TYPE_CHECKING:
-    from .tree import CTree
 
 
 def _msgs(node: TopicNode) -> int:
     return sum(len(m.messages) for m in node.iter_messages())
 
 
-def render_tree(tree: "CTree", node: TopicNode, show_messages: bool = False, summary_chars: int = 120) -> str:
-    active = set(tree.active_path())
+def render_tree(node: TopicNode, active: Collection[TopicNode], show_messages: bool = False,
+                summary_chars: int = 120) -> str:
+    """``node`` and everything below it; topics in ``active`` (the active path) are starred."""
     lines = [f"{node.topic_name} [{node.start_index}:{node.end_index}] ({_msgs(node)} msgs)"]
 
     def walk(n: TopicNode, prefix: str) -> None:

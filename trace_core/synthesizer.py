@@ -73,13 +73,14 @@ class PromptSynthesizer:
         self.vdb = vector_db if vector_db is not None else ctree.vdb
         self.base_prompt = base_prompt
         self.params = dataclasses.replace(params or SynthesisParams(), **settings)
-        self.word_stats = word_stats if word_stats is not None else ctree.judges.embedding.doc_freq
+        self.word_stats = word_stats if word_stats is not None else ctree.word_stats
         self.last_report: RetrievalReport | None = None
         self._history_tokens: tuple[int, int] = (-1, 0)  # (messages counted, their tokens)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-bm25")
         self._closed = False
         self._finder = CandidateFinder(self.vdb, self.word_stats, self.params, self._pool)
         self._supersessions = Supersessions(self.params.supersede_similarity)
+        ctree.on_close(self.close)
 
     @property
     def memory_token_budget(self) -> int:
@@ -155,7 +156,7 @@ class PromptSynthesizer:
                      min_history_similarity, budget, report: RetrievalReport) -> str:
         """The memory block for ``query`` within ``budget`` tokens; fills ``report``."""
         tree = self.tree
-        exchanges = tree.exchanges
+        exchanges = tree.exchange_view()
         if len(exchanges) == 0 or budget <= 0 or not query.strip():
             return ""
         embedder = tree.embed_fn  # read per call: the tree's embedder may be replaced

@@ -22,7 +22,7 @@ class HashEmbedder:
 def main() -> None:
     path = sys.argv[1]
     tree = CTree.open(path, judge="embedding", embed_fn=HashEmbedder(), max_children=3)
-    n = len(tree._exchanges)
+    n = len(tree.exchanges)
     print(f"START {n}", flush=True)
     while True:
         tree.add([{"role": "user", "content": f"exchange {n} about topic {n % 7} " + "filler " * (n % 13)},

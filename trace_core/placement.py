@@ -1,0 +1,85 @@
+"""Placement: where a new exchange goes (the judges decide), the fan-out bounds along
+the active path, and the summaries of topics that froze meanwhile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .embedders import normalise
+from .fanout import FanoutBalancer
+from .judges import Judges, Placement, PlacementContext
+from .model import TreeModel
+from .nodes import MessageNode, TopicNode
+from .summaries import Summaries
+
+
+@dataclass(frozen=True)
+class Placed:
+    placement: Placement  # what the judge decided, and why
+    topic: TopicNode  # where the exchange went
+    new_topics: list[TopicNode]  # opened by the judge or by the fan-out
+    frozen: list[TopicNode]  # left the active path, summarised
+
+
+class Placer:
+    """Handed the tree model, the judges, the fan-out balancer and the summaries."""
+
+    def __init__(self, model: TreeModel, judges: Judges, balancer: FanoutBalancer, summaries: Summaries) -> None:
+        self.model = model
+        self.judges = judges
+        self.balancer = balancer
+        self.summaries = summaries
+
+    def place(self, node: MessageNode, vector: np.ndarray) -> Placed:
+        """Put ``node`` (the next exchange, unit ``vector``) in the tree. Call under the tree's lock."""
+        model = self.model
+        self.judges.embedding.observe(node.user, node.assistant)
+        placement = self.judges.place(self.context(node, vector))
+        old_path = model.active_path()
+        topic = self._attach(node, vector, placement)
+        new_topics = [topic] if placement.action == "new" else []
+        new_topics += self._balance_path()
+        frozen = self.summaries.freeze(old_path, model.active_path(), new_topics)
+        return Placed(placement, topic, new_topics, frozen)
+
+    def context(self, node: MessageNode, vector: np.ndarray) -> PlacementContext:
+        model = self.model
+        path = model.active_path()
+        recent = None
+        if model.current is not model.root:
+            tail = model.current.message_children[-3:]
+            if tail:
+                recent = normalise(np.sum([model.vectors.exchange(m.index) for m in tail], axis=0))
+            else:
+                recent = model.vectors.node(model.current)
+        path_vecs = [None] + [model.vectors.node(t) for t in path[1:]]
+        return PlacementContext([t.topic_name for t in path], node.user, node.assistant, vector, recent, path_vecs)
+
+    def _attach(self, node: MessageNode, vector: np.ndarray, placement: Placement) -> TopicNode:
+        model = self.model
+        path = model.active_path()
+        if placement.action == "continue" and model.current is not model.root:
+            parent = model.current
+        else:
+            anchor = path[min(max(placement.parent_level, 0), len(path) - 1)]
+            parent = TopicNode(placement.name or "New Topic", created_index=node.index)
+            anchor.add_child(parent)
+            model.vectors.start_sum(parent, vector)
+        model.append(node, parent, vector)
+        return parent
+
+    def _balance_path(self) -> list[TopicNode]:
+        """Apply the fan-out bounds along the active path, deepest first."""
+        model = self.model
+        created: list[TopicNode] = []
+        for t in reversed(model.active_path()):
+            made = self.balancer.balance(t)
+            created += made
+            for w in made + [t]:  # new topics, and t itself after a leaf split
+                model.vectors.forget(w)
+            if made and model.current is t:
+                # the newest exchange now sits in the last subtopic: continue there
+                model.current = model.exchanges[-1].parent
+        return created
