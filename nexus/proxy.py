@@ -223,10 +223,15 @@ class MemoryProxy:
             recent = [{"role": m.get("role"), "content": content_text(m.get("content"))}
                       for m in messages[:-1] if isinstance(m, dict)]
             t_recall = time.perf_counter()
-            mem = await run_in_threadpool(svc.recall, user, self.budget_tokens, recent)
-            log.debug("session %s: recall %.3f s, %d memory tokens", svc.name, time.perf_counter() - t_recall,
-                      mem.tokens)
-            body = dict(body, messages=with_memory(messages, mem.block))
+            try:
+                mem = await run_in_threadpool(svc.recall, user, self.budget_tokens, recent)
+            except Exception as exc:  # the answer matters more than the memory: forward without it
+                log.warning("session %s: recall failed (%s: %s); forwarding without memory", svc.name,
+                            type(exc).__name__, str(exc)[:200])
+            else:
+                log.debug("session %s: recall %.3f s, %d memory tokens", svc.name,
+                          time.perf_counter() - t_recall, mem.tokens)
+                body = dict(body, messages=with_memory(messages, mem.block))
         stream = bool(body.get("stream"))
         req = self.client.build_request("POST", self.upstream + "/chat/completions", headers=self._headers(),
                                         content=json.dumps(body).encode())
@@ -255,7 +260,6 @@ class MemoryProxy:
         return self._stream(svc, user, upstream, ctype, started)
 
     async def _remember_json(self, svc: MemoryService, user: str, raw: bytes) -> str:
-
         try:
             answer = json.loads(raw)["choices"][0]["message"].get("content")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
@@ -288,17 +292,15 @@ class MemoryProxy:
             try:
                 async for chunk in upstream.aiter_raw():
                     watch.feed(chunk)
-                    if watch.done and not watch.failed and user:
+                    last = watch.done and not watch.failed and bool(user)
+                    if last:
                         # stored before the client sees [DONE]: an acknowledged answer is a kept one
                         outcome = "done" + await self._remember(svc, user, watch.answer)
-                        user_done = True
-                    else:
-                        user_done = False
                     yield chunk
-                    if user_done:
+                    if last:
                         break
-                else:
-                    outcome = "failed: " + watch.failed if watch.failed else (
+                else:  # the upstream's own error text is the client's to read, not the log's
+                    outcome = "failed: the upstream sent an error (not remembered)" if watch.failed else (
                         "done" if watch.done else "ended without [DONE] (not remembered)")
             except httpx.HTTPError as exc:
                 outcome = f"broke off ({type(exc).__name__}, not remembered)"

@@ -378,3 +378,29 @@ def test_proxy_in_front_of_the_real_llama_server(data_dir, minilm, llama_server)
     if streamed.strip():
         assert users[-1] == "Say hello to Miso." and tree.exchanges[-1].assistant.strip() == streamed.strip()
     tree.vdb.close()
+
+
+def test_a_failing_memory_never_costs_the_answer(data_dir, hash_embed, server, caplog):
+    """The embedder breaks on one message: the answer still reaches the client, the failure
+    is logged in words, and nothing half-stored is left behind."""
+    caplog.set_level(logging.INFO, logger="nexus")
+
+    class Flaky(type(hash_embed)):
+        def __call__(self, text: str) -> list[float]:
+            if "EXPLODE" in text:
+                raise RuntimeError("embedding backend crashed")
+            return super().__call__(text)
+
+    server.script("still answered")
+    with running_proxy(make_pool(Flaky()), server.base_url) as url:
+        c = client(url)
+        assert c.chat.completions.create(model="m", messages=[{"role": "user", "content": "fine question"}]) \
+            .choices[0].message.content == "still answered"
+        assert c.chat.completions.create(model="m", messages=[{"role": "user", "content": "EXPLODE now"}]) \
+            .choices[0].message.content == "still answered"
+        assert server.chat_requests()[-1]["messages"] == [{"role": "user", "content": "EXPLODE now"}]
+    assert "recall failed (RuntimeError: embedding backend crashed); forwarding without memory" in caplog.text
+    assert "could not be stored: RuntimeError: embedding backend crashed" in caplog.text
+    tree = stored("default", Flaky())
+    assert [x.user for x in tree.exchanges] == ["fine question"]
+    tree.vdb.close()
