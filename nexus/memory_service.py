@@ -220,9 +220,7 @@ class MemoryService:
         if self._indexer is not None:
             self._indexer.join(timeout=30)
         with self._write:
-            self.synth.close()  # its BM25 thread
-            if self.tree.vdb is not None:
-                self.tree.vdb.close()
+            self.tree.close()  # the synthesizer's thread, then the file and its writer lock
 
     # --- reads ---------------------------------------------------------------------------
 
