@@ -62,6 +62,7 @@ def _run(code: str, cwd: Path, *args: str) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_trace_core_changes_nothing_in_os_environ(tmp_path):
     """In fresh processes (conftest sets HF variables for the tests themselves), with a
     .env in the working directory that trace_core must not load."""

@@ -200,3 +200,24 @@ def test_read_only_of_a_missing_file_is_refused_by_name(tmp_path):
     with pytest.raises(SessionFileError, match="does not exist"):
         VectorDatabase(path, read_only=True)
     assert not os.path.exists(path)
+
+
+def test_a_forked_child_neither_holds_nor_removes_the_parents_lock(tmp_path):
+    path = str(tmp_path / "forked.db")
+    db = VectorDatabase(path)
+    pid = os.fork()
+    if pid == 0:  # the child: cleaning up its copy must not unlock or remove the parent's lock
+        try:
+            db._release_writer_lock()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.path.exists(path + ".lock")
+    other = Child(path)
+    try:
+        assert other.ask("open").startswith(f"LOCKED {os.getpid()} ")
+        db.close()
+        assert other.ask("open") == "OPEN 0"  # no copy in a child kept it locked
+        assert other.ask("close") == "CLOSED"
+    finally:
+        other.stop()

@@ -9,6 +9,7 @@ can say who has the session. The lock file is removed when the lock is released.
 from __future__ import annotations
 
 import os
+import weakref
 
 try:
     import fcntl
@@ -45,6 +46,25 @@ def _read_pid(fd: int) -> int | None:
         return None
 
 
+_HELD: weakref.WeakSet[WriterLock] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    """A forked child must not hold (or, on exit, remove) its parent's lock: close its copies."""
+    for lock in list(_HELD):
+        fd, lock._fd = lock._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 class WriterLock:
     """``WriterLock(path).acquire()`` or ``LockBusy``; ``release()`` when done."""
 
@@ -75,11 +95,13 @@ class WriterLock:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode("ascii"))
         self._fd = fd
+        _HELD.add(self)
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is None:
             return
+        _HELD.discard(self)
         if fcntl is not None:  # remove while still holding it (see acquire); Windows cannot
             try:
                 os.unlink(self.path)
@@ -88,4 +110,7 @@ class WriterLock:
         os.close(fd)
 
     def __del__(self) -> None:  # an unclosed database's lock goes with it
-        self.release()
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown: the OS releases the lock anyway
+            pass
