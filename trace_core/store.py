@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sqlite3
 import threading
 import weakref
@@ -28,10 +27,11 @@ from numpy.typing import ArrayLike
 
 from .locking import LockBusy, WriterLock
 from .rows import NodeRow
+from .textutil import query_terms
 from .vectors import VectorIndex
 
 APP_ID = "trace-session"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 # realpath -> the VectorDatabase holding its writer lock in this process
@@ -81,6 +81,27 @@ class ConversationVector:
     similarity: float = 0.0
     node_id: str = ""  # the exchange (MessageNode) it belongs to, when known
     exchange_index: int = -1
+
+
+def _fts_triggers() -> list[str]:
+    """Schema 7: SQLite keeps each FTS5 index in step with its table (until 6 the store
+    did it by hand in four places), then both indexes are rebuilt once from the tables."""
+    out = []
+    for table, fts, cols in (("conversation_vectors", "messages_fts", ("text", "message_id")),
+                             ("topic_summaries", "topics_fts", ("topic_name", "summary", "node_id"))):
+        names = ", ".join(cols)
+        new = ", ".join(f"new.{c}" for c in cols)
+        add = f"INSERT INTO {fts}(rowid, {names}) VALUES (new.rowid, {new});"
+        drop = f"DELETE FROM {fts} WHERE rowid = old.rowid;"
+        out += [
+            f"CREATE TRIGGER IF NOT EXISTS {table}_fts_insert AFTER INSERT ON {table} BEGIN {add} END",
+            f"CREATE TRIGGER IF NOT EXISTS {table}_fts_delete AFTER DELETE ON {table} BEGIN {drop} END",
+            f"CREATE TRIGGER IF NOT EXISTS {table}_fts_update AFTER UPDATE OF {names} ON {table}"
+            f" BEGIN {drop} {add} END",
+            f"DELETE FROM {fts}",
+            f"INSERT INTO {fts}(rowid, {names}) SELECT rowid, {names} FROM {table}",
+        ]
+    return out
 
 
 MIGRATIONS: dict[int, list[str]] = {
@@ -135,6 +156,7 @@ MIGRATIONS: dict[int, list[str]] = {
             message_id TEXT NOT NULL, part INTEGER NOT NULL, text TEXT NOT NULL, embedding BLOB NOT NULL,
             PRIMARY KEY(message_id, part))""",
     ],
+    7: _fts_triggers(),
 }
 
 # a message's thread path: its exchange's row in thread_paths, else the one it was stored with
@@ -142,13 +164,6 @@ _CV_COLUMNS = ("cv.message_id, cv.message_index, cv.role, cv.text, cv.embedding,
                " COALESCE(tp.path, cv.thread_path), cv.node_id, cv.exchange_index"
                " FROM conversation_vectors cv LEFT JOIN thread_paths tp ON tp.node_id = cv.node_id")
 
-_FTS_WORD = re.compile(r"\w+", re.UNICODE)
-FUNCTION_WORDS = frozenset(
-    "a an the is are was were be been being am to of and or but if in on at by for with from as it its "
-    "this that these those i me my you your he him his she her we us our they them their do does did "
-    "what when where who whom how why which there here not no so than then too very can could would "
-    "should will shall may might must has have had into about".split()
-)
 
 
 def now_iso() -> str:
@@ -184,8 +199,7 @@ def _chunks(ids: list[str], size: int = 500) -> Iterator[tuple[list[str], str]]:
 def fts_query(text: str) -> str:
     """An FTS5 OR-query of the words in ``text`` (quoted: user text is never syntax;
     function words dropped, so a match means a shared content word)."""
-    words = {w.lower() for w in _FTS_WORD.findall(text) if len(w) > 1 and w.lower() not in FUNCTION_WORDS}
-    return " OR ".join(f'"{w}"' for w in sorted(words))
+    return " OR ".join(f'"{w}"' for w in sorted(query_terms(text)))
 
 
 def _inspect(path: str) -> None:
@@ -411,17 +425,14 @@ class VectorDatabase:
         with self._lock:
             old = self.con.execute("SELECT rowid FROM conversation_vectors WHERE message_id=?",
                                    (cv.message_id,)).fetchone()
-            if old:  # FTS rows share the vector row's rowid: delete by rowid, never scan
-                self.con.execute("DELETE FROM messages_fts WHERE rowid=?", (old[0],))
+            if old:  # by rowid, never a scan (the FTS row goes with it: schema 7's triggers)
                 self.con.execute("DELETE FROM conversation_vectors WHERE rowid=?", (old[0],))
-            rowid = self.con.execute(
+            self.con.execute(
                 "INSERT INTO conversation_vectors(message_id, message_index, role, text, embedding,"
                 " timestamp, thread_path, node_id, exchange_index, archived) VALUES(?,?,?,?,?,?,?,?,?,0)",
                 (cv.message_id, cv.message_index, cv.role, cv.text, _blob(emb), cv.timestamp,
                  cv.thread_path, cv.node_id, cv.exchange_index),
-            ).lastrowid
-            self.con.execute("INSERT INTO messages_fts(rowid, text, message_id) VALUES(?, ?, ?)",
-                             (rowid, cv.text, cv.message_id))
+            )
             if cv.node_id:
                 self.con.execute("INSERT OR REPLACE INTO thread_paths(node_id, path) VALUES(?, ?)",
                                  (cv.node_id, cv.thread_path or ""))
@@ -527,14 +538,13 @@ class VectorDatabase:
         return self._bm25("messages_fts", "message_id", text, limit)
 
     def delete_exchange_rows(self, exchange_index: int, message_ids: list[str]) -> None:
-        """Remove one exchange's messages, message vectors (and their FTS rows) and
+        """Remove one exchange's messages, message vectors (their FTS rows follow) and
         sentence parts: the exchange is about to be written again (``CTree.replace_last``)."""
         with self._lock:
             self.con.execute("DELETE FROM messages WHERE exchange_index=?", (exchange_index,))
             for chunk, q in _chunks(message_ids):
                 rows = [r[0] for r in self.con.execute(
                     f"SELECT rowid FROM conversation_vectors WHERE message_id IN ({q})", chunk)]
-                self.con.executemany("DELETE FROM messages_fts WHERE rowid=?", [(r,) for r in rows])
                 self.con.executemany("DELETE FROM conversation_vectors WHERE rowid=?", [(r,) for r in rows])
                 self.con.execute(f"DELETE FROM message_parts WHERE message_id IN ({q})", chunk)
             self._conv_index = None
@@ -560,8 +570,6 @@ class VectorDatabase:
         ids = list(node_ids)
         with self._lock:
             for chunk, q in _chunks(ids):
-                self.con.execute(f"DELETE FROM topics_fts WHERE rowid IN (SELECT rowid FROM topic_summaries"
-                                 f" WHERE node_id IN ({q}))", chunk)
                 self.con.execute(f"DELETE FROM topic_summaries WHERE node_id IN ({q})", chunk)
             if self._topic_index is not None:
                 for nid in ids:
@@ -587,14 +595,11 @@ class VectorDatabase:
                     " updated_at=? WHERE rowid=?",
                     (topic_name, summary, _blob(emb), start_index, end_index, now_iso(), rowid),
                 )
-                self.con.execute("DELETE FROM topics_fts WHERE rowid=?", (rowid,))
             else:
-                rowid = self.con.execute(
+                self.con.execute(
                     "INSERT INTO topic_summaries VALUES(?,?,?,?,?,?,?)",
                     (node_id, topic_name, summary, _blob(emb), start_index, end_index, now_iso()),
-                ).lastrowid
-            self.con.execute("INSERT INTO topics_fts(rowid, topic_name, summary, node_id) VALUES(?,?,?,?)",
-                             (rowid, topic_name, summary, node_id))
+                )
             if self._topic_index is not None:
                 self._topic_index.add(node_id, emb)
 
@@ -609,7 +614,6 @@ class VectorDatabase:
             old: dict[str, int] = {}
             for chunk, q in _chunks(ids):
                 old.update(self.con.execute(f"SELECT node_id, rowid FROM topic_summaries WHERE node_id IN ({q})", chunk))
-            self.con.executemany("DELETE FROM topics_fts WHERE rowid=?", [(rid,) for rid in old.values()])
             stamp = now_iso()
             self.con.executemany(
                 "UPDATE topic_summaries SET topic_name=?, summary=?, embedding=?, start_index=?, end_index=?,"
@@ -618,12 +622,6 @@ class VectorDatabase:
             self.con.executemany(
                 "INSERT INTO topic_summaries VALUES(?,?,?,?,?,?,?)",
                 [(i, n, s, _blob(e), a, b, stamp) for i, n, s, e, a, b in rows if i not in old])
-            rowids: dict[str, int] = {}
-            for chunk, q in _chunks(ids):
-                rowids.update(self.con.execute(
-                    f"SELECT node_id, rowid FROM topic_summaries WHERE node_id IN ({q})", chunk))
-            self.con.executemany("INSERT INTO topics_fts(rowid, topic_name, summary, node_id) VALUES(?,?,?,?)",
-                                 [(rowids[i], n, s, i) for i, n, s, _e, _a, _b in rows])
             if self._topic_index is not None:
                 for i, _n, _s, e, _a, _b in rows:
                     self._topic_index.add(i, np.asarray(e, dtype=np.float32))
@@ -634,7 +632,6 @@ class VectorDatabase:
             if row is None:
                 return
             self.con.execute("DELETE FROM topic_summaries WHERE rowid=?", (row[0],))
-            self.con.execute("DELETE FROM topics_fts WHERE rowid=?", (row[0],))
             if self._topic_index is not None:
                 self._topic_index.remove(node_id)
 
