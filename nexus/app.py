@@ -33,7 +33,7 @@ from .completion import Completer
 from .config import Config
 from .history import HistoryPager
 from .inspector import NodeInspector
-from .keys import APP_KEYS, key_for, validate_keys
+from .keys import ALL_KEYS, APP_KEYS, key_for, validate_keys
 from .scenario_runner import ScenarioController
 from .treeinfo import check_health, reorganize_lines, reorganize_marks
 from .widgets import (
@@ -269,6 +269,9 @@ class NexusApp(App):
 
     async def on_engine_message(self, message: EngineMessage) -> None:
         e = message.event
+        if self._leaving and not isinstance(e, REPLY_EVENTS):  # the panes are going away: the file log only
+            log.info("%s", e)
+            return
         if isinstance(e, REPLY_EVENTS):
             await self.on_reply_event(e)
         elif isinstance(e, ev.ReasoningChunk):  # reasoning_content: live in the folded section
@@ -701,8 +704,8 @@ class NexusApp(App):
 
     def cmd_help(self, args: list[str]) -> None:
         lines = ["Commands:"] + [f"  {c.usage:<38} {c.help}" for c in C.COMMANDS]
-        keys = ", ".join(f"{b.key}: {b.description}" for b in self._bindings.key_to_bindings.get("", []))
-        self.chat_notice("\n".join(lines) + (f"\n{keys}" if keys else ""))
+        keys = ", ".join(f"{key_for(k.action, self.keymap)}: {k.description}" for k in ALL_KEYS.values())
+        self.chat_notice("\n".join(lines) + f"\nKeys (remap in [keys]): Enter: send, {keys}")
 
     def cmd_tree(self, args: list[str]) -> None:
         show = "--messages" in args

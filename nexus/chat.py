@@ -427,8 +427,8 @@ class ChatSession:
                     raise ReplyError("the reply stream ended before the server finished it (no finish_reason); "
                                      "the partial text is not stored")
                 if finish == "length" and not strip_think(turn.partial):
-                    raise ReplyError(f"the model's context is full: no room left for a reply "
-                                     f"(finish_reason 'length' with no text)")
+                    raise ReplyError("the model's context is full: no room left for a reply "
+                                     "(finish_reason 'length' with no text)")
                 return finish
 
     @staticmethod

@@ -1,0 +1,272 @@
+"""One chat turn that never loses anything: queued input, one reply at a time, per-request
+cancel, failures that are not answers, prompts that fit the context, storing failures.
+Pilot tests against the scripted OpenAI-compatible server (real HTTP, real openai client)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from scripted_server import Reply
+from test_nexus_app import chat_reply, log_text, make_config, notices, ready, type_and_send, wait_for
+
+from nexus.app import NexusApp
+from nexus.widgets import AssistantMessage, UserMessage
+from trace_core.tokens import count_tokens
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+class SlowLoading:
+    """The real MiniLM, slow to load as on a cold first start: the session opens late."""
+
+    def __init__(self, inner, seconds: float) -> None:
+        self._inner = inner
+        self._seconds = seconds
+
+    def load(self) -> None:
+        time.sleep(self._seconds)
+        self._inner.load()
+
+    def __call__(self, text):
+        return self._inner(text)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def chat_only(fn):
+    """Answer the tree's JSON calls as usual; ``fn`` answers the chat requests."""
+    def respond(req):
+        if req.get("response_format"):
+            return Reply('{"action": "continue"}')
+        return fn(req)
+    return respond
+
+
+def user_of(req) -> str:
+    return req["messages"][-1]["content"]
+
+
+def chats(server) -> list[dict]:
+    return [r for r in server.chat_requests() if not r.get("response_format")]
+
+
+async def test_a_message_typed_before_the_session_opens_is_shown_queued_then_sent(server, tmp_path, minilm,
+                                                                                   data_dir):
+    server.respond(chat_reply("Welcome."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=SlowLoading(minilm, 2.0))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await type_and_send(pilot, app, "Hello, early bird here.")
+        assert app.embedder_state == "loading"  # the session is not open yet
+        shown = [m for m in app.query(UserMessage) if m.text == "Hello, early bird here."]
+        assert shown and "queued" in shown[0].state  # on screen at once, marked queued
+        assert app.query_one("#prompt").value == ""
+        assert not chats(server)
+        await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None
+                       and len(app.session.tree.exchanges) == 1)
+        assert app.session.tree.exchanges[0].user == "Hello, early bird here."
+        assert shown[0].state == ""
+        # max_tokens is sent on every reply: 0 = auto, a quarter of the default 8192 context
+        assert chats(server)[-1]["max_tokens"] == 2048
+
+
+async def test_input_while_a_reply_streams_waits_its_turn(server, tmp_path, minilm, data_dir):
+    def respond(req):
+        word = "alpha" if "first" in user_of(req) else "beta"
+        return Reply("", chunks=[f"{word}{i} " for i in range(60)], chunk_delay=0.05)
+
+    server.respond(chat_only(respond))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "the first question")
+        await wait_for(pilot, lambda: app.current_reply is not None and "alpha2" in app.current_reply.text)
+        await type_and_send(pilot, app, "the second question")
+        second = [m for m in app.query(UserMessage) if m.text == "the second question"][0]
+        assert "queued" in second.state
+        assert len(chats(server)) == 1  # not sent while the first streams
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+        first_x, second_x = app.session.tree.exchanges
+        assert first_x.user == "the first question" and "alpha59" in first_x.assistant
+        assert "beta" not in first_x.assistant
+        assert second_x.user == "the second question" and "beta59" in second_x.assistant
+        assert "alpha" not in second_x.assistant
+        replies = list(app.query(AssistantMessage))
+        assert "alpha59" in replies[-2].text and "beta" not in replies[-2].text
+        assert "beta59" in replies[-1].text and "alpha" not in replies[-1].text
+        assert second.state == ""
+
+
+async def test_escape_cancels_before_the_first_byte_and_a_late_timeout_touches_nothing(server, tmp_path, minilm,
+                                                                                       data_dir):
+    def respond(req):
+        if "hang" in user_of(req) and len([r for r in chats(server) if "hang" in user_of(r)]) == 1:
+            return Reply("too late", delay=5.0)  # the server hangs before its first byte
+        return Reply("", chunks=[f"gamma{i} " for i in range(30)], chunk_delay=0.1)
+
+    server.respond(chat_only(respond))
+    cfg = make_config(server.base_url, tmp_path, {("server", "timeout"): 2})
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "hang on a moment")
+        hung = app.current_reply
+        # from send to the first token the reply area says the model is working, and how long
+        await wait_for(pilot, lambda: "the model is working — 1 s" in hung.waiting_text, timeout=5)
+        await pilot.press("escape")
+        started = time.monotonic()
+        await wait_for(pilot, lambda: app.turn is None, timeout=3)
+        assert time.monotonic() - started < 2  # not the 2 s timeout, not the 5 s hang
+        assert "cancelled before the first word" in hung.note
+        assert app.session.pending == "hang on a moment" and len(app.session.tree.exchanges) == 0
+        # the next request streams while the first one's timeout and late answer arrive
+        await type_and_send(pilot, app, "stream something")
+        streaming = app.current_reply
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1, timeout=15)
+        x = app.session.tree.exchanges[0]
+        assert x.user == "stream something" and "gamma29" in x.assistant and "too late" not in x.assistant
+        assert "gamma29" in streaming.text and "interrupted" not in streaming.note
+        assert "No reply" not in notices(app)
+        assert app.session.pending == "hang on a moment"  # still kept for resend
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2, timeout=15)
+        assert app.session.tree.exchanges[1].user == "hang on a moment"
+        assert app.session.pending is None
+
+
+async def test_failures_are_reported_in_words_kept_and_never_stored(server, tmp_path, minilm, data_dir):
+    script = [
+        (Reply(body="<html><body><h1>502 Bad Gateway</h1><p>nginx</p></body></html>"),
+         ["text/html", "502 Bad Gateway"]),
+        (Reply("", chunks=["half ", "a ", "sentence "], drop=True), ["ended before the server finished"]),
+        (Reply(status=400, error="Requested tokens (9000) exceed context window of 8192"),
+         ["HTTP 400", "exceed context window of 8192"]),
+        (Reply(status=500, body="<html><title>oops</title>Internal failure in the model</html>"),
+         ["HTTP 500", "Internal failure in the model"]),
+        (Reply("", chunks=[]), None),  # empty
+        (Reply("", chunks=["   ", "\n\n"]), None),  # whitespace only
+        (Reply("", chunks=["<think>hmm</think>", "  "]), None),  # reasoning only: no answer
+    ]
+    step = {"i": 0}
+    server.respond(chat_only(lambda req: script[min(step["i"], len(script) - 1)][0]))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        for i, (_reply, words) in enumerate(script):
+            step["i"] = i
+            before = notices(app)
+            text = f"message number {i}"
+            await type_and_send(pilot, app, text)
+            await wait_for(pilot, lambda: app.turn is None and not app.outbox)
+            reply = list(app.query(AssistantMessage))[-1]
+            new = notices(app)[len(before):]
+            if words is None:
+                assert reply.note == "(no answer — Ctrl+R to retry)", reply.note
+            else:
+                assert "No reply" in new and "kept" in new, new
+                for w in words:
+                    assert w in new, (w, new)
+            assert app.session.pending == text
+            assert len(app.session.tree.exchanges) == 0  # a failure is never stored as an answer
+        assert "half a sentence" in list(app.query(AssistantMessage))[1].text  # the partial was shown
+        # a good reply after all that: stored, and nothing like "(empty reply)" reached memory
+        server.respond(chat_reply("A real answer."))
+        await type_and_send(pilot, app, "one more try")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert app.session.tree.exchanges[0].assistant.startswith("A real answer")
+        assert all("(empty reply)" not in m["content"] for m in app.session.tree.conversation)
+
+
+async def test_the_prompt_fits_the_context_and_a_message_too_long_is_refused(server, tmp_path, minilm, data_dir):
+    server.respond(chat_only(lambda req: Reply(" ".join(["reply"] * 70))))  # about 105 tokens
+    over = {("models", "context_tokens"): 900, ("models", "max_tokens"): 120,
+            ("memory", "recent_exchanges"): 3, ("memory", "memory_token_budget"): 400}
+    app = NexusApp(make_config(server.base_url, tmp_path, over), tmp_path / "s.db", embed_fn=minilm)
+    room = 900 - 120 - 32
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        for k in range(4):
+            n = len(app.session.tree.exchanges)
+            await type_and_send(pilot, app, f"Message {k} about sailing boats. " + "words of padding " * 35)
+            await wait_for(pilot, lambda n=n: len(app.session.tree.exchanges) == n + 1)
+        for req in chats(server):
+            assert req["max_tokens"] == 120
+            system, user = req["messages"][0]["content"], req["messages"][-1]["content"]
+            assert count_tokens(system) + count_tokens(user) <= room
+        await wait_for(pilot, lambda: "oldest recent message(s)" in log_text(app))
+        assert "memory block limited to" in log_text(app)
+        sent = len(chats(server))
+        await type_and_send(pilot, app, "x" * 4000)  # 1,000 tokens: more than the whole context
+        await wait_for(pilot, lambda: "Not sent: your message is about 1,000 tokens" in notices(app))
+        assert len(chats(server)) == sent  # refused before sending
+        assert len(app.session.tree.exchanges) == 4
+
+
+async def test_a_failure_while_storing_is_shown_kept_and_stored_again_with_ctrl_r(server, tmp_path, minilm,
+                                                                                  data_dir):
+    from trace_core import CTree
+
+    server.respond(chat_reply("Kept safe."))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "first, stored normally")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        # SQLite refuses writes on this connection, as on a read-only file
+        app.session.tree.vdb.con.execute("PRAGMA query_only = ON")
+        await type_and_send(pilot, app, "second, the store fails")
+        await wait_for(pilot, lambda: "could not be stored" in notices(app))
+        assert "read-only" in notices(app) and "ctrl+r" in notices(app)
+        assert [(u, r.strip()) for u, r in app.session.unstored] == [("second, the store fails", "Kept safe.")]
+        assert app.is_running and len(app.session.tree.exchanges) == 1  # memory agrees with the file
+        await pilot.press("ctrl+r")  # stores it again; the model is not asked again
+        await wait_for(pilot, lambda: "Stored 1 kept exchange" in notices(app))
+        assert len(chats(server)) == 2 and not app.session.unstored
+    tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
+    assert [x.user for x in tree.exchanges] == ["first, stored normally", "second, the store fails"]
+    tree.vdb.close()
+
+
+async def test_vision_busy_holds_messages_until_drain_outbox(server, tmp_path, minilm, data_dir):
+    server.respond(chat_reply("Back again."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        app.vision_busy = True  # /ingest holds the vision model
+        await type_and_send(pilot, app, "are you there?")
+        waiting = [m for m in app.query(UserMessage) if m.text == "are you there?"][0]
+        assert "waiting" in waiting.state and "vision model" in waiting.state
+        await pilot.pause(0.5)
+        assert not chats(server)
+        app.vision_busy = False
+        app.drain_outbox()
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert waiting.state == ""
+
+
+async def test_leaving_while_a_reply_streams_stores_the_message_and_the_partial_reply(server, tmp_path, minilm,
+                                                                                      data_dir):
+    from trace_core import CTree
+
+    server.respond(chat_only(lambda req: Reply("", chunks=[f"delta{i} " for i in range(300)], chunk_delay=0.05)))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "count slowly")
+        await wait_for(pilot, lambda: app.current_reply is not None and "delta3" in app.current_reply.text)
+        await type_and_send(pilot, app, "and this one is still queued")
+        await pilot.press("ctrl+q")
+    tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
+    xs = tree.exchanges
+    assert [x.user for x in xs] == ["count slowly", "and this one is still queued"]
+    assert "delta0" in xs[0].assistant and "[reply cancelled]" in xs[0].assistant
+    assert "delta299" not in xs[0].assistant
+    assert "not sent" in xs[1].assistant
+    tree.vdb.close()
