@@ -297,9 +297,11 @@ async def test_keys_remapped_from_the_config(server, tmp_path, minilm, data_dir)
         await pilot.press("f2")
         assert tree.display is False
         await pilot.press("ctrl+b")
-        await pilot.pause(0.05)
+        await wait_for(pilot, lambda: "No code block to copy." in str([n.message for n in app._notifications]))
         prompt = app.query_one("#prompt", PromptInput)
-        assert prompt.text == ""
+        prompt.value = "/help"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "f2: tree" in notices(app) and "ctrl+b: copy code" in notices(app))
 
 
 def test_bad_keys_are_named():
