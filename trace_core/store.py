@@ -12,61 +12,39 @@ written to.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .blobs import chunks as _chunks
+from .blobs import from_blob as _vec
+from .blobs import now_iso
+from .blobs import to_blob as _blob
+from .errors import (
+    EmbedderMismatchError,
+    ReadOnlySessionError,
+    SessionFileError,
+    SessionLockedError,
+    SessionNotWritableError,
+    read_only_uri,
+    unwritable_reason,
+)
 from .locking import LockBusy, WriterLock
-from .rows import NodeRow
+from .schema import APP_ID, MIGRATIONS, SCHEMA_VERSION, SQLITE_HEADER, inspect_session_file
+from .store_topics import TopicSummaries
+from .store_tree import TreeTables
 from .textutil import query_terms
 from .vectors import VectorIndex
 
-APP_ID = "trace-session"
-SCHEMA_VERSION = 7
-SQLITE_HEADER = b"SQLite format 3\x00"
-
 # realpath -> the VectorDatabase holding its writer lock in this process
 _WRITERS: dict[str, weakref.ref] = {}
-
-
-class SessionFileError(RuntimeError):
-    """A session file cannot be used. The message names the file and the problem."""
-
-    def __init__(self, path: str, problem: str):
-        super().__init__(f"{path}: {problem}")
-        self.path = path
-        self.problem = problem
-
-
-class SessionLockedError(SessionFileError):
-    """Another process (or another open ``VectorDatabase`` in this one) has the session
-    open for writing. Nothing was written; open it with ``read_only=True`` to read it."""
-
-    def __init__(self, path: str, pid: int | None = None):
-        holder = "another process" if pid is None else (
-            "this process" if pid == os.getpid() else f"another process (pid {pid})")
-        super().__init__(path, f"is open for writing in {holder}; open it read-only, or use another session")
-        self.pid = pid
-
-
-class ReadOnlySessionError(SessionFileError):
-    """A session opened read-only was asked to change."""
-
-    def __init__(self, path: str, action: str = "add an exchange"):
-        super().__init__(path, f"is open read-only: cannot {action} (nothing was written)")
-
-
-class EmbedderMismatchError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -83,99 +61,11 @@ class ConversationVector:
     exchange_index: int = -1
 
 
-def _fts_triggers() -> list[str]:
-    """Schema 7: SQLite keeps each FTS5 index in step with its table (until 6 the store
-    did it by hand in four places), then both indexes are rebuilt once from the tables."""
-    out = []
-    for table, fts, cols in (("conversation_vectors", "messages_fts", ("text", "message_id")),
-                             ("topic_summaries", "topics_fts", ("topic_name", "summary", "node_id"))):
-        names = ", ".join(cols)
-        new = ", ".join(f"new.{c}" for c in cols)
-        add = f"INSERT INTO {fts}(rowid, {names}) VALUES (new.rowid, {new});"
-        drop = f"DELETE FROM {fts} WHERE rowid = old.rowid;"
-        out += [
-            f"CREATE TRIGGER IF NOT EXISTS {table}_fts_insert AFTER INSERT ON {table} BEGIN {add} END",
-            f"CREATE TRIGGER IF NOT EXISTS {table}_fts_delete AFTER DELETE ON {table} BEGIN {drop} END",
-            f"CREATE TRIGGER IF NOT EXISTS {table}_fts_update AFTER UPDATE OF {names} ON {table}"
-            f" BEGIN {drop} {add} END",
-            f"DELETE FROM {fts}",
-            f"INSERT INTO {fts}(rowid, {names}) SELECT rowid, {names} FROM {table}",
-        ]
-    return out
-
-
-MIGRATIONS: dict[int, list[str]] = {
-    1: [
-        "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)",
-        """CREATE TABLE IF NOT EXISTS messages(
-            idx INTEGER PRIMARY KEY, exchange_index INTEGER NOT NULL,
-            role TEXT NOT NULL, content TEXT NOT NULL, timestamp TEXT)""",
-        "CREATE INDEX IF NOT EXISTS messages_exchange ON messages(exchange_index)",
-        """CREATE TABLE IF NOT EXISTS nodes(
-            node_id TEXT PRIMARY KEY, parent_id TEXT, kind TEXT NOT NULL,
-            topic_name TEXT, summary TEXT, start_index INTEGER, end_index INTEGER,
-            exchange_index INTEGER, created_index INTEGER, timestamp TEXT,
-            archived INTEGER NOT NULL DEFAULT 0)""",
-        """CREATE TABLE IF NOT EXISTS conversation_vectors(
-            message_id TEXT PRIMARY KEY, message_index INTEGER, role TEXT, text TEXT,
-            embedding BLOB, timestamp TEXT, thread_path TEXT, node_id TEXT,
-            exchange_index INTEGER, archived INTEGER NOT NULL DEFAULT 0)""",
-        """CREATE TABLE IF NOT EXISTS topic_summaries(
-            node_id TEXT PRIMARY KEY, topic_name TEXT, summary TEXT, embedding BLOB,
-            start_index INTEGER, end_index INTEGER, updated_at TEXT)""",
-        """CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-            text, message_id UNINDEXED, tokenize='porter unicode61')""",
-        """CREATE VIRTUAL TABLE IF NOT EXISTS topics_fts USING fts5(
-            topic_name, summary, node_id UNINDEXED, tokenize='porter unicode61')""",
-    ],
-    2: [
-        """CREATE TABLE IF NOT EXISTS journal(
-            id INTEGER PRIMARY KEY AUTOINCREMENT, op_id TEXT NOT NULL, kind TEXT NOT NULL,
-            payload TEXT NOT NULL, created_at TEXT NOT NULL)""",
-    ],
-    3: [  # thread paths and archive flags are updated by exchange node
-        "CREATE INDEX IF NOT EXISTS conversation_vectors_node ON conversation_vectors(node_id)",
-    ],
-    4: [  # FTS rows addressed by rowid (a message's index, a topic row's rowid): a
-          # replace or delete no longer scans the whole FTS table
-        "DELETE FROM messages_fts",
-        "INSERT INTO messages_fts(rowid, text, message_id) SELECT rowid, text, message_id"
-        " FROM conversation_vectors",
-        "DELETE FROM topics_fts",
-        "INSERT INTO topics_fts(rowid, topic_name, summary, node_id) SELECT rowid, topic_name, summary, node_id"
-        " FROM topic_summaries",
-    ],
-    5: [  # thread paths in their own small table: a reorganisation that moves every
-          # exchange rewrote every vector row (and its 1.5 KB embedding) to change a path
-        "CREATE TABLE IF NOT EXISTS thread_paths(node_id TEXT PRIMARY KEY, path TEXT NOT NULL) WITHOUT ROWID",
-        "INSERT OR REPLACE INTO thread_paths SELECT node_id, thread_path FROM conversation_vectors"
-        " WHERE node_id IS NOT NULL AND node_id != '' AND thread_path IS NOT NULL",
-    ],
-    6: [  # sentence vectors of longer messages, written at idle time (CTree.index_pending)
-        """CREATE TABLE IF NOT EXISTS message_parts(
-            message_id TEXT NOT NULL, part INTEGER NOT NULL, text TEXT NOT NULL, embedding BLOB NOT NULL,
-            PRIMARY KEY(message_id, part))""",
-    ],
-    7: _fts_triggers(),
-}
-
 # a message's thread path: its exchange's row in thread_paths, else the one it was stored with
 _CV_COLUMNS = ("cv.message_id, cv.message_index, cv.role, cv.text, cv.embedding, cv.timestamp,"
                " COALESCE(tp.path, cv.thread_path), cv.node_id, cv.exchange_index"
                " FROM conversation_vectors cv LEFT JOIN thread_paths tp ON tp.node_id = cv.node_id")
 
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _blob(vec: ArrayLike) -> bytes:
-    return np.asarray(vec, dtype=np.float32).ravel().tobytes()
-
-
-def _vec(blob: bytes) -> np.ndarray:
-    return np.frombuffer(blob, dtype=np.float32)
 
 
 def message_id(exchange_index: int, role: str) -> str:
@@ -189,71 +79,13 @@ def parse_message_id(mid: str) -> tuple[int, str]:
     return int(head), role
 
 
-def _chunks(ids: list[str], size: int = 500) -> Iterator[tuple[list[str], str]]:
-    """``(chunk, "?,?,…")`` pairs: SQLite caps the parameters of one statement."""
-    for k in range(0, len(ids), size):
-        chunk = ids[k : k + size]
-        yield chunk, ",".join("?" * len(chunk))
-
-
 def fts_query(text: str) -> str:
     """An FTS5 OR-query of the words in ``text`` (quoted: user text is never syntax;
     function words dropped, so a match means a shared content word)."""
     return " OR ".join(f'"{w}"' for w in sorted(query_terms(text)))
 
 
-def _inspect(path: str) -> None:
-    """Refuse, without writing, a file that is not a usable TRACE session.
-
-    Even a read-only look at a WAL-mode file makes SQLite create ``-wal``/``-shm``
-    companions; when we refuse the file we remove the ones we created.
-    """
-    companions = [p for p in (path + "-wal", path + "-shm") if not os.path.exists(p)]
-    try:
-        _inspect_file(path)
-    except SessionFileError:
-        for p in companions:
-            if os.path.exists(p):
-                os.unlink(p)
-        raise
-
-
-def _inspect_file(path: str) -> None:
-    size = os.path.getsize(path)
-    if size == 0:
-        return
-    with open(path, "rb") as fh:
-        header = fh.read(16)
-    if header != SQLITE_HEADER:
-        raise SessionFileError(path, "is not a TRACE session: not a SQLite database (corrupt, or another kind of file)")
-    try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
-    except sqlite3.Error as exc:
-        raise SessionFileError(path, f"cannot be opened: {exc}") from exc
-    try:
-        check = con.execute("PRAGMA quick_check").fetchone()[0]
-        if check != "ok":
-            raise SessionFileError(path, f"is damaged (SQLite integrity check: {check})")
-        version = con.execute("PRAGMA user_version").fetchone()[0]
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not tables:
-            return
-        if "meta" not in tables:
-            raise SessionFileError(path, "is a SQLite database of another program, not a TRACE session")
-        app = con.execute("SELECT value FROM meta WHERE key='app'").fetchone()
-        if not app or app[0] != APP_ID:
-            raise SessionFileError(path, "is a SQLite database of another program, not a TRACE session")
-        if version > SCHEMA_VERSION:
-            raise SessionFileError(
-                path, f"was written by a newer TRACE (schema {version}; this one reads up to {SCHEMA_VERSION})"
-            )
-    except sqlite3.DatabaseError as exc:
-        raise SessionFileError(path, f"is damaged or truncated ({exc})") from exc
-    finally:
-        con.close()
-
-
-class VectorDatabase:
+class VectorDatabase(TopicSummaries, TreeTables):
     """The session store. ``VectorDatabase(path)`` creates the file if missing (mode 0600:
     conversations are private) and holds the session's writer lock until ``close()``; a
     second writer gets ``SessionLockedError``.
@@ -277,10 +109,13 @@ class VectorDatabase:
             return
         parent = os.path.dirname(os.path.abspath(self.path))
         os.makedirs(parent, exist_ok=True)
+        why = unwritable_reason(self.path, parent)
+        if why:
+            raise SessionNotWritableError(self.path, why)
         self._take_writer_lock()
         try:
             if os.path.exists(self.path):
-                _inspect(self.path)
+                inspect_session_file(self.path)
             else:  # created private before SQLite sees it; its -wal and -shm copy the mode
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             try:
@@ -310,6 +145,9 @@ class VectorDatabase:
         except LockBusy as busy:
             self._writer = None
             raise SessionLockedError(self.path, busy.pid) from None
+        except OSError as exc:  # e.g. another user's lock file
+            self._writer = None
+            raise SessionNotWritableError(self.path, f"its lock file cannot be opened: {exc.strerror}") from None
         _WRITERS[key] = weakref.ref(self)
 
     def _release_writer_lock(self) -> None:
@@ -323,9 +161,9 @@ class VectorDatabase:
     def _open_read_only(self) -> None:
         if not os.path.exists(self.path):
             raise SessionFileError(self.path, "does not exist")
-        _inspect(self.path)
+        inspect_session_file(self.path)
         try:
-            self.con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10, check_same_thread=False,
+            self.con = sqlite3.connect(read_only_uri(self.path), uri=True, timeout=10, check_same_thread=False,
                                        isolation_level=None)
             self.con.execute("PRAGMA busy_timeout=10000")
             self.con.execute("PRAGMA query_only=ON")
@@ -565,174 +403,7 @@ class VectorDatabase:
                 [(nid, p) for nid, p in paths.items() if current.get(nid) != p],
             )
 
-    def delete_topic_summaries(self, node_ids: Iterable[str]) -> None:
-        """Many at once (a reorganisation removes thousands)."""
-        ids = list(node_ids)
-        with self._lock:
-            for chunk, q in _chunks(ids):
-                self.con.execute(f"DELETE FROM topic_summaries WHERE node_id IN ({q})", chunk)
-            if self._topic_index is not None:
-                for nid in ids:
-                    self._topic_index.remove(nid)
 
-    def indexed_topics(self) -> dict[str, tuple]:
-        """``node_id -> (name, summary, start, end)`` as indexed."""
-        with self._lock:
-            return {r[0]: tuple(r[1:]) for r in self.con.execute(
-                "SELECT node_id, topic_name, summary, start_index, end_index FROM topic_summaries")}
-
-    # --- topic summaries ---------------------------------------------------------------
-
-    def upsert_topic_summary(self, node_id: str, topic_name: str, summary: str, embedding: ArrayLike,
-                             start_index: int = -1, end_index: int = -1) -> None:
-        emb = np.asarray(embedding, dtype=np.float32)
-        with self._lock:
-            row = self.con.execute("SELECT rowid FROM topic_summaries WHERE node_id=?", (node_id,)).fetchone()
-            if row:
-                rowid = row[0]
-                self.con.execute(
-                    "UPDATE topic_summaries SET topic_name=?, summary=?, embedding=?, start_index=?, end_index=?,"
-                    " updated_at=? WHERE rowid=?",
-                    (topic_name, summary, _blob(emb), start_index, end_index, now_iso(), rowid),
-                )
-            else:
-                self.con.execute(
-                    "INSERT INTO topic_summaries VALUES(?,?,?,?,?,?,?)",
-                    (node_id, topic_name, summary, _blob(emb), start_index, end_index, now_iso()),
-                )
-            if self._topic_index is not None:
-                self._topic_index.add(node_id, emb)
-
-    def upsert_topic_summaries(self, rows: list[tuple]) -> None:
-        """Many ``(node_id, topic_name, summary, embedding, start, end)`` at once."""
-        if len(rows) < 20:
-            for r in rows:
-                self.upsert_topic_summary(*r)
-            return
-        with self._lock:
-            ids = [r[0] for r in rows]
-            old: dict[str, int] = {}
-            for chunk, q in _chunks(ids):
-                old.update(self.con.execute(f"SELECT node_id, rowid FROM topic_summaries WHERE node_id IN ({q})", chunk))
-            stamp = now_iso()
-            self.con.executemany(
-                "UPDATE topic_summaries SET topic_name=?, summary=?, embedding=?, start_index=?, end_index=?,"
-                " updated_at=? WHERE rowid=?",
-                [(n, s, _blob(e), a, b, stamp, old[i]) for i, n, s, e, a, b in rows if i in old])
-            self.con.executemany(
-                "INSERT INTO topic_summaries VALUES(?,?,?,?,?,?,?)",
-                [(i, n, s, _blob(e), a, b, stamp) for i, n, s, e, a, b in rows if i not in old])
-            if self._topic_index is not None:
-                for i, _n, _s, e, _a, _b in rows:
-                    self._topic_index.add(i, np.asarray(e, dtype=np.float32))
-
-    def delete_topic_summary(self, node_id: str) -> None:
-        with self._lock:
-            row = self.con.execute("SELECT rowid FROM topic_summaries WHERE node_id=?", (node_id,)).fetchone()
-            if row is None:
-                return
-            self.con.execute("DELETE FROM topic_summaries WHERE rowid=?", (row[0],))
-            if self._topic_index is not None:
-                self._topic_index.remove(node_id)
-
-    def _topics(self) -> VectorIndex:
-        with self._lock:
-            if self._topic_index is None:
-                idx = VectorIndex()
-                for nid, blob in self.con.execute("SELECT node_id, embedding FROM topic_summaries"):
-                    idx.add(nid, _vec(blob))
-                self._topic_index = idx
-            return self._topic_index
-
-    def topic_summary_ids(self) -> set[str]:
-        with self._lock:
-            return {r[0] for r in self.con.execute("SELECT node_id FROM topic_summaries")}
-
-    def search_topic_summaries(self, query_vector: ArrayLike, top_k: int = 3,
-                               min_similarity: float = 0.40) -> list[dict]:
-        hits = self._topics().search(np.asarray(query_vector, dtype=np.float32), top_k, min_similarity)
-        if not hits:
-            return []
-        with self._lock:
-            q = ",".join("?" * len(hits))
-            rows = {
-                r[0]: r
-                for r in self.con.execute(
-                    f"SELECT node_id, topic_name, summary, start_index, end_index FROM topic_summaries"
-                    f" WHERE node_id IN ({q})",
-                    [h[0] for h in hits],
-                )
-            }
-        return [
-            {"node_id": nid, "topic_name": rows[nid][1], "summary": rows[nid][2], "similarity": sim,
-             "start_index": rows[nid][3], "end_index": rows[nid][4]}
-            for nid, sim in hits
-            if nid in rows
-        ]
-
-    def keyword_search_topics(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
-        return self._bm25("topics_fts", "node_id", text, limit)
-
-    # --- conversation and tree (used by CTree) ---------------------------------------------
-
-    def append_messages(self, exchange_index: int, first_idx: int, messages: list[dict], timestamp: str) -> None:
-        with self._lock:
-            self.con.executemany(
-                "INSERT OR REPLACE INTO messages(idx, exchange_index, role, content, timestamp) VALUES(?,?,?,?,?)",
-                [(first_idx + i, exchange_index, m["role"], m["content"], timestamp) for i, m in enumerate(messages)],
-            )
-
-    def load_messages(self) -> list[tuple[int, int, str, str, str]]:
-        with self._lock:
-            return self.con.execute(
-                "SELECT idx, exchange_index, role, content, timestamp FROM messages ORDER BY idx"
-            ).fetchall()
-
-    def save_nodes(self, rows: list[NodeRow]) -> None:
-        with self._lock:
-            self.con.executemany("INSERT OR REPLACE INTO nodes VALUES(?,?,?,?,?,?,?,?,?,?,?)", [r.as_sql() for r in rows])
-
-    def delete_nodes(self, node_ids: list[str]) -> None:
-        with self._lock:
-            self.con.executemany("DELETE FROM nodes WHERE node_id=?", [(n,) for n in node_ids])
-
-    def replace_all_nodes(self, rows: list[NodeRow]) -> None:
-        with self._lock:
-            self.con.execute("DELETE FROM nodes")
-            self.save_nodes(rows)
-
-    def load_nodes(self) -> list[NodeRow]:
-        with self._lock:
-            return [NodeRow.from_sql(r) for r in self.con.execute(
-                f"SELECT {', '.join(NodeRow.COLUMNS)} FROM nodes")]
-
-    def message_vectors(self) -> list[tuple[int, str, np.ndarray]]:
-        """``(exchange_index, role, vector)`` of every stored message."""
-        with self._lock:
-            rows = self.con.execute("SELECT exchange_index, role, embedding FROM conversation_vectors").fetchall()
-        return [(x, role, _vec(blob)) for x, role, blob in rows]
-
-    # --- journal (reorganisation undo) ------------------------------------------------------
-
-    def journal_extend(self, op_id: str, entries: list[tuple[str, dict]]) -> None:
-        """Several ``(kind, payload)`` entries of one operation, in order."""
-        stamp = now_iso()
-        with self._lock:
-            self.con.executemany(
-                "INSERT INTO journal(op_id, kind, payload, created_at) VALUES(?,?,?,?)",
-                [(op_id, kind, json.dumps(payload), stamp) for kind, payload in entries],
-            )
-
-    def journal_last_op(self) -> str | None:
-        with self._lock:
-            row = self.con.execute("SELECT op_id FROM journal ORDER BY id DESC LIMIT 1").fetchone()
-        return row[0] if row else None
-
-    def journal_entries(self, op_id: str) -> list[tuple[str, dict]]:
-        with self._lock:
-            rows = self.con.execute("SELECT kind, payload FROM journal WHERE op_id=? ORDER BY id", (op_id,)).fetchall()
-        return [(k, json.loads(p)) for k, p in rows]
-
-    def journal_delete(self, op_id: str) -> None:
-        with self._lock:
-            self.con.execute("DELETE FROM journal WHERE op_id=?", (op_id,))
+__all__ = ["APP_ID", "MIGRATIONS", "SCHEMA_VERSION", "SQLITE_HEADER", "ConversationVector", "EmbedderMismatchError",
+           "ReadOnlySessionError", "SessionFileError", "SessionLockedError", "SessionNotWritableError", "VectorDatabase", "fts_query",
+           "message_id", "now_iso", "parse_message_id"]

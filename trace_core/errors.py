@@ -1,0 +1,63 @@
+"""The errors of session files, named where every module can import them."""
+
+from __future__ import annotations
+
+import os
+
+
+class SessionFileError(RuntimeError):
+    """A session file cannot be used. The message names the file and the problem."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class SessionLockedError(SessionFileError):
+    """Another process (or another open ``VectorDatabase`` in this one) has the session
+    open for writing. Nothing was written; open it with ``read_only=True`` to read it."""
+
+    def __init__(self, path: str, pid: int | None = None):
+        holder = "another process" if pid is None else (
+            "this process" if pid == os.getpid() else f"another process (pid {pid})")
+        super().__init__(path, f"is open for writing in {holder}; open it read-only, or use another session")
+        self.pid = pid
+
+
+class SessionNotWritableError(SessionFileError):
+    """The file system will not let us write the session (the file or its folder is
+    read-only). Nothing was written; open it with ``read_only=True`` to read it."""
+
+    def __init__(self, path: str, why: str):
+        super().__init__(path, f"cannot be written ({why}); open it read-only to read it")
+        self.why = why
+
+
+def unwritable_reason(path: str, folder: str) -> str:
+    """Why SQLite could not write ``path`` (it also writes -wal, -shm and our lock beside it)."""
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return "the file is read-only"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "its folder is read-only"
+    return ""
+
+
+def read_only_uri(path: str) -> str:
+    """A read-only SQLite URI. In a folder we cannot write, with no -wal beside the file,
+    no writer can be at work (it would need both), so the file is read as immutable:
+    SQLite then needs no -shm file it could not create."""
+    folder = os.path.dirname(os.path.abspath(path))
+    immutable = not os.access(folder, os.W_OK) and not os.path.exists(path + "-wal")
+    return f"file:{path}?mode=ro" + ("&immutable=1" if immutable else "")
+
+
+class ReadOnlySessionError(SessionFileError):
+    """A session opened read-only was asked to change."""
+
+    def __init__(self, path: str, action: str = "add an exchange"):
+        super().__init__(path, f"is open read-only: cannot {action} (nothing was written)")
+
+
+class EmbedderMismatchError(RuntimeError):
+    pass
