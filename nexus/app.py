@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.widgets import Footer, Header
 from textual.worker import get_current_worker
 
-from trace_core import SessionFileError, SessionLockedError
+from trace_core import SessionFileError, SessionLockedError, SessionNotWritableError
 from trace_core import events as tev
 
 from . import commands as C
@@ -64,8 +64,11 @@ class Outgoing:
     replace: bool = False  # /retry, /edit: the reply replaces the newest exchange in memory
 
 
-def read_only_reason(locked: SessionLockedError) -> str:
-    """What a user reads when the session is written by another process."""
+def read_only_reason(locked: SessionLockedError | SessionNotWritableError) -> str:
+    """What a user reads when the session is written by another process, or cannot be written."""
+    if isinstance(locked, SessionNotWritableError):
+        return (f"This session file cannot be written ({locked.why}): opened read-only — you can read and "
+                "search it; /new starts another session.")
     who = f"another Nexus (pid {locked.pid})" if locked.pid else "another Nexus"
     return (f"This session is open in {who}: opened read-only — you can read and search it; "
             "/new starts another session.")
@@ -436,7 +439,7 @@ class NexusApp(App):
         try:
             try:
                 tree = session.open()
-            except SessionLockedError as locked:  # another Nexus writes it: read it, say so
+            except (SessionLockedError, SessionNotWritableError) as locked:  # read it, and say so
                 tree = session.open(read_only=True)
                 session.read_only_reason = read_only_reason(locked)
                 self.call_from_thread(self.chat_notice, session.read_only_reason, "warning")

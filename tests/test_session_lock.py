@@ -8,11 +8,14 @@ process writes; every acknowledged exchange is in the file and the tree is intac
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -221,3 +224,46 @@ def test_a_forked_child_neither_holds_nor_removes_the_parents_lock(tmp_path):
         assert other.ask("close") == "CLOSED"
     finally:
         other.stop()
+
+
+NOT_WRITABLE_CHILD = """
+import json, sys
+from trace_core import CTree, SessionNotWritableError
+sys.path.insert(0, sys.argv[2])
+from writer_child import HashEmbedder
+out = {}
+try:
+    CTree.open(sys.argv[1], judge="embedding", embed_fn=HashEmbedder())
+except SessionNotWritableError as exc:
+    out["writer"] = str(exc)
+tree = CTree.open(sys.argv[1], judge="embedding", embed_fn=HashEmbedder(), read_only=True)
+out["exchanges"] = [x.user for x in tree.exchanges]
+tree.vdb.close()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to run a child as nobody")
+def test_a_file_we_may_not_write_is_refused_by_name_and_opens_read_only(hash_embed):
+    """A real permission problem (root writes anything, so the child runs as nobody): the
+    writer is refused in words, before anything is written; read-only opening works, even
+    in a folder where SQLite cannot create its -shm file."""
+    folder = Path(tempfile.mkdtemp(prefix="engine-ro-"))
+    try:
+        folder.chmod(0o755)
+        path = str(folder / "theirs.db")
+        tree = CTree.open(path, judge="embedding", embed_fn=hash_embed)
+        tree.add([{"role": "user", "content": "a private note"}, {"role": "assistant", "content": "kept"}])
+        tree.vdb.close()
+        os.chmod(path, 0o644)
+        before = digest(path)
+        out = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                              NOT_WRITABLE_CHILD, path, str(CHILD.parent)], capture_output=True, text=True,
+                             timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert out.returncode == 0, out.stderr[-3000:]
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        assert result["writer"] == f"{path}: cannot be written (the file is read-only); open it read-only to read it"
+        assert result["exchanges"] == ["a private note"]
+        assert digest(path) == before and sorted(os.listdir(folder)) == ["theirs.db"]
+    finally:
+        shutil.rmtree(folder)

@@ -14,6 +14,7 @@ from .store import (
     ReadOnlySessionError,
     SessionFileError,
     SessionLockedError,
+    SessionNotWritableError,
     VectorDatabase,
 )
 from .tree import CTree, SessionConflictError
@@ -28,6 +29,7 @@ __all__ = [
     "SessionConflictError",
     "SessionFileError",
     "SessionLockedError",
+    "SessionNotWritableError",
     "TopicNode",
     "VectorDatabase",
 ]
