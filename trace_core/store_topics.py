@@ -15,6 +15,8 @@ class TopicSummaries:
     """Topic summaries: rows, their vector index, BM25 over names and summaries (the FTS
     rows follow the table by schema 7's triggers)."""
 
+    _topic_index: VectorIndex | None  # built on first search; None after a rollback
+
     def delete_topic_summaries(self, node_ids: Iterable[str]) -> None:
         """Many at once (a reorganisation removes thousands)."""
         ids = list(node_ids)
