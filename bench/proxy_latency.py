@@ -57,6 +57,13 @@ sys.stdin.readline()
 """
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc): load-independent cost."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     import socket
 
@@ -125,11 +132,12 @@ def main() -> None:
             topic = TOPICS[i % len(TOPICS)]
             svc.remember(f"Note {i} about {topic}: detail number {i * 7 % 101}.", f"Noted detail {i} on {topic}.")
         svc.wait_indexed(300)
-        recall = []  # the recall alone, same queries, in this process: the proxy's own work
+        recall, recall_cpu = [], []  # the recall alone, same queries, in this process: the proxy's own work
         for q in queries:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             svc.recall(q)
             recall.append(time.perf_counter() - t0)
+            recall_cpu.append(time.process_time() - c0)
         svc.close()  # the proxy process takes the session's writer lock
         port = free_port()
         env = dict(os.environ, NEXUS_JUDGE="embedding", NEXUS_EMBED="minilm", HF_HUB_OFFLINE="1")
@@ -143,6 +151,7 @@ def main() -> None:
             ttft(direct, model, "warm up", args.max_tokens)
             ttft(proxied, model, "warm up", args.max_tokens)
             d, p = [], []
+            cpu0 = cpu_seconds(proxy.pid)
             for k, q in enumerate(queries):
                 if k % 2:
                     p.append(ttft(proxied, model, q, args.max_tokens))
@@ -150,6 +159,7 @@ def main() -> None:
                 else:
                     d.append(ttft(direct, model, q, args.max_tokens))
                     p.append(ttft(proxied, model, q, args.max_tokens))
+            proxy_cpu = (cpu_seconds(proxy.pid) - cpu0) / len(queries)
         finally:
             proxy.terminate()
             proxy.wait(60)
@@ -169,6 +179,8 @@ def main() -> None:
         "added_ms_median": 1000 * statistics.median(added), "added_ms_p95": 1000 * p95(added),
         "ratio_median": statistics.median(p) / statistics.median(d), "ratio_p95": p95(p) / p95(d),
         "recall_alone_ms_median": 1000 * statistics.median(recall), "recall_alone_ms_p95": 1000 * p95(recall),
+        "recall_alone_cpu_ms_median": 1000 * statistics.median(recall_cpu),
+        "proxy_cpu_ms_per_request": 1000 * proxy_cpu,
         "load_average_1min": os.getloadavg()[0], "cpus": os.cpu_count(),
         "exchanges_stored_after": stored,
     }
@@ -181,6 +193,8 @@ def main() -> None:
     print(f"of which the recall alone (MiniLM query embeddings + scoring): median {res['recall_alone_ms_median']:.1f} "
           f"ms, p95 {res['recall_alone_ms_p95']:.1f} ms; load average {res['load_average_1min']:.1f} on "
           f"{res['cpus']} CPUs")
+    print(f"CPU time (load-independent): recall alone median {res['recall_alone_cpu_ms_median']:.1f} ms; the proxy "
+          f"process per request (recall, relay, remember) {res['proxy_cpu_ms_per_request']:.1f} ms")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(res, fh, indent=2)
