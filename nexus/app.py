@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shlex
 import signal
 import threading
@@ -192,6 +193,7 @@ class NexusApp(App):
         self.set_keymap(self.keymap)
         self.models_cache: list[str] = []  # the server's models, for Tab after /model
         self.editing: int | None = None  # /edit: the exchange the next message replaces
+        self._models_fetching = False
         self.scenarios = ScenarioController(self)  # /scenario runs in a scratch session
 
     # --- layout ------------------------------------------------------------------------
@@ -205,7 +207,7 @@ class NexusApp(App):
         yield EventLog(level=str(self.config.get("ui", "log_level")), id="log")
         yield PromptInput(placeholder="Message, or /help  (Enter sends, Shift+Enter or Ctrl+J: new line)",
                           id="prompt", completer=Completer(
-                              lambda: [p.stem for p, _, _ in sessions.list_sessions()], lambda: self.models_cache))
+                              lambda: [p.stem for p, _, _ in sessions.list_sessions()], self.models_for_completion))
         yield Footer()
 
     def on_mount(self) -> None:
@@ -660,7 +662,20 @@ class NexusApp(App):
         self._leaving = True
         self.settle_reply()
         self.store_outbox()
-        self.exit(return_code=128 + signum)
+        code = 128 + signum
+        if signum == signal.SIGHUP:  # the terminal is gone: what Textual still writes goes nowhere
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+
+        def watchdog() -> None:  # everything is stored: never linger on a stuck terminal write
+            time.sleep(5)
+            if self.session is not None:
+                self.session.close()
+            os._exit(code)
+
+        threading.Thread(target=watchdog, name="leave-watchdog", daemon=True).start()
+        self.exit(return_code=code)
 
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -1188,6 +1203,23 @@ class NexusApp(App):
         self.exit(0)
 
     # --- keys ---------------------------------------------------------------------------------------
+
+    def models_for_completion(self) -> list[str]:
+        """The cached model list for Tab after /model; the first ask fetches it in the
+        background (completion never waits for the server)."""
+        if not self.models_cache and self.session is not None and not self._models_fetching:
+            self._models_fetching = True
+            self.models_cache_worker(self.session)
+        return self.models_cache
+
+    @work(thread=True, group="models")
+    def models_cache_worker(self, session: ChatSession) -> None:
+        try:
+            self.models_cache = session.list_models()
+        except RuntimeError as exc:
+            self.post_event(ev.Notice(f"model list for completion: {exc}", "debug"))
+        finally:
+            self._models_fetching = False
 
     def _on_main_screen(self) -> None:
         """The app's keys are priority bindings: over the command palette (or any other

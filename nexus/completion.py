@@ -16,7 +16,7 @@ FLAGS = {
     "set": ["temperature", "top_p", "max_tokens"],
 }
 PATH_ARGS = {"ingest", "export", "save", "load"}
-SESSION_ARGS = {"open", "delete", "rename"}
+SESSION_ARGS = {"open", "delete"}
 
 
 class Completer:

@@ -133,12 +133,17 @@ async def test_tab_completes_commands_sessions_models_and_paths(server, tmp_path
         prompt.value = ""
         await pilot.press(*"/open gar", "tab")
         assert prompt.text == "/open garden-notes"
-        # model names: /model lists them once, completion uses that cached list
-        prompt.value = "/model"
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: "beta-model" in notices(app))
-        await pilot.press(*"/model be", "tab")
+        # model names: fetched once in the background, then completed from that cached list
+        prompt.value = ""
+        await pilot.press(*"/model be")
+        await wait_for(pilot, lambda: app.models_cache == ["alpha-model", "beta-model"])
+        await pilot.press("tab")
         assert prompt.text == "/model beta-model"
+        listed = len([c for c in server.calls() if c == ("GET", "/v1/models")])
+        prompt.value = "/model al"
+        await pilot.press("tab")
+        assert prompt.text == "/model alpha-model"
+        assert len([c for c in server.calls() if c == ("GET", "/v1/models")]) == listed  # cached
         prompt.value = f"/ingest {tmp_path}/light"
         await pilot.press("tab")
         assert prompt.text == f"/ingest {img}"
