@@ -309,6 +309,8 @@ class NexusApp(App):
             self.log_line(f"memory model failed at {e.task}: {e.problem}; the embedding judge decided", "warning")
         elif isinstance(e, tev.ReorganizeProgress):
             self.log_line(f"reorganize: {e.phase} {e.done}/{e.total}", "debug")
+            if "reorganize" in self._progress:  # a /reorganize the user asked for (idle ones stay in the log)
+                self.show_progress("reorganize", f"/reorganize: {e.phase} {e.done:,}/{e.total:,}")
         elif isinstance(e, tev.ReorganizeFinished):
             self.log_line(f"reorganize: {e.merged} merged, {e.pruned} archived, {e.skipped} skipped in "
                           f"{e.duration_secs:.2f} s")
@@ -790,7 +792,7 @@ class NexusApp(App):
         if args:
             raise C.UsageError(usage)
         self.need_session()
-        self.chat_notice("Reorganising memory… (progress in the log)")
+        self.show_progress("reorganize", "/reorganize: starting… (it commits whole or not at all)")
         self.reorganize_worker(threshold, prune)
 
     @work(thread=True, exclusive=True, group="memory")
@@ -798,11 +800,11 @@ class NexusApp(App):
         try:
             res = self.need_session().reorganize(threshold, prune or None)
         except Exception as exc:
-            self.call_from_thread(self.chat_notice, f"Reorganisation failed: {exc}", "error")
+            self.ui(self.end_progress, "reorganize", f"Reorganisation failed: {exc}", "error")
             return
-        self.call_from_thread(self.chat_notice, f"Reorganised: {res['merged']} merged, {res['pruned']} archived, "
-                              f"{res['vetoed']} vetoed, {res['skipped']} skipped in {res['duration_secs']:.2f} s."
-                              " /undo-reorganize restores the tree.")
+        self.ui(self.end_progress, "reorganize", f"Reorganised: {res['merged']} merged, {res['pruned']} archived, "
+                f"{res['vetoed']} vetoed, {res['skipped']} skipped in {res['duration_secs']:.2f} s."
+                " /undo-reorganize restores the tree.")
         self.call_from_thread(self.show_reorganization, res)
         self.call_from_thread(self.refresh_tree)
 
