@@ -199,7 +199,7 @@ class MemoryService:
         self._indexer: threading.Thread | None = None
         self._index_wanted = threading.Event()
         self._last_request = 0.0  # monotonic time of the last recall/remember/search
-        self.index_after_idle = 0.5  # seconds without requests before the sentence index runs
+        self.index_after_idle = 2.0  # seconds without requests before the sentence index runs
         self._closed = False
 
     @classmethod
