@@ -270,3 +270,24 @@ async def test_leaving_while_a_reply_streams_stores_the_message_and_the_partial_
     assert "delta299" not in xs[0].assistant
     assert "not sent" in xs[1].assistant
     tree.vdb.close()
+
+
+async def test_a_session_switch_first_stores_the_reply_in_flight(server, tmp_path, minilm, data_dir):
+    from trace_core import CTree
+
+    server.respond(chat_only(lambda req: Reply("", chunks=[f"omega{i} " for i in range(300)], chunk_delay=0.05)))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "tell me a long story")
+        await wait_for(pilot, lambda: app.current_reply is not None and "omega3" in app.current_reply.text)
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session.path != path
+                       and app.embedder_state == "ready" and app.turn is None)
+        assert app.is_running
+    tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
+    xs = tree.exchanges
+    assert [x.user for x in xs] == ["tell me a long story"]
+    assert "omega0" in xs[0].assistant and "[reply cancelled]" in xs[0].assistant
+    tree.vdb.close()
