@@ -106,3 +106,18 @@ def test_leaving_mid_reply_stores_the_message_and_the_partial_reply(how, tmux_se
         assert "piece599" not in reply
     finally:
         tree.vdb.close()
+
+
+def test_a_crash_exits_with_a_non_zero_status(server, tmp_path):
+    """An unhandled exception (here: the start-up probe cannot write its file) ends the
+    process with status 1, never 0."""
+    from platformdirs import user_cache_dir
+
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "NEXUS_DATA_DIR": str(tmp_path / "data"),
+           "XDG_CACHE_HOME": str(Path(user_cache_dir("trace-core")).parent),
+           "NEXUS_STARTUP_PROBE": str(tmp_path / "no-such-dir" / "probe.jsonl"), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-m", "nexus", "--base-url", server.base_url, "--model", "test-model",
+                          "--no-web", "--session", str(tmp_path / "s.db")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 1, (out.returncode, out.stderr[-2000:])
+    assert "FileNotFoundError" in out.stdout + out.stderr
