@@ -161,6 +161,17 @@ class TreeStore:
             self.write_structure()
             self.db.journal_delete(op_id)
 
+    def write_replaced(self, node: MessageNode, first: int, old_ids: list[str], vecs: np.ndarray) -> None:
+        """The newest exchange written again (``CTree.replace_last``): its messages, vectors
+        and FTS rows; its sentences are embedded again at idle time."""
+        with self.db.transaction():
+            self.db.delete_exchange_rows(node.index, old_ids)
+            self.db.append_messages(node.index, first, node.messages, node.timestamp)
+            for cv in conversation_vectors(self.model, node, first, vecs):
+                self.db.add_conversation_message(cv)
+            if int(self.db.get_meta("parts_indexed") or 0) > node.index:
+                self.db.set_meta("parts_indexed", str(node.index))
+
     def write_everything(self, embedder: Embedder, progress=None) -> None:
         """A store that was empty receives a whole tree (e.g. after a JSON import).
         ``progress(done, total)`` after each exchange; if it raises, nothing is committed."""
@@ -313,3 +324,35 @@ def read_json(filepath: str) -> JsonTree:
     except (KeyError, TypeError, ValueError) as exc:
         raise SessionFileError(filepath, f"is a damaged TRACE export ({type(exc).__name__}: {exc})") from None
     return out
+
+
+def open_session(cls, path: str, read_only: bool, max_children: int = 5, **kwargs):
+    """``CTree.open``: the session file (created if missing), its tree restored exactly,
+    its stored fan-out bound kept; a refused file keeps no lock."""
+    db = VectorDatabase(path, read_only=read_only)
+    try:
+        tree = cls(max_children=max_children, **kwargs)
+        if has_tree(db):
+            stored_max = stored_max_children(db)
+            if stored_max:
+                tree.max_children = tree.balancer.max_children = stored_max
+        tree.vdb = db
+        tree.verify_embedder()
+    except BaseException:
+        db.close()
+        raise
+    return tree
+
+
+def load_json(cls, filepath: str, model: str | None = None, **kwargs):
+    """``CTree.load``: a tree from a JSON export (``SessionFileError`` for a bad file)."""
+    data = read_json(filepath)
+    try:
+        tree = cls(max_children=data.max_children, model=model or data.model or "gpt-4o-mini", **kwargs)
+        tree.structure.replace_structure(data.rows, data.current, lambda r: data.exchanges[r.exchange_index],
+                                         data.conversation)
+    except (BrokenRowsError, KeyError, TypeError, ValueError) as exc:
+        raise SessionFileError(filepath, f"is a damaged TRACE export ({exc})") from None
+    for x in tree.structure.exchanges:
+        tree.judges.embedding.observe(x.user, x.assistant)
+    return tree

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import threading
 import time
 import weakref
@@ -16,65 +15,29 @@ import numpy as np
 from . import events as ev
 from .archive import Archive
 from .embedders import Embedder, EmbedFnLike, as_embedder, normalise
+from .exchange_input import storable, validate_exchange
 from .fanout import FanoutBalancer
 from .judges import EmbeddingJudge, Judges, LLMJudge
-from .model import ARROW, ROOT_ID, ExchangeView, TreeModel
+from .model import ARROW, ROOT_ID, TreeModel
 from .nodes import MessageNode, Node, TopicNode
-from .persist import TreeStore, conversation_vectors, has_tree, read_json, stored_max_children, tree_to_json
+from .persist import TreeStore, conversation_vectors, load_json, open_session, tree_to_json
 from .placement import Placer
 from .render import render_tree
 from .reorganize import Reorganizer, UndoLog, undo_reorganize
-from .rows import BrokenRowsError
 from .sentence_index import SentenceIndex
-from .store import ConversationVector, ReadOnlySessionError, SessionFileError, VectorDatabase, message_id
+from .store import ConversationVector, ReadOnlySessionError, VectorDatabase, message_id
 from .summaries import Summaries
 from .textutil import DocumentFrequency
+from .tree_view import TreeReading
 
-__all__ = ["ARROW", "ROOT_ID", "CTree", "SessionConflictError"]
+__all__ = ["ARROW", "ROOT_ID", "CTree", "SessionConflictError", "storable"]
 
 
 class SessionConflictError(RuntimeError):
     pass
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def storable(text: str) -> str:
-    """``text`` as UTF-8 can hold it: surrogate pairs left split (e.g. by a JSON decoder)
-    are joined, lone surrogates become U+FFFD. SQLite and the tokenizer refuse them."""
-    if _SURROGATE.search(text) is None:
-        return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-
-
-def _validate(messages: object) -> list[dict]:
-    """The exchange's messages (made storable), or ``ValueError`` naming what is wrong."""
-    if not isinstance(messages, (list, tuple)):
-        raise ValueError(f"add() takes a list of messages, got {type(messages).__name__}")
-    out: list[dict] = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict):
-            raise ValueError(f"message {i} is a {type(m).__name__}, not a dict with 'role' and 'content'")
-        role, content = m.get("role"), m.get("content")
-        if role not in ("user", "assistant", "system"):
-            raise ValueError(f"message {i} has role {role!r}; expected 'user', 'assistant' or 'system'")
-        if not isinstance(content, str):
-            raise ValueError(f"message {i} ({role}) has content of type {type(content).__name__}, not str")
-        if not content.strip():
-            raise ValueError(f"message {i} ({role}) has empty content")
-        out.append({"role": role, "content": storable(content)})
-    roles = [m["role"] for m in out]
-    for needed in ("user", "assistant"):
-        if roles.count(needed) != 1:
-            what = "no" if roles.count(needed) == 0 else "more than one"
-            raise ValueError(f"an exchange needs exactly one {needed} message; got {what}")
-    if roles.count("system") > 1:
-        raise ValueError("an exchange takes at most one system message")
-    return out
-
-
-class CTree:
+class CTree(TreeReading):
     """The public facade (the TRACE README's API). Behind it: the tree model
     (``structure``) and the services handed what they use — placement, summaries,
     archive, reorganizer, sentence index, persistence (``TreeStore``), rendering."""
@@ -139,23 +102,6 @@ class CTree:
         return self._judge_mode
 
     @property
-    def root(self) -> TopicNode:
-        return self.structure.root
-
-    @property
-    def current_node(self) -> TopicNode:
-        return self.structure.current
-
-    @current_node.setter
-    def current_node(self, node: TopicNode) -> None:
-        self.structure.current = node
-
-    @property
-    def conversation(self) -> list[dict]:
-        """Every message in order (as ``{"role", "content"}``)."""
-        return self.structure.conversation
-
-    @property
     def lock(self) -> threading.RLock:
         """Hold it to read a consistent tree while other threads add or reorganise."""
         return self._lock
@@ -164,11 +110,6 @@ class CTree:
     def word_stats(self) -> DocumentFrequency:
         """How many exchanges each word appears in (names, focused queries)."""
         return self.judges.embedding.doc_freq
-
-    @property
-    def archived(self) -> list[MessageNode]:
-        """The soft-archived exchanges (a copy)."""
-        return self.structure.archived
 
     @property
     def vdb(self) -> VectorDatabase | None:
@@ -220,55 +161,6 @@ class CTree:
         if self._vdb is not None:
             self._vdb.check_embedder(self.embed_fn.name, self.embed_fn.dim)
 
-    def get_ancestors(self, node: Node, include_self: bool = True, exclude_root: bool = False) -> list[TopicNode]:
-        """From the top down: ``[ROOT, ..., node]``."""
-        return self.structure.get_ancestors(node, include_self, exclude_root)
-
-    def thread_path(self, node: Node) -> str:
-        return self.structure.thread_path(node)
-
-    def active_path(self) -> list[TopicNode]:
-        return self.structure.active_path()
-
-    def is_frozen(self, node: Node) -> bool:
-        """Off the active ancestry path (only frozen topics may be reorganised)."""
-        return self.structure.is_frozen(node)
-
-    def find(self, node_id: str) -> Node | None:
-        return self.structure.find(node_id)
-
-    def iter_topics(self) -> Iterable[TopicNode]:
-        return self.root.iter_topics()
-
-    @property
-    def exchanges(self) -> list[MessageNode]:
-        """Every exchange by index, archived ones included (a copy)."""
-        return list(self.structure.exchanges)
-
-    def exchange_view(self) -> ExchangeView:
-        """The exchanges by index without a copy (read-only; hold ``lock`` to read it
-        while other threads write)."""
-        return self.structure.exchanges
-
-    def exchange_vector(self, index: int) -> np.ndarray:
-        return self.structure.vectors.exchange(index)
-
-    def node_vector(self, node: Node) -> np.ndarray:
-        """An exchange's unit vector, or the direction of a topic's exchanges."""
-        return self.structure.vectors.node(node)
-
-    # the old private names, while callers move to the public ones above
-    @property
-    def _exchanges(self) -> ExchangeView:
-        return self.structure.exchanges
-
-    @property
-    def _archived_nodes(self) -> list[MessageNode]:
-        return self.structure.archived
-
-    def _node_vector(self, node: Node) -> np.ndarray:
-        return self.node_vector(node)
-
     def _name_group(self, group: list[Node]) -> str:
         """A name for a new grouping topic: from its subtopics' names (short texts: this
         runs for every group the fan-out creates), or from its exchanges."""
@@ -284,7 +176,7 @@ class CTree:
 
     def add(self, messages: Sequence[Mapping[str, Any]], timestamp: str | None = None) -> MessageNode:
         """Store one completed exchange (user + assistant, optional system message)."""
-        msgs = _validate(messages)
+        msgs = validate_exchange(messages)
         self._refuse_if_read_only("add an exchange")
         started = time.perf_counter()
         ts = timestamp or datetime.now(UTC).isoformat(timespec="seconds")
@@ -361,17 +253,7 @@ class CTree:
     def load(cls, filepath: str, api_key: str | None = None, base_url: str | None = None, model: str | None = None,
              embed_fn: EmbedFnLike = None, **kwargs: Any) -> "CTree":
         """Import a JSON export. A corrupt or foreign file raises ``SessionFileError``."""
-        data = read_json(filepath)
-        try:
-            tree = cls(max_children=data.max_children, model=model or data.model or "gpt-4o-mini", api_key=api_key,
-                       base_url=base_url, embed_fn=embed_fn, **kwargs)
-            tree.structure.replace_structure(data.rows, data.current, lambda r: data.exchanges[r.exchange_index],  # type: ignore[index]
-                                             data.conversation)
-        except (BrokenRowsError, KeyError, TypeError, ValueError) as exc:
-            raise SessionFileError(filepath, f"is a damaged TRACE export ({exc})") from None
-        for x in tree.structure.exchanges:
-            tree.judges.embedding.observe(x.user, x.assistant)
-        return tree
+        return load_json(cls, filepath, api_key=api_key, base_url=base_url, model=model, embed_fn=embed_fn, **kwargs)
 
     @classmethod
     def open(cls, path: str, api_key: str | None = None, base_url: str | None = None, model: str = "gpt-4o-mini",
@@ -382,20 +264,8 @@ class CTree:
         The tree holds the file's writer lock until ``tree.vdb.close()``: a second writer
         gets ``SessionLockedError``. ``read_only=True`` takes no lock, never writes, and
         refuses ``add()`` (and every other change) with ``ReadOnlySessionError``."""
-        db = VectorDatabase(path, read_only=read_only)
-        try:
-            tree = cls(max_children=max_children, api_key=api_key, base_url=base_url, model=model,
-                       embed_fn=embed_fn, judge=judge, **kwargs)
-            if has_tree(db):
-                stored_max = stored_max_children(db)
-                if stored_max:
-                    tree.max_children = tree.balancer.max_children = stored_max
-            tree.vdb = db
-            tree._check_embedder_if_any()
-        except BaseException:
-            db.close()  # a refused file keeps no lock
-            raise
-        return tree
+        return open_session(cls, path, read_only, api_key=api_key, base_url=base_url, model=model,
+                            embed_fn=embed_fn, judge=judge, max_children=max_children, **kwargs)
 
     @property
     def read_only(self) -> bool:
@@ -406,13 +276,11 @@ class CTree:
         if self._vdb is not None and self._vdb.read_only:
             raise ReadOnlySessionError(self._vdb.path, action)
 
-    def _check_embedder_if_any(self) -> None:
+    def verify_embedder(self) -> None:
+        """Refuse (``EmbedderMismatchError``) an embedder other than the one the session
+        file was built with."""
         if self._vdb is not None and self._vdb.get_meta("embed_model") is not None:
             self._check_embedder()
-
-    def snapshot(self) -> dict:
-        """A canonical description of the tree, for comparing two trees node for node."""
-        return self.structure.snapshot()
 
     # --- conversation vectors ------------------------------------------------------------------
 
@@ -479,7 +347,7 @@ class CTree:
         """Replace the newest exchange with ``messages`` (a regenerated or edited turn): the
         same node in the same topic, its vectors, stored rows and sentence index redone, so
         memory never holds both the old exchange and the new one."""
-        msgs = _validate(messages)
+        msgs = validate_exchange(messages)
         self._refuse_if_read_only("replace an exchange")
         with self._lock:
             if not self.structure.exchanges:
@@ -492,15 +360,8 @@ class CTree:
             vector = normalise(role_vecs["user"] + role_vecs["assistant"])
             old_ids = [message_id(node.index, m["role"]) for m in node.messages]
             first = self.structure.replace_last(msgs, vector, timestamp or datetime.now(UTC).isoformat(timespec="seconds"))
-            if self._vdb is not None:
-                with self._vdb.transaction():
-                    self._vdb.delete_exchange_rows(node.index, old_ids)
-                    self._vdb.append_messages(node.index, first, msgs, node.timestamp)
-                    for cv in self.conversation_vectors_for(node, first, vecs):
-                        self._vdb.add_conversation_message(cv)
-                    index = self._sentence_index()
-                    if index is not None and index.indexed() > node.index:  # its sentences are embedded again at idle time
-                        self._vdb.set_meta("parts_indexed", str(node.index))
+            if self._store is not None:
+                self._store.write_replaced(node, first, old_ids, vecs)
         if self.auto_save_path:
             self.save(self.auto_save_path)
         return node

@@ -1,0 +1,42 @@
+"""What ``add()`` accepts: one exchange's messages, checked and made storable; a clear
+``ValueError`` in words a user understands otherwise (nothing is stored)."""
+
+from __future__ import annotations
+
+import re
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """``text`` as UTF-8 can hold it: surrogate pairs left split (e.g. by a JSON decoder)
+    are joined, lone surrogates become U+FFFD. SQLite and the tokenizer refuse them."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def validate_exchange(messages: object) -> list[dict]:
+    """The exchange's messages (made storable), or ``ValueError`` naming what is wrong."""
+    if not isinstance(messages, (list, tuple)):
+        raise ValueError(f"add() takes a list of messages, got {type(messages).__name__}")
+    out: list[dict] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise ValueError(f"message {i} is a {type(m).__name__}, not a dict with 'role' and 'content'")
+        role, content = m.get("role"), m.get("content")
+        if role not in ("user", "assistant", "system"):
+            raise ValueError(f"message {i} has role {role!r}; expected 'user', 'assistant' or 'system'")
+        if not isinstance(content, str):
+            raise ValueError(f"message {i} ({role}) has content of type {type(content).__name__}, not str")
+        if not content.strip():
+            raise ValueError(f"message {i} ({role}) has empty content")
+        out.append({"role": role, "content": storable(content)})
+    roles = [m["role"] for m in out]
+    for needed in ("user", "assistant"):
+        if roles.count(needed) != 1:
+            what = "no" if roles.count(needed) == 0 else "more than one"
+            raise ValueError(f"an exchange needs exactly one {needed} message; got {what}")
+    if roles.count("system") > 1:
+        raise ValueError("an exchange takes at most one system message")
+    return out
