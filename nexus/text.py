@@ -6,11 +6,13 @@ import re
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*(\x07|\x1b\\)|\x1b.")
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+SURROGATE = re.compile("[\ud800-\udfff]")  # lone halves: a terminal write of one would raise
 
 
 def safe(text: str) -> str:
     """Model output is text: terminal escape sequences and control characters are made
     visible, never sent to the terminal. (Rich markup is inert: we never parse it.)"""
+    text = SURROGATE.sub("\ufffd", text)
     text = ANSI.sub(lambda m: m.group(0).replace("\x1b", "␛"), text)
     return CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
 

@@ -291,3 +291,22 @@ async def test_a_session_switch_first_stores_the_reply_in_flight(server, tmp_pat
     assert [x.user for x in xs] == ["tell me a long story"]
     assert "omega0" in xs[0].assistant and "[reply cancelled]" in xs[0].assistant
     tree.vdb.close()
+
+
+async def test_a_reply_with_a_lone_surrogate_is_shown_and_kept_and_the_app_runs_on(server, tmp_path, minilm,
+                                                                                    data_dir):
+    server.respond(chat_only(lambda req: Reply("", chunks=["broken \ud800 text ", "ends here"])))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "say something broken")
+        await wait_for(pilot, lambda: app.turn is None and (len(app.session.tree.exchanges) == 1
+                                                             or app.session.unstored))
+        await pilot.pause(0.3)
+        assert app.is_running
+        reply = list(app.query(AssistantMessage))[-1]
+        assert "\ud800" not in reply.body.source and "ends here" in reply.body.source
+        if app.session.unstored:  # the store refused it: said in words, kept for Ctrl+R
+            assert "could not be stored" in notices(app)
+        else:
+            assert "ends here" in app.session.tree.exchanges[0].assistant
