@@ -315,6 +315,23 @@ class MemoryProxy:
                                  headers={"Cache-Control": "no-cache"})
 
 
+def check_upstream(upstream: str, key: str | None) -> str:
+    """What is wrong with the upstream URL, in words ("" when it lists its models)."""
+    import httpx
+
+    hint = "the base URL ends in /v1 (LM Studio: http://127.0.0.1:1234/v1, Ollama: http://127.0.0.1:11434/v1)"
+    try:
+        r = httpx.get(upstream.rstrip("/") + "/models", timeout=5,
+                      headers={"Authorization": f"Bearer {key}"} if key else None)
+    except httpx.HTTPError as exc:
+        return f"{upstream} does not answer yet ({type(exc).__name__}); requests fail until it does"
+    if r.status_code == 404:
+        return f"{upstream}/models was not found: check that {hint}"
+    if r.status_code != 200:
+        return f"{upstream}/models answered HTTP {r.status_code}"
+    return ""
+
+
 def run(config, upstream: str, port: int = 8788, host: str = "127.0.0.1", session: str | None = None,
         token: str | None = None, embed_fn=None) -> int:
     import sys
@@ -348,6 +365,9 @@ def run(config, upstream: str, port: int = 8788, host: str = "127.0.0.1", sessio
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     print(f"nexus proxy: http://{host}:{port}/v1 → {upstream}, session {first.name!r}"
           + (" (bearer token required)" if token else ""), file=sys.stderr)
+    problem = check_upstream(upstream, config.api_key)
+    if problem:  # a warning, not a refusal: the model server may start after the proxy
+        print(f"nexus proxy: warning: {problem}", file=sys.stderr)
     try:
         uvicorn.run(proxy.app(token), host=host, port=port, log_level="warning", access_log=False)
     finally:

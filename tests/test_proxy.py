@@ -404,3 +404,11 @@ def test_a_failing_memory_never_costs_the_answer(data_dir, hash_embed, server, c
     tree = stored("default", Flaky())
     assert [x.user for x in tree.exchanges] == ["fine question"]
     tree.vdb.close()
+
+
+def test_upstream_url_is_checked_in_words(server):
+    from nexus.proxy import check_upstream
+
+    assert check_upstream(server.base_url, "k") == ""
+    assert "ends in /v1" in check_upstream(server.root_url, "k")  # /models without /v1: 404
+    assert "does not answer yet" in check_upstream("http://127.0.0.1:9/v1", None)
