@@ -954,9 +954,9 @@ class NexusApp(App):
             sessions.discard(staging)
             self.ui(self.end_progress, "load", f"Cannot load {path}: {exc}", "error")
             return
-        n = len(tree.exchanges)
-        self.ui(self.end_progress, "load", f"Imported {path} ({n:,} exchanges) as a new session {target.stem}.")
-        self.ui(self.open_session, target, f"Opened the imported session {target.stem}.")
+        done = f"Imported {path} ({len(tree.exchanges):,} exchanges) as a new session {target.stem}."
+        self.ui(self.end_progress, "load", done, "info", False)
+        self.ui(self.open_session, target, done)  # said once the switch has cleared the chat pane
 
     # --- long commands: progress in the chat pane, Esc cancels, /quit stops them ------------------
 
@@ -984,11 +984,12 @@ class NexusApp(App):
         line = self._progress[task] = Notice(text)
         self.query_one("#chat").mount(line)
 
-    def end_progress(self, task: str, text: str, level: str = "info") -> None:
+    def end_progress(self, task: str, text: str, level: str = "info", in_chat: bool = True) -> None:
         line = self._progress.pop(task, None)
         if line is not None and line.is_attached:
             line.remove()
-        self.chat_notice(text, level)
+        if in_chat:
+            self.chat_notice(text, level)
         self.log_line(text, level)
 
     def busy_with_long_command(self) -> str | None:

@@ -120,6 +120,8 @@ async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, dat
                        and app.session.tree is not None)
         second = app.session_path
         assert not shown_indexes(app)
+        # Tab completes session names after /open (the input's completer is handed them)
+        assert "/open first" in app.query_one("#prompt").completer.complete("/open fi")
         await type_and_send(pilot, app, "/open first")
         await wait_for(pilot, lambda: app.session_path == first and app.session is not None
                        and len(shown_indexes(app)) == 1)
