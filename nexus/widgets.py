@@ -15,7 +15,7 @@ from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, RichLog, Static, TextArea
 
 from .completion import Completer
-from .keys import PROMPT_KEYS
+from .keys import PROMPT_KEYS, key_for
 from .prompt_history import PromptHistory
 from .text import safe
 
@@ -211,10 +211,20 @@ class PromptInput(TextArea):
         self.move_cursor(self.document.end)
 
     async def _on_key(self, event: events.Key) -> None:
+        # Handled here, in key order: a binding runs only after the event has bubbled up to
+        # the app, so fast typing after Ctrl+J (or a terminal's burst) would land first.
+        keymap = getattr(self.app, "keymap", None)
+        action = None
         if event.key == "enter":  # TextArea would insert a newline
+            action = self.action_submit
+        elif event.key in key_for("newline", keymap).split(","):
+            action = self.action_newline
+        elif event.key in key_for("complete", keymap).split(","):
+            action = self.action_complete
+        if action is not None:
             event.stop()
             event.prevent_default()
-            self.action_submit()
+            action()
 
     def action_submit(self) -> None:
         text = self.text

@@ -161,7 +161,7 @@ def readme_keys() -> list[str]:
             continue
         for one in row.split("/"):
             one = one.strip().lower()
-            if not one:
+            if not one or "click" in one or "(" in one:  # mouse, or keys of another pane ("(tree pane)")
                 continue
             keys.append("+".join(names.get(p.strip(), p.strip()) for p in one.split("+")))
     return keys
@@ -291,6 +291,7 @@ async def test_keys_remapped_from_the_config(server, tmp_path, minilm, data_dir)
     cfg = make_config(server.base_url, tmp_path)
     cfg.set("keys", "toggle_tree", "f2")
     cfg.set("keys", "copy_code", "ctrl+b")
+    cfg.set("keys", "newline", "ctrl+n")
     app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
@@ -302,6 +303,8 @@ async def test_keys_remapped_from_the_config(server, tmp_path, minilm, data_dir)
         await pilot.press("ctrl+b")
         await wait_for(pilot, lambda: "No code block to copy." in str([n.message for n in app._notifications]))
         prompt = app.query_one("#prompt", PromptInput)
+        await pilot.press("a", "ctrl+n", "b", "ctrl+j", "c")
+        assert prompt.text == "a\nbc"  # the prompt's own keys follow the keymap too
         prompt.value = "/help"
         await pilot.press("enter")
         await wait_for(pilot, lambda: "f2: tree" in notices(app) and "ctrl+b: copy code" in notices(app))

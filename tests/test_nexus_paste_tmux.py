@@ -46,6 +46,12 @@ def test_a_pasted_stack_trace_keeps_its_lines(tmp_path):
             time.sleep(0.5)
             assert "ZeroDivisionError" in screen(name).split("remembered exchange #0", 1)[-1]
             tmux("send-keys", "-t", name, "Down")  # back to the (empty) draft
+            # Ctrl+J adds a line in a real terminal too (Shift+Enter arrives as Enter in most)
+            tmux("send-keys", "-t", name, "-l", "first line")
+            tmux("send-keys", "-t", name, "C-j")
+            tmux("send-keys", "-t", name, "-l", "second line")
+            tmux("send-keys", "-t", name, "Enter")
+            wait_screen(name, "remembered exchange #1", 60)
             tmux("send-keys", "-t", name, "-l", "/quit")
             tmux("send-keys", "-t", name, "Enter")
             end = time.time() + 30
@@ -56,8 +62,8 @@ def test_a_pasted_stack_trace_keeps_its_lines(tmp_path):
         finally:
             tmux("kill-session", "-t", name)
         sent = [r for r in srv.chat_requests() if not r.get("response_format")]
-        assert sent[-1]["messages"][-1]["content"] == pasted
+        assert sent[0]["messages"][-1]["content"] == pasted
     con = sqlite3.connect(session)
     stored = [r[0] for r in con.execute("SELECT content FROM messages WHERE role='user'")]
     con.close()
-    assert stored == [pasted]
+    assert stored == [pasted, "first line\nsecond line"]
