@@ -24,15 +24,15 @@ CODE = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 
 
 # what Ctrl+↑/↓ (or a click) selects and Ctrl+Y copies, in screen order
-SELECTABLE = "UserMessage, AssistantMessage, .past-reply"
+SELECTABLE = "UserMessage, AssistantMessage, PastExchangeView"
 
 
 def message_text(widget) -> str:
     """The text a selected message copies: a reply without its reasoning section."""
     if isinstance(widget, AssistantMessage):
         return THINK.sub("", widget.text).strip()
-    if isinstance(widget, Markdown):
-        return widget.source
+    if isinstance(widget, PastExchangeView):  # a stored exchange: the message, then the reply
+        return f"{widget.exchange.user}\n\n{widget.exchange.assistant}"
     return getattr(widget, "text", "")
 
 
@@ -66,6 +66,7 @@ class PastExchangeView(Widget):
 
     COMPONENT_CLASSES = {"past-exchange--date", "past-exchange--user", "past-exchange--note"}
     DEFAULT_CSS = "PastExchangeView { height: auto; }"
+    can_focus = True  # selectable like the live messages: Ctrl+Y copies the exchange
 
     def __init__(self, x) -> None:
         super().__init__(classes="past-exchange" + (" archived" if x.archived else ""))
@@ -148,6 +149,8 @@ class AssistantMessage(Vertical):
             await self.mount(Collapsible(self._thoughts, title="reasoning", collapsed=True), before=self.body)
         else:
             self._thoughts.update(Text(safe(self.reasoning)))
+        # folded, the title shows it is alive
+        self.query_one(Collapsible).title = f"reasoning ({len(self.reasoning.split())} words)"
 
     async def finish(self, text: str, note: str = "", sources=()) -> None:
         self.stop_waiting()

@@ -549,7 +549,7 @@ async def test_streamed_reasoning_is_shown_folded_and_never_stored(server, tmp_p
         from textual.widgets import Collapsible
 
         folded = reply.query_one(Collapsible)
-        assert folded.collapsed and folded.title == "reasoning"
+        assert folded.collapsed and folded.title == "reasoning (6 words)"
         assert "Let me think" in str(reply.query_one(".reasoning-text").render())
         stored = app.session.tree.exchanges[0]
         assert stored.assistant.strip() == "The answer is 42."
@@ -557,3 +557,25 @@ async def test_streamed_reasoning_is_shown_folded_and_never_stored(server, tmp_p
         # Ctrl+Y copies the answer without the reasoning
         await pilot.press("ctrl+y")
         assert app.clipboard.strip() == "The answer is 42."
+
+
+async def test_a_stored_exchange_shown_on_open_can_be_selected_and_copied(server, tmp_path, minilm, data_dir):
+    from trace_core import CTree
+
+    from nexus.widgets import PastExchangeView
+
+    path = tmp_path / "old.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    tree.add([{"role": "user", "content": "What is a roux?"},
+              {"role": "assistant", "content": "Flour cooked in fat."}])
+    tree.vdb.close()
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: list(app.query(PastExchangeView)))
+        await pilot.press("ctrl+up")
+        assert isinstance(app.focused, PastExchangeView)
+        await pilot.press("ctrl+y")
+        assert app.clipboard == "What is a roux?\n\nFlour cooked in fat."
+        await pilot.press("escape")
+        assert app.focused is app.query_one("#prompt")
