@@ -560,9 +560,8 @@ async def test_streamed_reasoning_is_shown_folded_and_never_stored(server, tmp_p
 
 
 async def test_a_stored_exchange_shown_on_open_can_be_selected_and_copied(server, tmp_path, minilm, data_dir):
-    from trace_core import CTree
-
     from nexus.widgets import PastExchangeView
+    from trace_core import CTree
 
     path = tmp_path / "old.db"
     tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
