@@ -211,13 +211,16 @@ class ChatSession:
         """(context tokens, max reply tokens): ``models.max_tokens`` 0 means a quarter of the context."""
         models = self.config.data.get("models", {})
         ctx = int(models.get("context_tokens") or 8192)
-        max_tokens = int(models.get("max_tokens") or 0) or max(64, ctx // 4)
+        chosen = getattr(getattr(self, "settings", None), "max_tokens", None)  # /set max_tokens
+        max_tokens = int(chosen or models.get("max_tokens") or 0) or max(64, ctx // 4)
         return ctx, min(max_tokens, max(16, ctx // 2))
 
     def prompt_room(self) -> int:
-        """Tokens the prompt may take: the context less the reply's share and the template."""
+        """Tokens the prompt may take: the context less the reply's share, the template and
+        the session's own /system text (it goes before the memory prompt)."""
         ctx, max_tokens = self.limits()
-        return ctx - max_tokens - PROMPT_OVERHEAD
+        own = str(getattr(getattr(self, "settings", None), "system", "") or "")
+        return ctx - max_tokens - PROMPT_OVERHEAD - (count_tokens(own) + 1 if own.strip() else 0)
 
     def build_prompt(self, text: str, web_results: list) -> str:
         """The system prompt, counted against the context: the recent window is trimmed
@@ -463,7 +466,7 @@ class ChatSession:
         st = self.settings
         out: dict = {"temperature": float(st.temperature if st.temperature is not None
                                           else self.config.get("models", "temperature")),
-                     "max_tokens": int(st.max_tokens or max_tokens)}
+                     "max_tokens": int(max_tokens)}  # limits(): /set max_tokens, bounded by the context
         if st.top_p is not None:
             out["top_p"] = float(st.top_p)
         return out
@@ -547,12 +550,12 @@ class ChatSession:
         qv = self.tree.embed_fn.embed(query)
         return self.tree.vdb.search_conversation(qv, top_k=top_k, min_similarity=0.2)
 
-    def reorganize(self, threshold: float | None = None, prune: bool | None = None) -> dict:
+    def reorganize(self, threshold: float | None = None, prune: bool | None = None, should_stop=None) -> dict:
         assert self.tree is not None
         mem = self.config.data["memory"]
         return self.tree.reorganize(
             similarity_threshold=float(threshold if threshold is not None else mem["reorganize_threshold"]),
-            prune_trivial_leaves=bool(mem["prune_trivial"] if prune is None else prune))
+            prune_trivial_leaves=bool(mem["prune_trivial"] if prune is None else prune), should_stop=should_stop)
 
     def stats(self) -> dict:
         assert self.tree is not None
