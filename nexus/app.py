@@ -792,15 +792,26 @@ class NexusApp(App):
         if args:
             raise C.UsageError(usage)
         self.need_session()
-        self.show_progress("reorganize", "/reorganize: starting… (it commits whole or not at all)")
+        busy = self.busy_with_long_command()
+        if busy:
+            self.chat_notice(f"{busy} is running: wait for it or press Esc to cancel it, then try again.",
+                             "warning")
+            return
+        self.cancel_long.clear()
+        self.show_progress("reorganize", "/reorganize: starting… (Esc cancels)")
         self.reorganize_worker(threshold, prune)
 
     @work(thread=True, exclusive=True, group="memory")
     def reorganize_worker(self, threshold, prune) -> None:
         try:
-            res = self.need_session().reorganize(threshold, prune or None)
+            res = self.need_session().reorganize(threshold, prune or None, should_stop=self.stop_check())
         except Exception as exc:
             self.ui(self.end_progress, "reorganize", f"Reorganisation failed: {exc}", "error")
+            return
+        if res.get("cancelled"):
+            self.ui(self.end_progress, "reorganize", f"Reorganisation cancelled: {res['merged']} merges from the "
+                    "rounds finished before were kept; nothing half-done was.", "warning")
+            self.ui(self.refresh_tree)
             return
         self.ui(self.end_progress, "reorganize", f"Reorganised: {res['merged']} merged, {res['pruned']} archived, "
                 f"{res['vetoed']} vetoed, {res['skipped']} skipped in {res['duration_secs']:.2f} s."
@@ -1353,8 +1364,9 @@ class NexusApp(App):
             return
         if time.monotonic() - s.last_activity < idle or self._last_idle_run >= s.last_activity:
             return
-        if any(w.group in ("reply", "memory", "ingest", "scenario") and w.is_running for w in self.workers):
+        if any(w.group in ("reply", "memory", "ingest", "scenario", "load") and w.is_running for w in self.workers):
             return
+        self.cancel_long.clear()  # an Esc from an earlier command does not stop this one
         self._last_idle_run = time.monotonic()
         self.log_line("idle: reorganising memory in the background")
         self.reorganize_worker(None, None)

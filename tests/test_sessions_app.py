@@ -472,3 +472,36 @@ async def test_ingest_shows_each_file_holds_chat_messages_and_esc_stops_between_
         assert waiting.state == ""
         ingested = [x for x in app.session.tree.exchanges if x.user.startswith("/ingest")]
         assert len(ingested) == len(described)
+
+
+def test_a_cancelled_reorganisation_changes_nothing_half_done(tmp_path, minilm):
+    """``should_stop`` (Esc in the app), asked before each round and between pairs: a
+    stop drops the round in progress and keeps the rounds before it, committed whole.
+    The file reopens exactly as the tree in memory."""
+    from test_reorganize import BREAD, BREAD2, OTHER, build
+
+    from trace_core.invariants import check_invariants
+
+    tree = build(tmp_path, minilm, BREAD + OTHER[:2] + BREAD2 + OTHER[2:])
+    before = tree.snapshot()
+    # stopped at the first pair of the first round: nothing changes
+    calls = []
+    res = tree.reorganize(similarity_threshold=0.3, should_stop=lambda: bool(calls.append(1)) or len(calls) > 1)
+    check_invariants(tree)
+    assert res["cancelled"] and res["merged"] == 0 and len(calls) == 2
+    assert tree.snapshot() == before
+    reopened = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm, read_only=True)
+    assert reopened.snapshot() == before
+    reopened.vdb.close()
+    # stopped later: what the finished rounds merged is kept, consistently on disk
+    calls.clear()
+    res = tree.reorganize(similarity_threshold=0.3, should_stop=lambda: bool(calls.append(1)) or len(calls) > 2)
+    check_invariants(tree)
+    assert res["cancelled"]
+    reopened = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm, read_only=True)
+    assert reopened.snapshot() == tree.snapshot()
+    reopened.vdb.close()
+    # not stopped: it runs to the end
+    res = tree.reorganize(similarity_threshold=0.3, should_stop=lambda: False)
+    assert not res["cancelled"]
+    tree.vdb.close()

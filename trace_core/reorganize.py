@@ -63,12 +63,13 @@ class ReorganizeResult:
     op_id: str = ""
     merges: list[MergeRecord] = field(default_factory=list)
     vetoes: list[MergeRecord] = field(default_factory=list)
+    cancelled: bool = False  # should_stop() said stop: the rounds finished before it are kept
 
     def as_dict(self) -> dict:
         return {
             "merged": self.merged, "pruned": self.pruned, "skipped": self.skipped, "vetoed": self.vetoed,
             "candidates": self.candidates, "pairs": self.pairs, "duration_secs": self.duration_secs,
-            "op_id": self.op_id,
+            "op_id": self.op_id, "cancelled": self.cancelled,
             "merges": [m.__dict__ for m in self.merges], "vetoes": [m.__dict__ for m in self.vetoes],
         }
 
@@ -147,19 +148,24 @@ class Reorganizer:
         self.lock = lock
 
     def run(self, embed_fn=None, similarity_threshold: float = 0.55, prune_trivial_leaves: bool = False,
-            max_rounds: int = 3) -> dict:
+            max_rounds: int = 3, should_stop: Callable[[], bool] | None = None) -> dict:
         """``embed_fn``: when given (the README's argument), topics are compared by the
-        embedding of their name and summary, else by their indexed vectors."""
+        embedding of their name and summary, else by their indexed vectors.
+        ``should_stop()`` is asked before each round and between pairs: True drops the
+        round in progress (nothing of it was applied) and commits the rounds before it."""
         model = self.model
         started = time.perf_counter()
         res = ReorganizeResult(op_id=uuid.uuid4().hex[:12])
         state = _RunState()
+        self._stop = should_stop or (lambda: False)
         # merged topics are compared again (their content changed): a few rounds
         for _round in range(max_rounds):
-            if not self._round(embed_fn is not None, similarity_threshold, res, state):
+            if self._stop():
+                res.cancelled = True
+            if res.cancelled or not self._round(embed_fn is not None, similarity_threshold, res, state):
                 break
         with self.lock:
-            if prune_trivial_leaves:
+            if prune_trivial_leaves and not res.cancelled:
                 if state.before is None:
                     state.before = Before.of(model)
                 path = set(model.active_path())
@@ -232,6 +238,9 @@ class Reorganizer:
             return t
 
         for k, (i, j, sim) in enumerate(pairs):
+            if self._stop():
+                res.cancelled = True
+                return 0  # nothing of this round applied yet: the tree is as the last round left it
             a, b = find(frozen[i]), find(frozen[j])
             if a is b:
                 continue  # already one topic

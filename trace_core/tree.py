@@ -317,14 +317,16 @@ class CTree(TreeReading):
     # --- consolidation ---------------------------------------------------------------------------
 
     def reorganize(self, embed_fn: EmbedFnLike = None, similarity_threshold: float = 0.55,
-                   prune_trivial_leaves: bool = False) -> dict:
+                   prune_trivial_leaves: bool = False, *, should_stop: Callable[[], bool] | None = None) -> dict:
         """Merge similar frozen topics (the four axioms) and optionally archive trivial
-        exchanges. Returns ``merged``, ``pruned``, ``skipped``, ``vetoed``, ``duration_secs``…"""
+        exchanges. Returns ``merged``, ``pruned``, ``skipped``, ``vetoed``, ``duration_secs``…
+        ``should_stop()``, asked between steps, ends it early (``cancelled``: True); what
+        finished before is committed whole, nothing half-done is."""
         self._refuse_if_read_only("reorganise it")
         embedder = as_embedder(embed_fn) or self.embed_fn
         return Reorganizer(self.structure, self.judges, self.summaries, self.balancer, embedder, self.events.emit,
                            self._store, self._undo, self._lock).run(embed_fn, similarity_threshold,
-                                                                    prune_trivial_leaves)
+                                                                    prune_trivial_leaves, should_stop=should_stop)
 
     def undo_reorganize(self) -> dict:
         """Restore the tree exactly as before the last ``reorganize()``."""
