@@ -37,15 +37,19 @@ def test_a_pasted_stack_trace_keeps_its_lines(tmp_path):
             wait_screen(name, "embedder ready", 120)
             subprocess.run(["tmux", "set-buffer", "-b", name, pasted], check=True)
             subprocess.run(["tmux", "paste-buffer", "-p", "-b", name, "-t", name], check=True)
-            time.sleep(0.5)
-            shown = screen(name)
-            assert "ZeroDivisionError" in shown and "remembered exchange" not in shown  # pasted, not sent
+            shown = wait_screen(name, "ZeroDivisionError: division by zero", 20)
+            assert "remembered exchange" not in shown  # pasted, not sent
             tmux("send-keys", "-t", name, "Enter")
             wait_screen(name, "remembered exchange #0", 60)
             tmux("send-keys", "-t", name, "Up")
-            time.sleep(0.5)
-            assert "ZeroDivisionError" in screen(name).split("remembered exchange #0", 1)[-1]
+            end = time.time() + 20
+            while "ZeroDivisionError" not in screen(name).split("remembered exchange #0", 1)[-1]:
+                assert time.time() < end, "↑ did not recall the pasted prompt:\n" + screen(name)
+                time.sleep(0.3)
             tmux("send-keys", "-t", name, "Down")  # back to the (empty) draft
+            while "ZeroDivisionError" in screen(name).split("remembered exchange #0", 1)[-1]:
+                assert time.time() < end, "↓ did not return to the draft:\n" + screen(name)
+                time.sleep(0.3)
             # Ctrl+J adds a line in a real terminal too (Shift+Enter arrives as Enter in most)
             tmux("send-keys", "-t", name, "-l", "first line")
             tmux("send-keys", "-t", name, "C-j")
