@@ -105,3 +105,56 @@ def test_trace_core_never_imports_nexus_textual_or_rich():
            if m in FORBIDDEN_IN_CORE}
     assert bad == set()
     assert imported_modules(ROOT / "nexus" / "app.py") & {"textual"}  # the check reads real imports
+
+
+def module_imports(package: str) -> dict[str, set[str]]:
+    """Each module of ``package`` and the package modules it imports at import time (top
+    level, relative imports); imports inside functions or ``TYPE_CHECKING`` are not run
+    then and do not count."""
+    graph: dict[str, set[str]] = {}
+    for path in sources(package):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        is_init = parts[-1] == "__init__"
+        if is_init:
+            parts = parts[:-1]
+        base = parts if is_init else parts[:-1]
+        deps: set[str] = set()
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ImportFrom) and node.level:
+                pkg = base[: len(base) - (node.level - 1)]
+                if node.module:
+                    deps.add(".".join(pkg + [node.module]))
+                else:
+                    deps.update(".".join(pkg + [a.name]) for a in node.names)
+        graph[".".join(parts)] = deps
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    state: dict[str, int] = {}
+    found: list[list[str]] = []
+
+    def visit(u: str, stack: list[str]) -> None:
+        state[u] = 1
+        stack.append(u)
+        for v in sorted(graph.get(u, ())):
+            if v not in graph:
+                continue
+            if state.get(v) == 1:
+                found.append(stack[stack.index(v):] + [v])
+            elif not state.get(v):
+                visit(v, stack)
+        stack.pop()
+        state[u] = 2
+
+    for u in sorted(graph):
+        if not state.get(u):
+            visit(u, [])
+    return found
+
+
+def test_trace_core_has_no_import_circle():
+    graph = module_imports("trace_core")
+    assert "trace_core.tree" not in graph["trace_core.persist"] | graph["trace_core.archive"]
+    assert cycles(graph) == []
+    assert cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b", "a"]]  # the check finds one
