@@ -19,6 +19,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.containers import Horizontal, VerticalScroll
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Footer, Header
 from textual.worker import get_current_worker
@@ -32,7 +33,7 @@ from . import sessions
 from .chat import ChatSession, Turn
 from .completion import Completer
 from .config import Config
-from .history import HistoryPager
+from .history import HistoryPager, newest_from_file
 from .inspector import NodeInspector
 from .keys import ALL_KEYS, APP_KEYS, key_for, validate_keys
 from .scenario_runner import ScenarioController
@@ -266,11 +267,20 @@ class NexusApp(App):
         self.post_message(EngineMessage(event))
 
     def log_line(self, text: str, level: str = "info") -> None:
-        self.query_one(EventLog).add(text, level)
         log.log(logging.getLevelName(level.upper()), "%s", text)
+        try:
+            pane = self.query_one(EventLog)
+        except NoMatches:  # shutting down: the panes are gone, the file log has it
+            return
+        pane.add(text, level)
 
     def chat_notice(self, text: str, level: str = "info") -> None:
-        self.query_one("#chat").mount(Notice(text, level))
+        try:
+            chat = self.query_one("#chat")
+        except NoMatches:  # shutting down
+            log.info("notice: %s", text)
+            return
+        chat.mount(Notice(text, level))
 
     async def on_engine_message(self, message: EngineMessage) -> None:
         e = message.event
@@ -338,7 +348,11 @@ class NexusApp(App):
 
     def refresh_tree(self, injected: dict | None = None) -> None:
         tree = self.session.tree if self.session else None
-        self.query_one(MemoryTree).refresh_tree(tree, injected)
+        try:
+            pane = self.query_one(MemoryTree)
+        except NoMatches:  # shutting down
+            return
+        pane.refresh_tree(tree, injected)
 
     def show_reorganization(self, res: dict) -> None:
         """Every merge and veto in the log; the pane marks the absorbers until the next exchange."""
@@ -357,22 +371,29 @@ class NexusApp(App):
 
     # --- the chat you left (nexus/history.py) ---------------------------------------------------
 
-    async def show_history(self, pager: HistoryPager) -> None:
-        """A session opened: its last page of exchanges goes above anything in the chat pane."""
+    async def show_history(self, pager: HistoryPager, page: list | None = None) -> None:
+        """A session opens: its last page of exchanges goes above anything in the chat
+        pane (``page``: read from the file already, while the tree loads)."""
         self.history = pager
-        await self.load_earlier()
+        await self.load_earlier(page)
         self.call_after_refresh(self._probe, "history")
 
-    async def load_earlier(self) -> None:
+    def history_attached(self) -> None:
+        """The tree is open: a reader already at the top gets the earlier page now."""
+        chat = self.query_one("#chat", VerticalScroll)
+        if self.history is not None and self.history.remaining and chat.scroll_y <= 0:
+            self.call_later(self.load_earlier)
+
+    async def load_earlier(self, page: list | None = None) -> None:
         """Mount the page before the oldest exchange shown, keeping what was on screen in place."""
         pager = self.history
-        if pager is None or not pager.remaining or self._history_busy:
+        if pager is None or self._history_busy or (page is None and not (pager.remaining and pager.ready)):
             return
         self._history_busy = True  # one page at a time: pages must land in order
         try:
             chat = self.query_one("#chat", VerticalScroll)
             shown = list(chat.query_children(PastExchangeView))
-            views = [PastExchangeView(x) for x in pager.earlier()]
+            views = [PastExchangeView(x) for x in (pager.earlier() if page is None else page)]
             for old in list(chat.query_children(".history-marker")):
                 await old.remove()
             if chat.children:
@@ -406,25 +427,11 @@ class NexusApp(App):
         self.close_session()
         self._open(path, announce)
 
-    def settle_before_switch(self, timeout: float = 15.0) -> None:
-        """(worker thread) The reply in flight ends before its session closes: cancelled,
-        its exchange stored as the reply path stores a cancelled one."""
-        settle = getattr(self, "settle_reply", None)  # teammate "turn"'s, when present
-        if settle is not None:
-            settle()
-            return
-        if self.session is not None:
-            self.session.cancel()
-        end = time.monotonic() + timeout
-        while time.monotonic() < end and any(
-                w.group == "reply" and not w.is_finished for w in list(self.workers)):
-            time.sleep(0.02)
-
     def close_session(self) -> None:
         """(worker thread) Settle the reply, close the session file, clear the chat pane."""
         if self.session is None:
             return
-        self.settle_before_switch()
+        self.settle_reply()  # the reply in flight is cancelled and stored in the session it belongs to
         session, self.session = self.session, None
         session.close()
         self.history = None
@@ -439,6 +446,14 @@ class NexusApp(App):
         self.session_path = Path(path)
         self.call_from_thread(self.update_header)
         self._setup_file_log()
+        early = None  # the newest page, read from the file while the tree loads
+        if self.session_path.is_file():
+            try:
+                page, total = newest_from_file(self.session_path)
+                early = HistoryPager.after(page, total)
+                self.call_from_thread(self.show_history, early, page)
+            except Exception:  # a file the store refuses: the tree's opening below says why
+                early = None
         session = ChatSession(self.config, self.session_path, self.post_event, self._embed_fn, self._search_fn)
         try:
             try:
@@ -457,7 +472,11 @@ class NexusApp(App):
         past = tree.exchanges
         n = len(past)
         self.post_event(ev.Notice(f"session {self.session_path} ({n} exchanges)"))
-        self.call_from_thread(self.show_history, HistoryPager(past))
+        if early is not None and self.history is early:
+            early.attach(past)
+            self.call_from_thread(self.history_attached)
+        else:
+            self.call_from_thread(self.show_history, HistoryPager(past))
         if announce:
             self.call_from_thread(self.chat_notice, announce)
         self.call_from_thread(self.refresh_tree)
