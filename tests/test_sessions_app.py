@@ -65,11 +65,24 @@ def test_pager_pages_back_from_the_newest():
     assert [x.index for x in last] == list(range(20)) and pager.remaining == 0
     assert last[3].archived and not last[2].archived and last[0].when.startswith("2026-01-0")
     assert pager.earlier() == []
+    # the newest page came from the file: earlier pages wait for the tree's list
+    xs = [X(i) for i in range(120)]
+    pager = HistoryPager.after(HistoryPager(xs).earlier(), 120)
+    assert pager.remaining == 70 and not pager.ready and pager.earlier() == [] and pager.remaining == 70
+    pager.attach(xs)
+    assert [x.index for x in pager.earlier()] == list(range(20, 70))
 
 
 async def test_reopening_shows_the_last_50_and_scrolling_up_loads_the_rest(server, tmp_path, minilm, data_dir):
     path = tmp_path / "long.db"
     make_session(path, minilm, 60, archive=(55,))
+    # the newest page read straight from the file is the tree's own last page
+    from nexus.history import newest_from_file, past_exchange
+
+    page, total = newest_from_file(path)
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm, read_only=True)
+    assert total == 60 and page == [past_exchange(x) for x in tree.exchanges[-50:]]
+    tree.vdb.close()
     server.respond(chat_reply("ok"))
     app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -194,7 +207,7 @@ async def test_a_session_switch_stores_the_reply_in_flight_first(server, tmp_pat
         await wait_for(pilot, lambda: app.current_reply is not None and "word3" in app.current_reply.text)
         await type_and_send(pilot, app, "/new")
         await wait_for(pilot, lambda: app.session is not None and app.session_path != first
-                       and app.session.tree is not None)
+                       and app.session.tree is not None, 60)
     tree = CTree.open(str(first), judge="embedding", embed_fn=minilm)
     try:
         assert len(tree.exchanges) == 1 and tree.exchanges[0].user == "count slowly"
