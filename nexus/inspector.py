@@ -108,12 +108,16 @@ class NodeInspector(VerticalScroll):
         if ctree is None or data is None:
             return
         self.subject = data if isinstance(data, str) else data.index
-        self._load(ctree, self.subject, report, synth)
+        from .treepane import MemoryTree
 
-    @work(thread=True, exclusive=True, group="inspector")
-    def _load(self, ctree, subject, report, synth) -> None:
+        panes = [p for p in self.app.query(MemoryTree) if p.ctree is ctree]
+        snap = panes[0].snapshot if panes else None  # reused while current: its centroids are made once
+        self._load(ctree, self.subject, report, synth, snap)
+
+    @work(thread=True, exclusive=True, group="inspector", description="inspect a node")
+    def _load(self, ctree, subject, report, synth, snap) -> None:
         if isinstance(subject, str):
-            detail = topic_detail(ctree, subject, report)
+            detail = topic_detail(ctree, subject, report, snap=snap)
         else:
             detail = exchange_detail(ctree, subject, synth)
         if not get_current_worker().is_cancelled:

@@ -241,7 +241,8 @@ class ScenarioController:
         job = partial(run_scenario, name, judge, embed_fn=embed_fn, base_url=cfg.base_url, api_key=cfg.api_key,
                       model=cfg.memory_model or cfg.chat_model or None, cancel=self.cancel_event,
                       on_start=self._on_start, on_event=self._on_event, on_snapshot=self._on_snapshot)
-        app.run_worker(partial(self._work, job), thread=True, group="scenario", name=f"scenario {name}")
+        app.run_worker(partial(self._work, job), thread=True, group="scenario", name=f"scenario {name}",
+                       description=f"scenario {name}")
 
     # these run in the worker thread
     def _work(self, job) -> None:

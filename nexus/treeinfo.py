@@ -264,31 +264,45 @@ class ExchangeDetail:
     parts: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())  # role -> indexed sentence parts
 
 
-_vector_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tree -> {topic id: (key, unit vector)}
+_sum_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tree -> {topic id: (key, vector sum)}
 
 
 def _centroids(tree: CTree, snap: TreeSnapshot) -> tuple[dict[str, int], np.ndarray]:
     """Every topic's unit centroid, one matrix row each in depth-first order (so a
-    topic's descendants are the rows right after it), made once per snapshot. A
-    topic's vector is reused from the last matrix while its exchanges (count and
-    range) are the same: after a new exchange only the active path is recomputed.
-    The caller holds the lock; the tree caches each topic's vector sum."""
+    topic's descendants are the rows right after it), made once per snapshot.
+
+    Sums are built bottom-up from the exchanges' vectors, children first (no recursion:
+    a 10,000-exchange tree can be 400 levels deep), and a topic's sum is reused from
+    the last matrix while its exchanges (count, range, children) are the same: after a
+    new exchange only the active path is summed again. The caller holds the lock."""
     got = snap.cache.get("centroids")
-    if got is None:
-        vector_of = getattr(tree, "node_vector", None) or tree.node_vector
-        old = _vector_cache.get(tree, {})
-        new: dict[str, tuple] = {}
-        rows = []
-        for tid in snap.order:
-            r = snap.topics[tid]
-            key = (r.exchanges_below, r.start, r.end)
-            hit = old.get(tid)
-            vec = hit[1] if hit is not None and hit[0] == key else vector_of(snap.nodes[tid])
-            new[tid] = (key, vec)
-            rows.append(vec)
-        _vector_cache[tree] = new
-        mat = np.array(rows, dtype=np.float32)
-        got = snap.cache["centroids"] = ({tid: i for i, tid in enumerate(snap.order)}, mat)
+    if got is not None:
+        return got
+    old = _sum_cache.get(tree, {})
+    sums: dict[str, np.ndarray] = {}
+    new: dict[str, tuple] = {}
+    zero = None
+    for tid in reversed(snap.order):
+        r = snap.topics[tid]
+        key = (r.exchanges_below, r.start, r.end, len(r.children))
+        hit = old.get(tid)
+        if hit is not None and hit[0] == key:
+            s = hit[1]
+        else:
+            parts = [sums[c.node_id] if c.is_topic else tree.exchange_vector(c.index) for c in r.children]
+            if parts:
+                s = np.sum(parts, axis=0, dtype=np.float32)
+            else:
+                if zero is None:
+                    zero = np.zeros_like(tree.exchange_vector(0)) if len(tree.exchange_view()) else np.zeros(1)
+                s = zero
+        sums[tid] = s
+        new[tid] = (key, s)
+    _sum_cache[tree] = new
+    mat = np.array([sums[tid] for tid in snap.order], dtype=np.float32)
+    norms = np.linalg.norm(mat, axis=1)
+    norms[norms == 0] = 1.0
+    got = snap.cache["centroids"] = ({tid: i for i, tid in enumerate(snap.order)}, mat / norms[:, None])
     return got
 
 

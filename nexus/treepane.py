@@ -72,7 +72,7 @@ class MemoryTree(Tree):
         else:
             self.apply(snap)
 
-    @work(thread=True, exclusive=True, group="tree-snapshot")
+    @work(thread=True, exclusive=True, group="tree-snapshot", description="snapshot the tree")
     def _snapshot_worker(self, ctree) -> None:
         snap = take_snapshot(ctree)  # waits for the writer, off the UI thread
         if not get_current_worker().is_cancelled:
@@ -196,39 +196,48 @@ class MemoryTree(Tree):
 
     def _sync(self, node: TreeNode, row: TopicRow) -> None:
         """Children of a loaded node: unchanged → relabel; appended → add; else rebuild
-        this node's children only. Expanded children are synced the same way."""
+        this node's children only. Loaded and expanded children follow, level by level
+        (a loop, not recursion: a large tree can be hundreds of levels deep)."""
         snap = self.snapshot
-        keys = self._keys(row)
-        old = self._shown.get(row.node_id)
-        if old is None or keys[: len(old)] != old:
-            self._forget_children(node)
-            node.remove_children()
-            self.rebuilt += 1
-            start = 0
-        else:
-            start = len(old)
-        for key, child in zip(keys[start:], self._child_items(row)[start:]):
-            if child is None:
-                node.add_leaf(Text("↳ " + _safe(key[1][:200]), style="italic dim"))
-            elif child.is_topic:
-                self._add_topic(node, snap.topics[child.node_id])
+        todo = [(node, row)]
+        while todo:
+            node, row = todo.pop()
+            keys = self._keys(row)
+            old = self._shown.get(row.node_id)
+            if old is None or keys[: len(old)] != old:
+                self._forget_children(node)
+                node.remove_children()
+                self.rebuilt += 1
+                start = 0
             else:
-                node.add_leaf(Text(f"#{child.index} " + _safe(" ".join(child.user.split())[:70]), style="dim"),
-                              data=child)
-        self._shown[row.node_id] = keys
-        for child in node.children:
-            tid = child.data if isinstance(child.data, str) else None
-            if tid is None or tid not in snap.topics:
-                continue
-            crow = snap.topics[tid]
-            sig = self._signature(crow)
-            if self._sigs.get(tid) != sig:
-                child.set_label(self.label_for(crow))
-                self._sigs[tid] = sig
-            if tid in self._shown or tid in self.expanded_ids:  # loaded, or to be opened
-                self._sync(child, crow)
-            if tid in self.expanded_ids and not child.is_expanded:
-                child.expand()
+                start = len(old)
+            for key, child in zip(keys[start:], self._child_items(row)[start:]):
+                if child is None:
+                    node.add_leaf(Text("↳ " + _safe(key[1][:200]), style="italic dim"))
+                elif child.is_topic:
+                    self._add_topic(node, snap.topics[child.node_id])
+                else:
+                    node.add_leaf(Text(f"#{child.index} " + _safe(" ".join(child.user.split())[:70]), style="dim"),
+                                  data=child)
+            self._shown[row.node_id] = keys
+            for child in node.children:
+                tid = child.data if isinstance(child.data, str) else None
+                if tid is None or tid not in snap.topics:
+                    continue
+                crow = snap.topics[tid]
+                sig = self._signature(crow)
+                if self._sigs.get(tid) != sig:
+                    child.set_label(self.label_for(crow))
+                    self._sigs[tid] = sig
+                if tid in self.expanded_ids:  # a collapsed one catches up when it opens
+                    todo.append((child, crow))
+                if tid in self.expanded_ids and not child.is_expanded:
+                    child.expand()
+
+    def get_label_width(self, node: TreeNode) -> int:
+        """The label's cells plus its ▶/▼ icon, without rendering it (Textual renders
+        every visible label to size the pane otherwise: slow with thousands open)."""
+        return node._label.cell_len + 2
 
     def _child_items(self, row: TopicRow) -> list:
         items: list = [None] if row.summary and row.parent_id is not None else []
@@ -256,8 +265,8 @@ class MemoryTree(Tree):
         tid = event.node.data
         if isinstance(tid, str):
             self.expanded_ids.add(tid)
-            if tid not in self._shown and self.snapshot is not None and tid in self.snapshot.topics:
-                self._sync(event.node, self.snapshot.topics[tid])
+            if self.snapshot is not None and tid in self.snapshot.topics:
+                self._sync(event.node, self.snapshot.topics[tid])  # loads it, or brings it up to date
 
     def on_tree_node_collapsed(self, event: Tree.NodeCollapsed) -> None:
         tid = event.node.data
