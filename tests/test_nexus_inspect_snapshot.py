@@ -47,6 +47,7 @@ def test_inspector_snapshot(snap_compare, tmp_path, monkeypatch, minilm):
             if all(w.is_finished for w in app.workers if w.group == "probe"):
                 break
             await asyncio.sleep(0.05)
+        app.query_one("#chat").remove_children()  # the chat pane is not this snapshot's subject
         app.query_one("#prompt").cursor_blink = False  # a blinking cursor is not layout
         await pilot.pause()
 
