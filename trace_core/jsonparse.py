@@ -11,14 +11,21 @@ from __future__ import annotations
 import ast
 import json
 import re
+from dataclasses import dataclass
 
 
 class JSONParseError(ValueError):
     pass
 
 
-# bench/add.py --no-repair measures the share of usable answers without json-repair
+@dataclass
+class ParseStats:
+    repaired: int = 0  # answers only json-repair could read
+
+
+# process-wide: bench/add.py counts the answers json-repair rescued (and can turn it off)
 REPAIR = True
+stats = ParseStats()
 
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
@@ -98,5 +105,6 @@ def parse_json_object(text: str) -> dict:
     if REPAIR:
         repaired = _repaired(text)
         if repaired is not None:
+            stats.repaired += 1
             return repaired
     raise JSONParseError(f"no JSON object in the model's answer: {text[:120]!r}")
