@@ -1,11 +1,25 @@
-"""Extractive names and summaries: what the embedding judge uses instead of an LLM."""
+"""Words, names, summaries and sentence parts: what the embedding judge uses instead of
+an LLM, and what search queries are made of.
+
+One tokenizer (``tokens``: runs of letters and digits in any script, with inner
+apostrophes and hyphens) and one stop-word list (``STOPWORDS``; its ``FUNCTION_WORDS``
+part is what search drops) serve names, summaries, word statistics and FTS queries."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
 
-STOPWORDS = frozenset(
+# words that carry no subject: dropped from search queries (a keyword match then means a
+# shared content word) ...
+FUNCTION_WORDS = frozenset(
+    "a an the is are was were be been being am to of and or but if in on at by for with from as it its "
+    "this that these those i me my you your he him his she her we us our they them their do does did "
+    "what when where who whom how why which there here not no so than then too very can could would "
+    "should will shall may might must has have had into about".split()
+)
+# ... and, with the words of chat that name nothing in particular, from names and summaries
+STOPWORDS = FUNCTION_WORDS | frozenset(
     """a about above after again against all also am an and any are aren't as at be because been
     before being below between both but by can can't cannot could couldn't did didn't do does doesn't
     doing don't down during each few for from further get got had hadn't has hasn't have haven't having
@@ -23,29 +37,45 @@ STOPWORDS = frozenset(
     """.split()
 )
 
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'\-]*")
-# search terms: any run of word characters in any script (what FTS5's unicode61 indexes)
-_TERM = re.compile(r"\w+", re.UNICODE)
-# dropped from search queries: a keyword match means a shared content word
-FUNCTION_WORDS = frozenset(
-    "a an the is are was were be been being am to of and or but if in on at by for with from as it its "
-    "this that these those i me my you your he him his she her we us our they them their do does did "
-    "what when where who whom how why which there here not no so than then too very can could would "
-    "should will shall may might must has have had into about".split()
-)
+_TOKEN = re.compile(r"[^\W_][\w'\-]*")
+_INNER = re.compile(r"['\-]")
 # what stands in for the missing side of an exchange (a transcript turn without a partner)
 PLACEHOLDERS = frozenset({"(no message)", "(no reply)"})
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+# a sentence ends at . ! ? and a space, or at a full-width 。！？ (no space follows in CJK)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*")
+
+
+def tokens(text: str) -> list[str]:
+    """The one tokenizer: runs of letters and digits in any script, with inner
+    apostrophes and hyphens ("don't", "self-care", "été", "東京")."""
+    return _TOKEN.findall(text)
+
+
+def _ideographic(word: str) -> bool:
+    """Written in a script where two characters make a word (CJK)."""
+    return any(ord(c) >= 0x2E80 for c in word)
+
+
+def _length(sentence: str) -> int:
+    """Its words; in CJK, where words are not spaced, two characters count as one."""
+    return len(sentence) // 2 if _ideographic(sentence) and " " not in sentence.strip() else len(sentence.split())
+
+
+def words(text: str) -> list[str]:
+    """The words of names and word statistics: tokens that start with a letter, without
+    edge apostrophes or hyphens, lower-cased."""
+    return [t.strip("'-").lower() for t in _TOKEN.findall(text) if t[0].isalpha()]
 
 
 def query_terms(text: str) -> list[str]:
     """The search terms of ``text``: lower-cased words of two or more characters that are
     not function words, each once, in order of appearance."""
-    return list(dict.fromkeys(w.lower() for w in _TERM.findall(text) if len(w) > 1 and w.lower() not in FUNCTION_WORDS))
+    parts = (p.lower() for t in tokens(text) for p in _INNER.split(t))  # FTS5 splits at ' and -
+    return list(dict.fromkeys(p for p in parts if len(p) > 1 and p not in FUNCTION_WORDS))
 
 
 def words_of(text: str) -> set[str]:
-    return {m.group().strip("'-").lower() for m in _WORD.finditer(text)}
+    return set(words(text))
 
 
 class DocumentFrequency:
@@ -77,10 +107,9 @@ def salient_words(text: str, n: int = 3, df: DocumentFrequency | None = None) ->
     counts: Counter[str] = Counter()
     display: dict[str, str] = {}
     first: dict[str, int] = {}
-    for i, m in enumerate(_WORD.finditer(text)):
-        w = m.group().strip("'-")
+    for i, w in enumerate(t.strip("'-") for t in _TOKEN.findall(text) if t[0].isalpha()):
         low = w.lower()
-        if len(low) < 3 or low in STOPWORDS:
+        if len(low) < (2 if _ideographic(low) else 3) or low in STOPWORDS:
             continue
         counts[low] += 1
         first.setdefault(low, i)
@@ -137,10 +166,9 @@ def extractive_summary(exchanges: list[tuple[str, str]], limit: int = 300,
     def weight(sent: str) -> float:
         if cache is not None and sent in cache:
             return cache[sent]
-        words = [w for w in (w.strip("'-").lower() for w in _WORD.findall(sent))
-                 if len(w) > 2 and w not in STOPWORDS]
-        rarity = sum(df.idf(w) for w in words) if use_df else float(len(words))
-        value = rarity / (1 + math.log(len(sent.split()))) if words else 0.0
+        content = [w for w in words(sent) if len(w) > 2 and w not in STOPWORDS]
+        rarity = sum(df.idf(w) for w in content) if use_df else float(len(content))
+        value = rarity / (1 + math.log(len(sent.split()))) if content else 0.0
         if cache is not None:
             cache[sent] = value
         return value
@@ -170,7 +198,16 @@ def clean_name(name: str, max_words: int = 5) -> str:
 
 
 # "Caroline: I went to..." — a transcript's speaker label opening a message
-SPEAKER_LABEL = re.compile(r"^[A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,2}: ")
+_LABEL = re.compile(r"^[^\W\d_][\w.'-]*(?: [^\W\d_][\w.'-]*){0,2}: ")
+
+
+def speaker_label(text: str) -> str:
+    """The speaker label opening ``text`` ("Caroline: ", "Zoë Müller: ", "さくら: "), or
+    "": one to three names, each capitalised (in scripts that have case)."""
+    m = _LABEL.match(text)
+    if m is None or any(name[0].islower() for name in m.group(0)[:-2].split(" ")):
+        return ""
+    return m.group(0)
 
 
 def sentence_parts(text: str, min_words: int = 3, max_parts: int = 16, max_chars: int = 300) -> list[str]:
@@ -180,9 +217,8 @@ def sentence_parts(text: str, min_words: int = 3, max_parts: int = 16, max_chars
     than two remaining sentences has no parts (its own vector is already that). Each
     part keeps the message's speaker label, if it opens with one."""
     text = " ".join(text.split())
-    m = SPEAKER_LABEL.match(text)
-    label = m.group(0) if m else ""
-    sents = [s for s in _SENTENCE.split(text[len(label):]) if len(s.split()) >= min_words]
+    label = speaker_label(text)
+    sents = [s for s in _SENTENCE.split(text[len(label):]) if _length(s) >= min_words]
     if len(sents) < 2:
         return []
     return [label + s[:max_chars] for s in sents[:max_parts]]

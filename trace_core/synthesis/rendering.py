@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from .. import prompts
 from ..nodes import MessageNode, TopicNode
-from ..textutil import PLACEHOLDERS, SPEAKER_LABEL
+from ..textutil import PLACEHOLDERS, speaker_label
 from ..tokens import count_tokens
 from .fusion import ROLE_ORDER
 from .report import InjectedPath
@@ -48,7 +48,7 @@ class BlockLayout:
         if content in PLACEHOLDERS:
             return ""
         content = clip_text(content, self.max_message_chars)
-        if SPEAKER_LABEL.match(content):
+        if speaker_label(content):
             return content  # a transcript line names its speaker: the role adds nothing
         return f"{role.capitalize()}: {content}"
 
