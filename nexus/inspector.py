@@ -24,10 +24,19 @@ def _safe(text: str) -> str:
     return safe(text)
 
 
+def short_path(path: str, keep: int = 6) -> str:
+    """A branch path of at most ``keep`` names: a 10,000-exchange tree can be hundreds
+    of levels deep, and a path that long says less than its two ends."""
+    names = path.split(" → ")
+    if len(names) <= keep:
+        return path
+    return " → ".join(names[:1] + [f"… {len(names) - keep + 1} levels …"] + names[-(keep - 2):])
+
+
 def topic_text(d: TopicDetail) -> Text:
     t = Text()
     t.append(_safe(d.name) + "\n", style="bold")
-    t.append(_safe(d.path) + "\n\n", style="dim")
+    t.append(_safe(short_path(d.path)) + "\n\n", style="dim")
     rows = [
         ("range", f"[{d.start}:{d.end}]"),
         ("depth", str(d.depth)),
@@ -52,14 +61,14 @@ def topic_text(d: TopicDetail) -> Text:
         t.append("\nnearest branches (centroid cosine)\n", style="bold")
         for n in d.nearest:
             t.append(f"  {n.cosine:+.3f}  ")
-            t.append(_safe(n.path.removeprefix("ROOT → ")) + "\n")
+            t.append(_safe(short_path(n.path).removeprefix("ROOT → ")) + "\n")
     return t
 
 
 def exchange_text(d: ExchangeDetail) -> Text:
     t = Text()
     t.append(f"Exchange #{d.index}\n", style="bold")
-    t.append(_safe(d.path) + "\n\n", style="dim")
+    t.append(_safe(short_path(d.path)) + "\n\n", style="dim")
     status = "archived" if d.archived else "in the tree"
     if d.status and d.status != "unknown":
         status += f", {d.status}"
