@@ -174,18 +174,18 @@ def test_auto_mode_asks_the_llm_only_when_in_doubt(server, minilm):
     assert decided(seen)[-1].judge == "llm" and len(server.chat_requests()) == 1
 
 
-def test_env_and_dotenv_supply_endpoint_and_key(tmp_path, monkeypatch, server):
-    (tmp_path / ".env").write_text(f"OPENAI_BASE_URL={server.base_url}\nOPENAI_API_KEY=sk-from-dotenv\n")
+def test_environment_supplies_endpoint_and_key_and_dotenv_is_left_to_the_host(tmp_path, monkeypatch, server):
+    # issue 17: a library reads no .env (Nexus reads one into its own settings)
+    (tmp_path / ".env").write_text("OPENAI_BASE_URL=http://127.0.0.1:9/v1\nOPENAI_API_KEY=sk-from-dotenv\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     llm = JSONLLM("m")
-    assert llm.base_url == server.base_url and llm.api_key == "sk-from-dotenv"
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.chdir(tmp_path.parent)
-    llm = JSONLLM("m")
     assert llm.base_url == "http://127.0.0.1:1234/v1" and llm.api_key == "lm-studio"
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    llm = JSONLLM("m")
+    assert llm.base_url == server.base_url and llm.api_key == "sk-from-env"
 
 
 def test_cached_sentence_weights_give_the_same_summaries():
