@@ -1210,7 +1210,7 @@ class NexusApp(App):
             raise C.UsageError(C.BY_NAME["check"].usage)
         self.check_worker(self.need_session().tree)
 
-    @work(thread=True, group="check")
+    @work(thread=True, group="check", description="check the tree")  # no repr of the tree's args
     def check_worker(self, tree) -> None:
         health = check_health(tree)  # O(exchanges × depth): seconds at 10,000, off the UI thread
         self.call_from_thread(self.chat_notice, "\n".join(health.lines()), "info" if health.ok else "error")
