@@ -394,6 +394,7 @@ def test_quit_during_a_long_load_exits_within_2_s_and_the_session_opens(tmp_path
         took = term.quit()
     finally:
         term.close()
+    print(f"/quit during /load: {took:.2f} s; with nothing running: {baseline:.2f} s")
     assert took <= baseline + 2.0, f"/quit during /load took {took:.2f} s, with nothing running {baseline:.2f} s"
     assert term.rc.read_text().split() == ["EXITED", "0"]
     # the open session and every listed session open; no half import is left behind
