@@ -811,10 +811,7 @@ class NexusApp(App):
         if args:
             raise C.UsageError(usage)
         self.need_session()
-        busy = self.busy_with_long_command()
-        if busy:
-            self.chat_notice(f"{busy} is running: wait for it or press Esc to cancel it, then try again.",
-                             "warning")
+        if self.refused_while_busy():
             return
         self.cancel_long.clear()
         self.show_progress("reorganize", "/reorganize: starting… (Esc cancels)")
@@ -858,10 +855,7 @@ class NexusApp(App):
         if not args:
             raise C.UsageError(C.BY_NAME["ingest"].usage)
         self.need_session()
-        busy = self.busy_with_long_command()
-        if busy:
-            self.chat_notice(f"{busy} is running: wait for it or press Esc to cancel it, then try again.",
-                             "warning")
+        if self.refused_while_busy():
             return
         self.cancel_long.clear()
         self.ingest_worker(" ".join(args))
@@ -940,10 +934,7 @@ class NexusApp(App):
     def cmd_load(self, args: list[str]) -> None:
         if len(args) != 1:
             raise C.UsageError(C.BY_NAME["load"].usage)
-        busy = self.busy_with_long_command()
-        if busy:
-            self.chat_notice(f"{busy} is running: wait for it or press Esc to cancel it, then try again.",
-                             "warning")
+        if self.refused_while_busy():
             return
         self.cancel_long.clear()
         self.load_worker(Path(args[0]).expanduser())
@@ -1030,11 +1021,22 @@ class NexusApp(App):
                 return {"load": "/load", "ingest": "/ingest", "memory": "a memory task"}[w.group]
         return None
 
-    def switch_session(self, path: Path, announce: str) -> None:
+    def named_session(self, name: str) -> Path | None:
+        """The session called ``name``, or None after saying there is none."""
+        path = sessions.find(name)
+        if path is None:
+            self.chat_notice(f"No session named {name!r}. /sessions lists them.", "warning")
+        return path
+
+    def refused_while_busy(self) -> bool:
+        """Say so and return True when a long command runs (it must finish or be cancelled first)."""
         busy = self.busy_with_long_command()
         if busy:
-            self.chat_notice(f"{busy} is running: wait for it or press Esc to cancel it, then try again.",
-                             "warning")
+            self.chat_notice(f"{busy} is running: wait for it or press Esc to cancel it, then try again.", "warning")
+        return busy is not None
+
+    def switch_session(self, path: Path, announce: str) -> None:
+        if self.refused_while_busy():
             return
         self.open_session(path, announce)
 
@@ -1048,9 +1050,8 @@ class NexusApp(App):
     def cmd_open(self, args: list[str]) -> None:
         if len(args) != 1:
             raise C.UsageError(C.BY_NAME["open"].usage)
-        path = sessions.find(args[0])
+        path = self.named_session(args[0])
         if path is None:
-            self.chat_notice(f"No session named {args[0]!r}. /sessions lists them.", "warning")
             return
         if self.session is not None and path == self.session_path:
             self.chat_notice(f"{path.stem} is already open.")
@@ -1061,10 +1062,7 @@ class NexusApp(App):
         if len(args) != 1:
             raise C.UsageError(C.BY_NAME["rename"].usage)
         self.need_session()
-        busy = self.busy_with_long_command()
-        if busy:
-            self.chat_notice(f"{busy} is running: wait for it or press Esc to cancel it, then try again.",
-                             "warning")
+        if self.refused_while_busy():
             return
         self.rename_worker(args[0])
 
@@ -1082,9 +1080,8 @@ class NexusApp(App):
     def cmd_delete(self, args: list[str]) -> None:
         if len(args) != 1:
             raise C.UsageError(C.BY_NAME["delete"].usage)
-        path = sessions.find(args[0])
+        path = self.named_session(args[0])
         if path is None:
-            self.chat_notice(f"No session named {args[0]!r}. /sessions lists them.", "warning")
             return
         if path == self.session_path:
             self.chat_notice(f"{path.stem} is the open session: /open or /new another one first.", "warning")
