@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..dates import dates_in
 from ..nodes import MessageNode
 from ..store import parse_message_id
 from ..textutil import DocumentFrequency, query_terms
@@ -201,8 +202,12 @@ class CandidateFinder:
             k = self.table.row_of_id.get(mid)
             if k is not None:
                 keyword_hits[k] = max(keyword_hits.get(k, 0.0), score)
-        # relevant at all: close in meaning, or sharing a content word with the query
+        # evidence of relevance: close in meaning, sharing a content word with the query, or
+        # (among the closest by cosine) said on a day the question names
         seeds = {int(k) for k in cand_idx if all_dense[k] >= p.min_relevance} | set(keyword_hits)
+        days = [sp for sp in dates_in(query) if sp.day is not None] if p.date_weight else []
+        if days:
+            seeds |= {int(k) for k in cand_idx if any(sp.matches(exchanges[int(ex_of[k])].timestamp) for sp in days)}
         seeds = {k for k in seeds if live(int(ex_of[k]))}
         if not seeds:
             return None

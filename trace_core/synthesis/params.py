@@ -14,7 +14,9 @@ class SynthesisParams:
     neighbour_weight: float = 0.5  # share of a conversation neighbour's score a message gains
     supersede_similarity: float = 0.65  # cosine from which a later update supersedes
     group_depth: int | None = 2  # entries are grouped under their ancestor at this depth
-    min_relevance: float = 0.20  # cosine below which a message is no candidate (unless BM25 hit)
+    # evidence of relevance: a message is a candidate only from this cosine (MiniLM puts
+    # unrelated sentences at 0.0-0.27) or with a shared content word (BM25)
+    min_relevance: float = 0.30
     candidates: int = 200  # messages kept by cosine
     topic_candidates: int = 500  # topics scored by summary cosine
     common_word_share: float = 0.05  # BM25 drops words in more than this share of exchanges
