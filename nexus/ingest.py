@@ -14,6 +14,7 @@ from trace_core import prompts
 from trace_core.llm import describe_error
 
 from . import events as ev
+from .abandon import Abandoned, call_abandonable
 
 IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
 
@@ -109,11 +110,13 @@ def describe(client, model: str, image: PreparedImage, timeout: float) -> str:
 
 
 def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line=None, on_progress=None,
-                  stop=lambda: False, on_vision=None) -> list[tuple[str, str]]:
+                  stop=lambda: False, on_vision=None, quitting=lambda: False) -> list[tuple[str, str]]:
     """Describe every image of ``target`` into memory. Returns ``(message, level)`` lines;
     ``on_line(message, level)`` gets each as it happens and ``on_progress(text)`` a
     status line per step. ``stop()`` is asked between files: True ends the run (the
-    text model is loaded back). ``on_vision(True/False)`` brackets the model swap."""
+    text model is loaded back). ``on_vision(True/False)`` brackets the model swap.
+    ``quitting()`` true (Nexus is closing): the description or model load in flight is
+    given up at once (nothing of it stored) and the swap back is not waited for."""
     cfg = session.config.data["ingest"]
     vision_model = str(session.config.get("models", "vision"))
     lines: list[tuple[str, str]] = []
@@ -148,11 +151,12 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
     text_model = session.model or session.resolve_model()
     timeout = float(cfg["load_timeout"])
     done = cancelled = 0
+    given_up = False
     if on_vision is not None:
         on_vision(True)
     try:
         status(f"/ingest: loading {vision_model} (messages you send wait for the text model)")
-        with manager.vision(text_model, vision_model):
+        with manager.vision(text_model, vision_model, give_up=quitting):
             for k, img in enumerate(prepared, 1):
                 if stop():
                     cancelled = len(prepared) - k + 1
@@ -162,7 +166,11 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
                 status(f"/ingest: describing {k:,}/{len(prepared):,} — {img.path.name} (Esc cancels)")
                 started = time.perf_counter()
                 try:
-                    text = describe(session.client, vision_model, img, timeout)
+                    text = call_abandonable(describe, session.client, vision_model, img, timeout,
+                                            give_up=quitting, name=f"describe {img.path.name}")
+                except Abandoned:
+                    given_up = True
+                    break
                 except Exception as exc:
                     problem = describe_error(exc, session.config.base_url) if not isinstance(exc, RuntimeError) \
                         else str(exc)
@@ -174,20 +182,24 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
                 session.remember(f"/ingest {img.path}", text, system=note)
                 done += 1
                 say(f"Ingested {img.path.name} ({k}/{len(prepared)}): {text[:160]}{'…' if len(text) > 160 else ''}")
-            if not cancelled:
+            if not cancelled and not given_up:
                 status(f"/ingest: loading {text_model} again")
+    except Abandoned:
+        given_up = True
     except Exception as exc:  # load refused, server down: the manager has restored the text model
         say(f"Ingest stopped: {exc}. The text model {text_model} was loaded again.", "error")
     finally:
         if on_vision is not None:
             on_vision(False)
-    if cancelled:
+    if given_up:
+        say(f"Ingest stopped: Nexus is closing; {done} described and stored.", "warning")
+    elif cancelled:
         say(f"Ingest cancelled: {done} described, {cancelled} not; the text model {text_model} is loaded "
             "again.", "warning")
     return lines
 
 
-def ingest(app, target: str, stop=lambda: False) -> list[tuple[str, str]]:
+def ingest(app, target: str, stop=lambda: False, quitting=lambda: False) -> list[tuple[str, str]]:
     """The app's entry point: lines go to the chat pane as they happen; chat messages
     wait while the vision model is loaded (``app.vision_busy``)."""
     from .models import ModelManager, detect
@@ -200,4 +212,4 @@ def ingest(app, target: str, stop=lambda: False) -> list[tuple[str, str]]:
     return ingest_images(session, manager, target, app.post_event,
                          on_line=lambda text, level: app.ui(app.chat_notice, text, level),
                          on_progress=lambda text: app.ui(app.show_progress, "ingest", text),
-                         stop=stop, on_vision=lambda busy: app.ui(app.set_vision_busy, busy))
+                         stop=stop, on_vision=lambda busy: app.ui(app.set_vision_busy, busy), quitting=quitting)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from . import events as ev
+from .abandon import Abandoned, call_abandonable, start_detached
 
 
 class ModelError(RuntimeError):
@@ -140,48 +141,63 @@ class ModelManager:
         self.backend = backend
         self.emit = emit
 
-    def _step(self, name: str, fn, *args):
+    def _step(self, name: str, fn, *args, give_up=lambda: False, emit=None):
+        emit = emit or self.emit
         started = time.perf_counter()
         try:
-            result = fn(*args)
-        except ModelError as exc:
-            self.emit(ev.ModelStep(name, time.perf_counter() - started, False, str(exc)))
+            result = call_abandonable(fn, *args, give_up=give_up, name=f"model: {name}")
+        except Abandoned:
+            emit(ev.ModelStep(name, time.perf_counter() - started, False, "given up: Nexus is closing"))
             raise
-        self.emit(ev.ModelStep(name, time.perf_counter() - started))
+        except ModelError as exc:
+            emit(ev.ModelStep(name, time.perf_counter() - started, False, str(exc)))
+            raise
+        emit(ev.ModelStep(name, time.perf_counter() - started))
         return result
 
     @contextmanager
-    def vision(self, text_model: str, vision_model: str):
+    def vision(self, text_model: str, vision_model: str, give_up=lambda: False):
         """Unload the text model, load the vision model, yield, then swap back. The text
-        model is loaded again whatever happened inside."""
+        model is loaded again whatever happened inside. ``give_up()`` true (Nexus is
+        closing): no step is waited for, and the swap back runs on in a daemon thread."""
         b = self.backend
         if isinstance(b, NoLoadControl):
             self.emit(ev.ModelStep(f"no load control on this server: asking {vision_model} directly"))
             yield
             return
-        loaded = self._step("list loaded models", b.loaded)
+        loaded = self._step("list loaded models", b.loaded, give_up=give_up)
         text_instances = [m for m in loaded if m.key == text_model]
         vision_loaded = [m for m in loaded if m.key == vision_model]
         try:
             for m in text_instances:
-                self._step(f"unload {m.key}", b.unload, m)
+                self._step(f"unload {m.key}", b.unload, m, give_up=give_up)
             if not vision_loaded:  # listed first: never a second instance
-                inst = self._step(f"load {vision_model}", b.load, vision_model)
+                inst = self._step(f"load {vision_model}", b.load, vision_model, give_up=give_up)
                 vision_loaded = [Loaded(vision_model, inst, True)]
             yield
         finally:
-            errors = []
-            for m in vision_loaded:
-                try:
-                    self._step(f"unload {m.key}", b.unload, m)
-                except ModelError as exc:
-                    errors.append(str(exc))
-            if text_instances or text_model:
-                try:
-                    now = [m.key for m in self._step("list loaded models", b.loaded)]
-                    if text_model and text_model not in now:
-                        self._step(f"load {text_model}", b.load, text_model)
-                except ModelError as exc:
-                    errors.append(str(exc))
-            if errors:
-                self.emit(ev.Notice("could not restore the text model: " + "; ".join(errors), "error"))
+            if give_up():  # closing: the app (and its event pane) may be gone by the time it ends
+                self.emit(ev.ModelStep(f"load {text_model} again: left to finish in the background (Nexus is "
+                                       "closing)"))
+                start_detached(lambda: self._swap_back(text_model, text_instances, vision_loaded, lambda e: None),
+                               name="model: swap back")
+            else:
+                self._swap_back(text_model, text_instances, vision_loaded, self.emit)
+
+    def _swap_back(self, text_model: str, text_instances: list[Loaded], vision_loaded: list[Loaded], emit) -> None:
+        b = self.backend
+        errors = []
+        for m in vision_loaded:
+            try:
+                self._step(f"unload {m.key}", b.unload, m, emit=emit)
+            except ModelError as exc:
+                errors.append(str(exc))
+        if text_instances or text_model:
+            try:
+                now = [m.key for m in self._step("list loaded models", b.loaded, emit=emit)]
+                if text_model and text_model not in now:
+                    self._step(f"load {text_model}", b.load, text_model, emit=emit)
+            except ModelError as exc:
+                errors.append(str(exc))
+        if errors:
+            emit(ev.Notice("could not restore the text model: " + "; ".join(errors), "error"))
