@@ -159,6 +159,9 @@ def human_size(n: int) -> str:
 class NexusApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "Nexus"
+    # the editor has focus from the first frame: keys typed while Nexus starts (the
+    # terminal delivers them as soon as the app reads it) land there, not on a pane
+    AUTO_FOCUS = "#prompt"
     COMMANDS = App.COMMANDS | {CommandProvider, SessionProvider}
     # priority: the focused editor must not swallow them (it binds ctrl+k, ctrl+y, ctrl+←/→)
     BINDINGS = [Binding(k.key, k.action, k.description, show=k.show, id=k.action, priority=True)

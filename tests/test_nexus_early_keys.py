@@ -1,0 +1,59 @@
+"""A real terminal (tmux): what a user types the moment they start Nexus — before its
+first screen, while Python is still importing — lands in the message editor and is sent,
+not dropped on whichever pane Textual would focus first."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from scripted_server import Reply, ScriptedServer
+from test_nexus_paste_tmux import input_box
+from test_nexus_tmux import screen, tmux, wait_screen
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_keys_typed_before_the_first_screen_are_kept(tmp_path):
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    typed = "hello, I typed this at once"
+    with ScriptedServer() as srv:
+        srv.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                    else Reply("Hello to you."))
+        name = f"nexus-early-{os.getpid()}"
+        session = tmp_path / "s.db"
+        marker = tmp_path / "started"
+        cmd = (f"cd {ROOT} && touch {marker} && NEXUS_DATA_DIR={tmp_path / 'data'} NEXUS_JUDGE=embedding "
+               f"HF_HUB_OFFLINE=1 XDG_CONFIG_HOME={tmp_path / 'cfg'} TERM=xterm-256color "
+               f"{sys.executable} -m nexus --base-url {srv.base_url} --model test-model --no-web "
+               f"--session {session}")
+        tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd)
+        try:
+            end = time.time() + 10
+            while not marker.exists():
+                assert time.time() < end, "the shell did not start"
+                time.sleep(0.02)
+            tmux("send-keys", "-t", name, "-l", typed)  # Python has not even imported Textual yet
+            assert "Message, or /help" not in screen(name), "typed too late to test anything"
+            wait_screen(name, "embedder ready", 120)
+            end = time.time() + 10
+            while typed not in input_box(name):
+                assert time.time() < end, "the early keys were lost; the screen:\n" + screen(name)
+                time.sleep(0.2)
+            tmux("send-keys", "-t", name, "Enter")
+            wait_screen(name, "remembered exchange #0", 60)
+            tmux("send-keys", "-t", name, "-l", "/quit")
+            tmux("send-keys", "-t", name, "Enter")
+            time.sleep(1)
+        finally:
+            tmux("kill-session", "-t", name)
+    con = sqlite3.connect(session)
+    stored = [r[0] for r in con.execute("SELECT content FROM messages WHERE role='user'")]
+    con.close()
+    assert stored == [typed]
