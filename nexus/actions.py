@@ -1,0 +1,110 @@
+"""Key actions: panes, Esc, selecting and copying messages, the log level."""
+
+from __future__ import annotations
+
+from textual.actions import SkipAction
+
+from .inspector import NodeInspector
+from .widgets import SELECTABLE, AssistantMessage, EventLog, message_text
+
+
+class KeyActions:
+    """NexusApp's key actions (bound in nexus/keys.py)."""
+
+    def _on_main_screen(self) -> None:
+        """The app's keys are priority bindings: over the command palette (or any other
+        screen) they step aside so that screen's own keys (Esc closes it) work."""
+        if len(self.screen_stack) > 1:
+            raise SkipAction()
+
+    def action_toggle_tree(self) -> None:
+        self._on_main_screen()
+        t = self.query_one("#tree")
+        t.display = not t.display
+
+    def action_toggle_log(self) -> None:
+        self._on_main_screen()
+        t = self.query_one("#log")
+        t.display = not t.display
+
+    def action_grow_side(self) -> None:
+        self._on_main_screen()
+        t = self.query_one("#tree")
+        t.styles.width = min(t.outer_size.width + 4, 120)  # outer: the width style includes border and padding
+
+    def action_shrink_side(self) -> None:
+        self._on_main_screen()
+        t = self.query_one("#tree")
+        t.styles.width = max(t.outer_size.width - 4, 16)
+
+    def action_cancel(self) -> None:
+        """Esc: stop the reply that streams; else leave a selected message for the input."""
+        self._on_main_screen()
+        if self.query_one(NodeInspector).close() or self.scenarios.cancel():
+            return  # the inspector, then a running scenario, take Esc before the reply does
+        if self.busy_with_long_command():  # /load, /ingest stop at their next step
+            self.cancel_long.set()
+        if self.turn is not None:  # that request only, before its first byte too
+            self.turn.cancel()
+        elif self.focused is not self.query_one("#prompt"):
+            self.action_focus_input()
+
+    def action_focus_input(self) -> None:
+        self._on_main_screen()
+        self.query_one("#prompt").focus()
+
+    def selectable_messages(self) -> list:
+        """The chat's messages in screen order: what Ctrl+↑/↓ select and Ctrl+Y copies."""
+        return list(self.query_one("#chat").query(SELECTABLE))
+
+    def _select(self, step: int) -> None:
+        self._on_main_screen()
+        items = self.selectable_messages()
+        if not items:
+            self.notify("No messages yet.")
+            return
+        focused = self.focused
+        if focused in items:
+            i = max(0, min(len(items) - 1, items.index(focused) + step))
+        else:
+            i = len(items) - 1 if step < 0 else 0
+        items[i].can_focus = True
+        items[i].focus()
+        items[i].scroll_visible(animate=False)
+
+    def action_select_previous(self) -> None:
+        self._select(-1)
+
+    def action_select_next(self) -> None:
+        self._select(1)
+
+    def action_copy_reply(self) -> None:
+        """Copy the selected message (clicked, or Ctrl+↑/↓), else the last reply."""
+        self._on_main_screen()
+        if self.focused in self.selectable_messages():
+            self.copy_to_clipboard(message_text(self.focused))
+            self.notify("Message copied.")
+            return
+        replies = list(self.query(AssistantMessage))
+        if replies:
+            self.copy_to_clipboard(message_text(replies[-1]))
+            self.notify("Reply copied.")
+        else:
+            self.notify("No reply to copy yet.")
+
+    def action_copy_code(self) -> None:
+        self._on_main_screen()
+        for reply in reversed(list(self.query(AssistantMessage))):
+            blocks = reply.code_blocks()
+            if blocks:
+                self.copy_to_clipboard(blocks[-1])
+                self.notify("Code block copied.")
+                return
+        self.notify("No code block to copy.")
+
+    def action_cycle_log_level(self) -> None:
+        self._on_main_screen()
+        log_pane = self.query_one(EventLog)
+        levels = EventLog.LEVELS
+        log_pane.set_level(levels[(levels.index(log_pane.level) + 1) % len(levels)])
+        self.notify(f"Log level: {log_pane.level}")

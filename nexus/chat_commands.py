@@ -1,0 +1,135 @@
+"""Slash commands of the conversation: /help, /web, /model, /system, /set, /retry, /edit, /clear, /quit."""
+
+from __future__ import annotations
+
+from textual import work
+
+from . import commands as C
+from . import events as ev
+from .chat import ChatSession
+from .keys import ALL_KEYS, key_for
+from .widgets import PromptInput
+
+
+class ChatCommands:
+    """NexusApp's conversation commands (cmd_* run by run_command)."""
+
+    def cmd_help(self, args: list[str]) -> None:
+        lines = ["Commands:"] + [f"  {c.usage:<38} {c.help}" for c in C.COMMANDS]
+        keys = ", ".join(f"{key_for(k.action, self.keymap)}: {k.description}" for k in ALL_KEYS.values())
+        self.chat_notice("\n".join(lines) + f"\nKeys (remap in [keys]): Enter: send, {keys}")
+
+    def cmd_web(self, args: list[str]) -> None:
+        usage = C.BY_NAME["web"].usage
+        if not args:
+            raise C.UsageError(usage)
+        s = self.need_session()
+        if args == ["on"] or args == ["off"]:
+            s.web_enabled = args[0] == "on"
+            self.chat_notice(f"Web routing is {args[0]}.")
+            return
+        query = " ".join(args)
+        self.send(query, forced_query=query)
+
+    def cmd_model(self, args: list[str]) -> None:
+        if len(args) > 1:
+            raise C.UsageError(C.BY_NAME["model"].usage)
+        self.need_session()
+        self.model_worker(args[0] if args else None)
+
+    @work(thread=True, group="models")
+    def model_worker(self, name: str | None) -> None:
+        s = self.need_session()
+        if name is None:
+            try:
+                models = s.list_models()
+                self.models_cache = list(models)  # Tab after /model completes these
+            except RuntimeError as exc:
+                self.call_from_thread(self.chat_notice, f"Cannot list models: {exc}", "error")
+                return
+            current = s.model or "(first listed)"
+            self.call_from_thread(self.chat_notice, f"Chat model: {current}\nAvailable: " + ", ".join(models))
+            return
+        s.model = name
+        self.call_from_thread(self.update_header)
+        self.call_from_thread(self.chat_notice, f"Chat model is now {name}.")
+
+    def cmd_system(self, args: list[str]) -> None:
+        session = self.need_session()
+        if not args:
+            text = session.settings.system
+            self.chat_notice(f"System prompt of {self.session_path.stem}:\n{text}" if text else
+                             "No system prompt in this session. /system <text> sets one (sent before the memory).")
+            return
+        text = "" if args == ["--clear"] else self.last_command.raw
+        session.set_system_prompt(text)
+        self.chat_notice("System prompt cleared." if not text else
+                         f"System prompt set for {self.session_path.stem} (used in every reply, before the memory).")
+
+    def cmd_set(self, args: list[str]) -> None:
+        from .session_settings import LIMITS
+
+        session = self.need_session()
+        if len(args) != 2:
+            allowed = "; ".join(f"{n}: {lim.describe()}" for n, lim in LIMITS.items())
+            raise C.UsageError(f"{C.BY_NAME['set'].usage} — {allowed}")
+        try:
+            value = session.set_value(args[0], args[1])
+        except ValueError as exc:
+            self.chat_notice(f"Not set: {exc}.", "warning")
+            return
+        self.chat_notice(f"{args[0]} = {value:g} for {self.session_path.stem} (stored with the session).")
+
+    def _last_exchange(self, what: str):
+        session = self.need_session()
+        if self.turn is not None or self.outbox:
+            self.chat_notice(f"A reply is on its way: {what} when it has ended.", "warning")
+            return None
+        if not session.tree or not session.tree.exchanges:
+            self.chat_notice(f"Nothing to {what} yet: no exchange in this session.", "warning")
+            return None
+        return session.tree.exchanges[-1]
+
+    def cmd_retry(self, args: list[str]) -> None:
+        if args:
+            raise C.UsageError(C.BY_NAME["retry"].usage)
+        last = self._last_exchange("retry")
+        if last is None:
+            return
+        self.chat_notice(f"Regenerating the reply to #{last.index}: the new one replaces it in memory.")
+        self.send(last.user, replace=True)
+
+    def cmd_edit(self, args: list[str]) -> None:
+        if args:
+            raise C.UsageError(C.BY_NAME["edit"].usage)
+        last = self._last_exchange("edit")
+        if last is None:
+            return
+        prompt = self.query_one("#prompt", PromptInput)
+        self.call_after_refresh(setattr, prompt, "value", last.user)  # after the submit clears the input
+        prompt.focus()
+        self.editing = last.index
+        self.chat_notice(f"Editing #{last.index}: Enter sends it in place of the old exchange.")
+
+    def cmd_clear(self, args: list[str]) -> None:
+        self.query_one("#chat").remove_children()
+
+    def cmd_quit(self, args: list[str]) -> None:
+        self.exit(0)
+
+    def models_for_completion(self) -> list[str]:
+        """The cached model list for Tab after /model; the first ask fetches it in the
+        background (completion never waits for the server)."""
+        if not self.models_cache and self.session is not None and not self._models_fetching:
+            self._models_fetching = True
+            self.models_cache_worker(self.session)
+        return self.models_cache
+
+    @work(thread=True, group="models")
+    def models_cache_worker(self, session: ChatSession) -> None:
+        try:
+            self.models_cache = session.list_models()
+        except RuntimeError as exc:
+            self.post_event(ev.Notice(f"model list for completion: {exc}", "debug"))
+        finally:
+            self._models_fetching = False

@@ -1,0 +1,124 @@
+"""Start and end of the app: the server probe, start-up timing, the orderly way out (quit, signals)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import threading
+import time
+
+from textual import work
+
+from . import events as ev
+
+log = logging.getLogger("nexus")
+
+
+def server_problem(base_url: str, api_key: str, timeout: float = 2.0) -> str | None:
+    """Why ``GET {base_url}/models`` fails, in words, or None when the server lists a model."""
+    import httpx
+
+    try:
+        r = httpx.get(base_url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {api_key}"},
+                      timeout=timeout)
+    except httpx.ConnectError:
+        return "nothing is listening there (connection refused)"
+    except httpx.TimeoutException:
+        return f"no answer within {timeout:g} s"
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if r.status_code != 200:
+        return f"it answered HTTP {r.status_code} to GET /models"
+    try:
+        models = r.json().get("data") or []
+    except ValueError:
+        return "it did not answer GET /models with JSON (not an OpenAI-compatible endpoint?)"
+    return None if models else "it lists no models: load one first"
+
+
+class Lifecycle:
+    """NexusApp's start-up probes and the one orderly way out."""
+
+    @work(thread=True, group="probe")
+    def probe_server(self) -> None:
+        """First run: say at once when no model server answers, and what to do about it,
+        rather than when the first message fails."""
+        problem = server_problem(self.config.base_url, self.config.api_key)
+        if problem is None:
+            return
+        self.post_event(ev.Notice(f"model server: {problem}", "warning"))
+        self.ui(self.chat_notice, f"No model server answers at {self.config.base_url}: {problem}.\n"
+                "Start LM Studio's server (Developer tab, port 1234) and load a model, point Nexus at another "
+                "server with --base-url URL, or restart with  nexus --local  to use the bundled gemma-3-270m "
+                "(pip extra 'local'). You can type meanwhile: a message that cannot be sent is kept.", "warning")
+
+    def _probe(self, event: str) -> None:
+        """Start-up timing for bench/startup.py (NEXUS_STARTUP_PROBE=file): when the
+        first frame was drawn, when the embedder was ready, and what was imported."""
+        import json
+        import os
+        import sys
+
+        path = os.environ.get("NEXUS_STARTUP_PROBE")
+        if not path:
+            return
+        with open(path, "a") as fh:
+            fh.write(json.dumps({"event": event, "t": time.time(), "torch": "torch" in sys.modules,
+                                 "sentence_transformers": "sentence_transformers" in sys.modules}) + "\n")
+        if event == "ready":
+            self.exit(0)
+
+    async def leave(self, code: int = 0) -> None:
+        """The one orderly way out (/quit, Ctrl+Q, SIGTERM, SIGHUP): the reply in flight is
+        cancelled and stored with the user's message, queued messages are stored, then exit."""
+        if self._leaving:
+            return
+        self._leaving = True
+        await self.settle_reply_async()
+        await asyncio.to_thread(self.store_outbox)
+        self.exit(return_code=code)
+
+    async def action_quit(self) -> None:
+        await self.leave(0)
+
+    def _on_signal(self, signum: int) -> None:
+        """SIGTERM/SIGHUP: store first, synchronously — the terminal may already be gone,
+        and the reply's worker stores without needing this loop — then exit."""
+        log.warning("signal %s: storing the reply in flight and leaving", signum)
+        self._leaving = True
+        self.settle_reply()
+        self.store_outbox()
+        code = 128 + signum
+        if signum == signal.SIGHUP:  # the terminal is gone: what Textual still writes goes nowhere
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+
+        def watchdog() -> None:  # everything is stored: never linger on a stuck terminal write
+            time.sleep(5)
+            if self.session is not None:
+                self.session.close()
+            os._exit(code)
+
+        threading.Thread(target=watchdog, name="leave-watchdog", daemon=True).start()
+        self.exit(return_code=code)
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig)
+            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / platform
+                return
+
+    async def on_unmount(self) -> None:
+        # every way out waits for the reply in flight to be stored (and stores what is queued)
+        self._leaving = True
+        await self.settle_reply_async()
+        await asyncio.to_thread(self.store_outbox)
+        if self.session is not None:
+            self.session.close()
+        if self._on_exit:
+            self._on_exit()

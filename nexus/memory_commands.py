@@ -1,0 +1,183 @@
+"""Slash commands on the memory: /tree, /search, /reorganize, /undo-reorganize, /ingest, /check, /find, /stats."""
+
+from __future__ import annotations
+
+from textual import work
+
+from . import commands as C
+from .treeinfo import check_health
+from .widgets import MemoryTree
+
+
+class MemoryCommands:
+    """NexusApp's memory commands (cmd_* run by run_command)."""
+
+    def cmd_tree(self, args: list[str]) -> None:
+        show = "--messages" in args
+        if [a for a in args if a != "--messages"]:
+            raise C.UsageError(C.BY_NAME["tree"].usage)
+        s = self.need_session()
+        self.chat_notice(s.tree.render_tree(show_messages=show))
+
+    def cmd_search(self, args: list[str]) -> None:
+        every = "--all" in args
+        args = [a for a in args if a != "--all"]
+        if not args:
+            raise C.UsageError(C.BY_NAME["search"].usage)
+        self.need_session()
+        self.search_worker(" ".join(args), every)
+
+    @work(thread=True, group="search")
+    def search_worker(self, query: str, every: bool = False) -> None:
+        if every:
+            return self.search_all_worker(query)
+        try:
+            hits = self.need_session().search(query)
+        except Exception as exc:  # a session closed meanwhile, an embedder that failed to load
+            self.call_from_thread(self.chat_notice, f"/search failed: {exc}", "error")
+            return
+        if not hits:
+            self.call_from_thread(self.chat_notice, f"Nothing in memory matches {query!r}.")
+            return
+        lines = [f"Memory search: {query}"]
+        for h in hits:
+            lines.append(f"  {h.similarity:.2f}  {h.thread_path}  #{h.exchange_index} {h.role}: "
+                         f"{' '.join(h.text.split())[:120]}")
+        self.call_from_thread(self.chat_notice, "\n".join(lines))
+
+    def search_all_worker(self, query: str) -> None:
+        """``/search --all``: every session (the others read-only, never blocking their writer)."""
+        from .memory_service import search_sessions
+
+        try:
+            s = self.need_session()
+            res = search_sessions(s.tree, s.path, query, k=12)
+        except Exception as exc:
+            self.call_from_thread(self.chat_notice, f"/search --all failed: {exc}", "error")
+            return
+        lines = [f"Memory search in every session: {query}" if res.hits else
+                 f"Nothing in any session matches {query!r}."]
+        for h in res.hits:
+            lines.append(f"  {h.score:.2f}  [{h.session}]  {h.branch}  #{h.exchange} {h.role}: "
+                         f"{' '.join(h.text.split())[:120]}")
+        lines += [f"  (not searched: {why})" for why in res.skipped]
+        self.call_from_thread(self.chat_notice, "\n".join(lines))
+
+    def cmd_reorganize(self, args: list[str]) -> None:
+        usage = C.BY_NAME["reorganize"].usage
+        args = list(args)
+        allowed = "--threshold is a cosine similarity: it must lie in (0, 1], e.g. 0.55"
+        threshold = C.flag_value(args, "--threshold", float, f"{usage} — {allowed}")
+        prune = "--prune" in args
+        if prune:
+            args.remove("--prune")
+        if threshold is not None and not 0 < threshold <= 1:
+            self.chat_notice(f"{allowed}; {threshold:g} is outside it. Nothing was changed.", "warning")
+            return
+        if args:
+            raise C.UsageError(usage)
+        self.need_session()
+        if self.refused_while_busy():
+            return
+        self.cancel_long.clear()
+        self.show_progress("reorganize", "/reorganize: starting… (Esc cancels)")
+        self.reorganize_worker(threshold, prune)
+
+    @work(thread=True, exclusive=True, group="memory")
+    def reorganize_worker(self, threshold, prune) -> None:
+        try:
+            res = self.need_session().reorganize(threshold, prune or None, should_stop=self.stop_check())
+        except Exception as exc:
+            self.ui(self.end_progress, "reorganize", f"Reorganisation failed: {exc}", "error")
+            return
+        if res.get("cancelled"):
+            self.ui(self.end_progress, "reorganize", f"Reorganisation cancelled: {res['merged']} merges from the "
+                    "rounds finished before were kept; nothing half-done was.", "warning")
+            self.ui(self.refresh_tree)
+            return
+        self.ui(self.end_progress, "reorganize", f"Reorganised: {res['merged']} merged, {res['pruned']} archived, "
+                f"{res['vetoed']} vetoed, {res['skipped']} skipped in {res['duration_secs']:.2f} s."
+                " /undo-reorganize restores the tree.")
+        self.call_from_thread(self.show_reorganization, res)
+        self.call_from_thread(self.refresh_tree)
+
+    def cmd_undo(self, args: list[str]) -> None:
+        if args:
+            raise C.UsageError(C.BY_NAME["undo-reorganize"].usage)
+        self.undo_worker()
+
+    @work(thread=True, exclusive=True, group="memory")
+    def undo_worker(self) -> None:
+        try:
+            self.need_session().tree.undo_reorganize()
+        except Exception as exc:
+            self.call_from_thread(self.chat_notice, f"Nothing undone: {exc}.", "warning")
+            return
+        self.call_from_thread(self.chat_notice, "The last reorganisation was undone.")
+        self.call_from_thread(lambda: self.query_one(MemoryTree).clear_marks())
+        self.call_from_thread(self.refresh_tree)
+
+    def cmd_ingest(self, args: list[str]) -> None:
+        if not args:
+            raise C.UsageError(C.BY_NAME["ingest"].usage)
+        self.need_session()
+        if self.refused_while_busy():
+            return
+        self.cancel_long.clear()
+        self.ingest_worker(" ".join(args))
+
+    @work(thread=True, exclusive=True, group="ingest")
+    def ingest_worker(self, target: str) -> None:
+        from .ingest import ingest
+
+        try:
+            lines = ingest(self, target, stop=self.stop_check())
+        except Exception as exc:  # the app never crashes on a command
+            lines = [(f"/ingest failed: {exc}", "error")]
+            self.ui(self.chat_notice, lines[0][0], "error")
+        done = sum(1 for text, _ in lines if text.startswith("Ingested "))
+        self.ui(self.end_progress, "ingest", f"/ingest finished: {done} image{'s' if done != 1 else ''} "
+                f"described into memory.", "info" if done else "warning")
+        self.ui(self.refresh_tree)
+
+    def set_vision_busy(self, busy: bool) -> None:
+        """/ingest holds the vision model: chat messages wait (shown as waiting) until the
+        text model is back, then the queue drains."""
+        self.vision_busy = busy
+        self.update_header()
+        drain = getattr(self, "drain_outbox", None)  # teammate "turn"'s queue
+        if drain is not None:
+            drain()
+
+    def cmd_check(self, args: list[str]) -> None:
+        if args:
+            raise C.UsageError(C.BY_NAME["check"].usage)
+        self.check_worker(self.need_session().tree)
+
+    @work(thread=True, group="check", description="check the tree")  # no repr of the tree's args
+    def check_worker(self, tree) -> None:
+        health = check_health(tree)  # O(exchanges × depth): seconds at 10,000, off the UI thread
+        self.call_from_thread(self.chat_notice, "\n".join(health.lines()), "info" if health.ok else "error")
+
+    def cmd_find(self, args: list[str]) -> None:
+        pane = self.query_one(MemoryTree)
+        found = pane.find(" ".join(args))
+        if not args:
+            self.chat_notice("Find cleared.")
+            return
+        shown = [pane.snapshot.path(t)[-1].name for t in found[:10]] if pane.snapshot else []
+        more = f" and {len(found) - 10} more" if len(found) > 10 else ""
+        self.chat_notice(f"/find {' '.join(args)}: {len(found)} topics match" +
+                         (f" (highlighted in the tree): {', '.join(shown)}{more}" if found else "."))
+
+    def cmd_scenario(self, args: list[str]) -> None:
+        self.scenarios.command(args)
+
+    def cmd_stats(self, args: list[str]) -> None:
+        session = self.need_session()
+        st = session.stats()
+        own = session.settings
+        st["system_prompt"] = " ".join(own.system.split())[:80] + ("…" if len(own.system) > 80 else "") or "(none)"
+        sampling = session.sampling(session.limits()[1] if hasattr(session, "limits") else 0)
+        st["sampling"] = ", ".join(f"{k} {v}" for k, v in sampling.items())
+        self.chat_notice("\n".join(f"{k:>20}: {v}" for k, v in st.items()))

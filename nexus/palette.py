@@ -1,0 +1,44 @@
+"""The command palette's providers: every slash command, every session."""
+
+from __future__ import annotations
+
+import shlex
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+from . import commands as C
+from . import sessions
+
+
+class CommandProvider(Provider):
+    """Every slash command in the command palette."""
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for c in C.COMMANDS:
+            score = matcher.match(f"{c.name} {c.help}")
+            if score > 0:
+                yield Hit(score, matcher.highlight(f"/{c.name} — {c.help}"),
+                          lambda c=c: self.app.palette_command(c), help=c.usage)
+
+    async def discover(self) -> Hits:
+        """The palette opened empty: every slash command, in the registry's order."""
+        for c in C.COMMANDS:
+            yield DiscoveryHit(f"/{c.name} — {c.help}", lambda c=c: self.app.palette_command(c), help=c.usage)
+
+
+class SessionProvider(Provider):
+    """Every session in the command palette: "open NAME" switches to it."""
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for name in sessions.names():
+            score = matcher.match(f"open session {name}")
+            if score > 0:
+                yield Hit(score, matcher.highlight(f"open session {name}"),
+                          lambda name=name: self.app.run_command(f"/open {shlex.quote(name)}"), help=f"/open {name}")
+
+    async def discover(self) -> Hits:
+        for name in sessions.names():
+            yield DiscoveryHit(f"open session {name}", lambda name=name: self.app.run_command(
+                f"/open {shlex.quote(name)}"), help=f"/open {name}")

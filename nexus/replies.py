@@ -1,0 +1,194 @@
+"""One reply at a time: the outbox, the reply worker, its events in the chat pane, storing what is left."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass
+
+from textual import work
+
+from . import events as ev
+from .chat import ChatSession, Turn
+from .widgets import AssistantMessage, PromptInput, UserMessage
+
+log = logging.getLogger("nexus")
+
+
+@dataclass
+class Outgoing:
+    """A message shown in the chat, waiting for its turn."""
+    text: str
+    forced_query: str | None
+    shown: UserMessage
+    replace: bool = False  # /retry, /edit: the reply replaces the newest exchange in memory
+
+
+class Replies:
+    """NexusApp's outbox and reply flow; state lives on the app, changed on the UI thread."""
+
+    def submitted(self, event: PromptInput.Submitted) -> None:
+        """Enter in the prompt: a slash command runs, a message goes to the outbox."""
+        text = event.value
+        if not text.strip():
+            return
+        event.input.value = ""
+        editing, self.editing = self.editing, None
+        if text.strip().startswith("/"):
+            self.run_command(text.strip())
+            return
+        # /edit put the last message here: sent, it replaces that exchange (if still the last)
+        replace = (editing is not None and self.session is not None and self.session.tree is not None
+                   and len(self.session.tree.exchanges) == editing + 1)
+        self.send(text, replace=replace)
+
+    def send(self, text: str, forced_query: str | None = None, replace: bool = False) -> None:
+        """Show the message at once and queue it: it is sent when no reply streams, a
+        session is open and the text model is free (``drain_outbox``)."""
+        if self.session is not None and self.session.read_only:
+            self.refuse_read_only(text)
+            return
+        shown = UserMessage(text)
+        self.query_one("#chat").mount(shown)
+        self.outbox.append(Outgoing(text, forced_query, shown, replace))
+        self.drain_outbox()
+
+    def refuse_read_only(self, text: str) -> None:
+        """A read-only session stores nothing: say why, and give the text back to edit or keep."""
+        reason = getattr(self.session, "read_only_reason", "") or "This session is open read-only."
+        self.chat_notice(f"Not sent: {reason}", "warning")
+        prompt = self.query_one("#prompt", PromptInput)
+        if not prompt.value.strip():
+            prompt.value = text
+
+    def drain_outbox(self) -> None:
+        """Send the next queued message if nothing stops it; mark the others as waiting.
+        Safe from any thread (teammates call it after /ingest gives the text model back)."""
+        if threading.get_ident() != self._ui_thread:
+            self.call_from_thread(self.drain_outbox)
+            return
+        if not self.outbox or self._leaving:
+            return
+        if self.turn is not None or self.session is None or self.embedder_state == "loading" or self.vision_busy:
+            why = ("waiting — /ingest is using the vision model; sent when the text model is back"
+                   if self.vision_busy else "queued — sent when the reply before it ends" if self.turn is not None
+                   else "queued — sent when the session is open")
+            for item in self.outbox:
+                item.shown.set_state(why)
+            return
+        item = self.outbox.pop(0)
+        item.shown.set_state("")
+        turn = Turn(item.text, item.forced_query, replace=item.replace)
+        self.turn = turn
+        reply = AssistantMessage(turn.id)
+        self.replies[turn.id] = reply
+        self.current_reply = reply
+        chat = self.query_one("#chat")
+        if item.shown.parent is not chat:  # the chat pane was cleared (/new, /clear): show it again
+            item.shown = UserMessage(item.text)
+            chat.mount(item.shown)
+        chat.mount(reply, after=item.shown)
+        for rest in self.outbox:
+            rest.shown.set_state("queued — sent when the reply before it ends")
+        self.reply_worker(self.session, turn)
+
+    @work(thread=True, group="reply")
+    def reply_worker(self, session: ChatSession, turn: Turn) -> None:
+        try:
+            session.send(turn.text, turn.forced_query, turn=turn)
+        except Exception as exc:  # never a crash: the message is kept for resend
+            self.post_event(ev.ReplyFailed(turn.text, turn.partial, f"{type(exc).__name__}: {exc}", turn.id))
+
+    async def on_reply_event(self, e) -> None:
+        reply = self.replies.get(getattr(e, "turn", 0))
+        if isinstance(e, ev.TurnSettled):
+            if self.replies.pop(e.turn, None) is self.current_reply:
+                self.current_reply = None
+            if self.turn is not None and self.turn.id == e.turn:
+                self.turn = None
+        if self._leaving:  # the exchange is stored by the worker; the screen is going away
+            if isinstance(e, (ev.ReplyFailed, ev.StoreFailed)):
+                log.error("while leaving: %s", e.problem)
+            return
+        if reply is not None and not reply.is_attached:  # the chat pane was cleared
+            reply = None
+        key = self.config.data.get("keys", {}).get("resend", "ctrl+r")
+        if isinstance(e, ev.ReplyChunk):
+            if reply is not None:
+                await reply.write(e.text)
+        elif isinstance(e, ev.ReplyFinished):
+            if reply is not None:
+                if e.empty:
+                    await reply.finish("", f"(no answer — {key.replace('ctrl+', 'Ctrl+').title()} to retry)")
+                else:
+                    note = e.note or ("reply cancelled: partial text kept" if e.cancelled else "")
+                    await reply.finish(e.text, note, e.sources)
+            if e.empty:
+                self.log_line("the model answered nothing: not stored; the message is kept for resend", "warning")
+        elif isinstance(e, ev.ReplyFailed):
+            if reply is not None:
+                await reply.finish(e.partial, "reply interrupted" if e.partial else "no reply")
+            if e.kept:
+                self.chat_notice(f"No reply: {e.problem}. Your message is kept — press {key} to send it again.",
+                                 "error")
+            else:
+                self.chat_notice(f"Not sent: {e.problem}.", "error")
+            self.log_line(f"reply failed: {e.problem}", "error")
+        elif isinstance(e, ev.StoreFailed):
+            self.chat_notice(f"This exchange could not be stored: {e.problem}. It is kept here — press {key} to "
+                             "store it again (the model is not asked again).", "error")
+            self.log_line(f"storing failed: {e.problem}", "error")
+        elif isinstance(e, ev.TurnSettled):
+            self.drain_outbox()
+
+    def settle_reply(self, keep: bool = True, timeout: float = 15.0) -> bool:
+        """Cancel the reply in flight and wait until its exchange is stored (the message
+        and the partial reply, marked cancelled). Call it from a worker thread before a
+        session switch; the UI thread uses ``await settle_reply_async()``. True when settled."""
+        turn = self.turn
+        if turn is None or turn.settled.is_set():
+            return True
+        turn.cancel(keep=keep)
+        return turn.settled.wait(timeout)
+
+    async def settle_reply_async(self, keep: bool = True, timeout: float = 15.0) -> bool:
+        return await asyncio.to_thread(self.settle_reply, keep, timeout)
+
+    def store_outbox(self) -> int:
+        """Leaving with messages still queued: store each with its reply marked not sent,
+        so nothing typed is lost. (Blocking: a worker thread, or the last moments.)"""
+        session, items, self.outbox = self.session, list(self.outbox), []
+        if session is None or session.tree is None:
+            return 0
+        done = 0
+        for item in items:
+            try:
+                session.remember(item.text, "[not sent: Nexus was closed before this message was sent]",
+                                 index=False)
+                done += 1
+            except Exception as exc:
+                log.error("a queued message could not be stored: %s", exc)
+        return done
+
+    def action_resend(self) -> None:
+        """Ctrl+R: an exchange whose storing failed is stored again (the model is not asked
+        again); otherwise the last message without an answer is sent again."""
+        self._on_main_screen()
+        s = self.session
+        if s is not None and s.unstored:
+            self.store_again_worker(s)
+        elif s is not None and s.kept:
+            self.send(s.kept.pop())  # kept again if this one fails too
+        else:
+            self.chat_notice("Nothing to resend.")
+
+    @work(thread=True, group="reply-store")
+    def store_again_worker(self, session: ChatSession) -> None:
+        n = len(session.unstored)
+        done, problem = session.store_unstored()
+        if problem:
+            self.call_from_thread(self.chat_notice, f"Stored {done} of {n}; still not stored: {problem}. "
+                                  "Kept — press Ctrl+R to try again.", "error")
+        else:
+            self.call_from_thread(self.chat_notice, f"Stored {done} kept exchange(s).")

@@ -1,0 +1,191 @@
+"""Slash commands on session files: /new, /open, /rename, /delete, /sessions, /save, /load, /export."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from textual import work
+
+from . import commands as C
+from . import sessions
+from .long_tasks import Cancelled
+
+
+def human_size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+class SessionCommands:
+    """NexusApp's session-file commands (cmd_* run by run_command)."""
+
+    def named_session(self, name: str) -> Path | None:
+        """The session called ``name``, or None after saying there is none."""
+        path = sessions.find(name)
+        if path is None:
+            self.chat_notice(f"No session named {name!r}. /sessions lists them.", "warning")
+        return path
+
+    def switch_session(self, path: Path, announce: str) -> None:
+        if self.refused_while_busy():
+            return
+        self.open_session(path, announce)
+
+    def cmd_new(self, args: list[str]) -> None:
+        if args:
+            raise C.UsageError(C.BY_NAME["new"].usage)
+        path = sessions.new_session_path()
+        old = f" ({self.session_path.stem} stays: /open {self.session_path.stem})" if self.session else ""
+        self.switch_session(path, f"New session {path.stem}.{old}")
+
+    def cmd_open(self, args: list[str]) -> None:
+        if len(args) != 1:
+            raise C.UsageError(C.BY_NAME["open"].usage)
+        path = self.named_session(args[0])
+        if path is None:
+            return
+        if self.session is not None and path == self.session_path:
+            self.chat_notice(f"{path.stem} is already open.")
+            return
+        self.switch_session(path, f"Opened {path.stem}.")
+
+    def cmd_rename(self, args: list[str]) -> None:
+        if len(args) != 1:
+            raise C.UsageError(C.BY_NAME["rename"].usage)
+        self.need_session()
+        if self.refused_while_busy():
+            return
+        self.rename_worker(args[0])
+
+    @work(thread=True, exclusive=True, group="session")
+    def rename_worker(self, new_name: str) -> None:
+        old = self.session_path
+        self.close_session()  # the file is renamed closed: SQLite keeps its -wal beside it by name
+        try:
+            path = sessions.rename(old, new_name)
+        except (ValueError, OSError, sessions.SessionInUse) as exc:
+            self._open(old, f"Not renamed: {exc}.")
+            return
+        self._open(path, f"Renamed {old.stem} to {path.stem}.")
+
+    def cmd_delete(self, args: list[str]) -> None:
+        if len(args) != 1:
+            raise C.UsageError(C.BY_NAME["delete"].usage)
+        path = self.named_session(args[0])
+        if path is None:
+            return
+        if path == self.session_path:
+            self.chat_notice(f"{path.stem} is the open session: /open or /new another one first.", "warning")
+            return
+        asked = self._delete_asked.get(path)
+        if asked is None or time.monotonic() - asked > 30:
+            self._delete_asked[path] = time.monotonic()
+            _, size = sessions.footprint(path)
+            self.chat_notice(f"Delete {path.stem} ({human_size(size)}) for good? Type /delete {path.stem} "
+                             "again within 30 s to confirm.", "warning")
+            return
+        del self._delete_asked[path]
+        try:
+            sessions.delete(path)
+        except (OSError, sessions.SessionInUse) as exc:
+            self.chat_notice(f"Not deleted: {exc}.", "error")
+            return
+        self.chat_notice(f"Deleted {path.stem}.")
+
+    def cmd_sessions(self, args: list[str]) -> None:
+        rows = sessions.list_sessions()
+        if not rows:
+            self.chat_notice("No sessions yet.")
+            return
+        lines = ["Sessions (newest first; /open NAME switches, * is open):"]
+        for p, mtime, size in rows[:30]:
+            mark = "*" if p == self.session_path else " "
+            lines.append(f" {mark} {p.stem:<32} {time.strftime('%Y-%m-%d %H:%M', time.localtime(mtime))} "
+                         f"{human_size(size):>9}")
+        if len(rows) > 30:
+            lines.append(f"   … and {len(rows) - 30} more")
+        self.chat_notice("\n".join(lines))
+
+    def cmd_save(self, args: list[str]) -> None:
+        if len(args) > 1:
+            raise C.UsageError(C.BY_NAME["save"].usage)
+        s = self.need_session()
+        path = Path(args[0]).expanduser() if args else self.session_path.with_suffix(".json")
+        problem = sessions.export_refusal(path, self.session_path)
+        if problem:
+            self.chat_notice(f"Not saved: {problem}. Choose another file (e.g. {self.session_path.stem}.json).",
+                             "error")
+            return
+        s.tree.save(str(path), save_conversation=True)
+        self.chat_notice(f"Exported the tree to {path}.")
+
+    def cmd_load(self, args: list[str]) -> None:
+        if len(args) != 1:
+            raise C.UsageError(C.BY_NAME["load"].usage)
+        if self.refused_while_busy():
+            return
+        self.cancel_long.clear()
+        self.load_worker(Path(args[0]).expanduser())
+
+    @work(thread=True, exclusive=True, group="load")
+    def load_worker(self, path: Path) -> None:
+        from trace_core import CTree, VectorDatabase
+
+        stop = self.stop_check()
+        target = sessions.new_session_path()
+        staging = target.with_name(target.name + ".importing")  # not a session until complete
+        last = [0.0]
+
+        def progress(done: int, total: int) -> None:
+            if stop():
+                raise Cancelled
+            if time.monotonic() - last[0] >= 0.5 or done == total:
+                last[0] = time.monotonic()
+                self.ui(self.show_progress, "load", f"/load {path.name}: imported {done:,}/{total:,} exchanges"
+                        + (" (Esc cancels)" if done < total else ", writing the tree…"))
+
+        try:
+            self.ui(self.show_progress, "load", f"/load {path.name}: reading… (Esc cancels)")
+            tree = CTree.load(str(path), embed_fn=self._embed_fn, judge="embedding")
+            if stop():
+                raise Cancelled
+            db = VectorDatabase(str(staging))
+            try:
+                tree.use_store(db, progress=progress)
+            finally:
+                db.close()
+            sessions.move(staging, target)
+        except Cancelled:
+            sessions.discard(staging)
+            self.ui(self.end_progress, "load", f"/load {path.name} cancelled: nothing was imported.", "warning")
+            return
+        except Exception as exc:
+            sessions.discard(staging)
+            self.ui(self.end_progress, "load", f"Cannot load {path}: {exc}", "error")
+            return
+        done = f"Imported {path} ({len(tree.exchanges):,} exchanges) as a new session {target.stem}."
+        self.ui(self.end_progress, "load", done, "info", False)
+        self.ui(self.open_session, target, done)  # said once the switch has cleared the chat pane
+
+    def cmd_export(self, args: list[str]) -> None:
+        from .export import conversation_markdown, default_path, write_private
+
+        args = list(args)
+        with_tree = "--tree" in args
+        if with_tree:
+            args.remove("--tree")
+        if len(args) > 1:
+            raise C.UsageError(C.BY_NAME["export"].usage)
+        session = self.need_session()
+        path = Path(args[0]).expanduser() if args else default_path(self.session_path)
+        if path.is_dir():
+            path = path / default_path(self.session_path).name
+        text = conversation_markdown(session.tree, f"Nexus — {self.session_path.stem}", with_tree,
+                                     session.settings.system)
+        write_private(path, text)
+        self.chat_notice(f"Exported {len(session.tree.exchanges)} exchanges to {path.resolve()}"
+                         + (" (with the topic outline)." if with_tree else "."))

@@ -1,0 +1,176 @@
+"""Opening and closing a session in the app: the file, its history in the chat pane, the embedder."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from textual import work
+from textual.containers import VerticalScroll
+
+from trace_core import SessionFileError, SessionLockedError, SessionNotWritableError
+
+from . import events as ev
+from . import sessions
+from .chat import ChatSession
+from .history import HistoryPager, newest_from_file
+from .widgets import Notice, PastExchangeView
+
+log = logging.getLogger("nexus")
+
+
+def read_only_reason(locked: SessionLockedError | SessionNotWritableError) -> str:
+    """What a user reads when the session is written by another process, or cannot be written."""
+    if isinstance(locked, SessionNotWritableError):
+        return (f"This session file cannot be written ({locked.why}): opened read-only — you can read and "
+                "search it; /new starts another session.")
+    who = f"another Nexus (pid {locked.pid})" if locked.pid else "another Nexus"
+    return (f"This session is open in {who}: opened read-only — you can read and search it; "
+            "/new starts another session.")
+
+
+class SessionView:
+    """NexusApp's session: opened and closed in a worker; the app's state is set on the UI thread."""
+
+    @work(thread=True, exclusive=True, group="session")
+    def open_session(self, path: Path, announce: str = "") -> None:
+        self.close_session()
+        self._open(path, announce)
+
+    def close_session(self) -> None:
+        """(worker thread) Settle the reply, close the session file, clear the chat pane."""
+        if self.session is None:
+            return
+        self.settle_reply()  # the reply in flight is cancelled and stored in the session it belongs to
+        session, self.session = self.session, None
+        session.close()
+        self.history = None
+        self.call_from_thread(self._clear_chat)
+
+    def _clear_chat(self) -> None:
+        self.current_reply = None
+        self.query_one("#chat").remove_children()
+
+    def _open(self, path: Path, announce: str = "") -> None:
+        """(worker thread) Open ``path`` as the session and show its history."""
+        self.session_path = Path(path)
+        self.call_from_thread(self.update_header)
+        self._setup_file_log()
+        early = None  # the newest page, read from the file while the tree loads
+        if self.session_path.is_file():
+            try:
+                page, total = newest_from_file(self.session_path)
+                early = HistoryPager.after(page, total)
+                self.call_from_thread(self.show_history, early, page)
+            except Exception:  # a file the store refuses: the tree's opening below says why
+                early = None
+        session = ChatSession(self.config, self.session_path, self.post_event, self._embed_fn, self._search_fn)
+        try:
+            try:
+                tree = session.open()
+            except (SessionLockedError, SessionNotWritableError) as locked:  # read it, and say so
+                tree = session.open(read_only=True)
+                session.read_only_reason = read_only_reason(locked)
+                self.call_from_thread(self.chat_notice, session.read_only_reason, "warning")
+        except (SessionFileError, Exception) as exc:  # a corrupt file, a foreign file, a mismatched embedder
+            self.call_from_thread(self.chat_notice, f"Cannot open the session: {exc}. The file was left untouched. "
+                                  "Type /new to start a new session, or /open another.", "error")
+            self.post_event(ev.Notice(f"session error: {exc}", "error"))
+            return
+        self.session = session
+        sessions.remember(self.session_path)
+        past = tree.exchanges
+        n = len(past)
+        self.post_event(ev.Notice(f"session {self.session_path} ({n} exchanges)"))
+        if early is not None and self.history is early:
+            early.attach(past)
+            self.call_from_thread(self.history_attached)
+        else:
+            self.call_from_thread(self.show_history, HistoryPager(past))
+        if announce:
+            self.call_from_thread(self.chat_notice, announce)
+        self.call_from_thread(self.refresh_tree)
+        # the embedder loads here, in the worker: the first paint did not wait for it
+        try:
+            load = getattr(tree.embed_fn, "load", None)
+            if load:
+                load()
+            self.embedder_state = "ready"
+            backend = getattr(tree.embed_fn, "backend", "")
+            self.post_event(ev.Notice(f"embedder ready: {tree.embed_fn.name}" + (f" ({backend})" if backend else "")))
+        except Exception as exc:
+            self.embedder_state = "failed"
+            self.post_event(ev.Notice(f"embedder failed to load: {exc}", "error"))
+        self.call_from_thread(self.update_header)
+        self.call_from_thread(self._probe, "ready")
+        self.drain_outbox()  # messages typed while the session opened go now
+        if self.embedder_state == "ready" and tree.pending_parts():
+            # a session written before sentence indexing (or just imported): catch up in the
+            # background, a batch at a time, so a switch or /quit is not held up
+            stop, done = self.stop_check(), 0
+            try:
+                while not stop() and self.session is session:
+                    step = tree.index_pending(max_exchanges=64)
+                    if not step:
+                        break
+                    done += step
+            except Exception as exc:  # retrieval still works on message vectors
+                self.post_event(ev.Notice(f"sentence index not updated: {exc}", "warning"))
+            if done:
+                self.post_event(ev.Notice(f"indexed the sentences of {done} earlier exchanges"))
+
+    def _setup_file_log(self) -> None:
+        """One rotating, private, text-only log in the log folder (``nexus --paths``)."""
+        from .logs import setup_file_log
+
+        setup_file_log()
+        log.info("session %s", self.session_path)
+
+    async def show_history(self, pager: HistoryPager, page: list | None = None) -> None:
+        """A session opens: its last page of exchanges goes above anything in the chat
+        pane (``page``: read from the file already, while the tree loads)."""
+        self.history = pager
+        await self.load_earlier(page)
+        self.call_after_refresh(self._probe, "history")
+
+    def history_attached(self) -> None:
+        """The tree is open: a reader already at the top gets the earlier page now."""
+        chat = self.query_one("#chat", VerticalScroll)
+        if self.history is not None and self.history.remaining and chat.scroll_y <= 0:
+            self.call_later(self.load_earlier)
+
+    async def load_earlier(self, page: list | None = None) -> None:
+        """Mount the page before the oldest exchange shown, keeping what was on screen in place."""
+        pager = self.history
+        if pager is None or self._history_busy or (page is None and not (pager.remaining and pager.ready)):
+            return
+        self._history_busy = True  # one page at a time: pages must land in order
+        try:
+            chat = self.query_one("#chat", VerticalScroll)
+            shown = list(chat.query_children(PastExchangeView))
+            views = [PastExchangeView(x) for x in (pager.earlier() if page is None else page)]
+            for old in list(chat.query_children(".history-marker")):
+                await old.remove()
+            if chat.children:
+                await chat.mount_all(views, before=0)
+            else:
+                await chat.mount_all(views)
+            if pager.remaining:
+                marker = Notice(f"↑ {pager.remaining} earlier exchanges: scroll up to see them")
+                marker.add_class("history-marker")
+                await chat.mount(marker, before=0)
+        except BaseException:
+            self._history_busy = False
+            raise
+        if shown:  # paging back: the exchange that was at the top stays where the reader left it
+            def keep_place() -> None:
+                chat.scroll_to_widget(shown[0], top=True, animate=False, immediate=True)
+                self._history_busy = False
+
+            self.call_after_refresh(keep_place)
+        else:
+            self._history_busy = False
+
+    def _chat_scrolled(self, old: float, new: float) -> None:
+        if new <= 0 and self.history is not None and self.history.remaining:
+            self.call_later(self.load_earlier)
