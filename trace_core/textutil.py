@@ -41,6 +41,9 @@ _TOKEN = re.compile(r"[^\W_][\w'\-]*")
 _INNER = re.compile(r"['\-]")
 # what stands in for the missing side of an exchange (a transcript turn without a partner)
 PLACEHOLDERS = frozenset({"(no message)", "(no reply)"})
+# a line that is only a short bracketed note is the app's mark ("[reply cancelled]"),
+# not conversation text: names and summaries are made without it
+_MARK_LINE = re.compile(r"^[ \t]*\[[^\[\]\n]{1,40}\][ \t]*$", re.M)
 # a sentence ends at . ! ? and a space, or at a full-width 。！？ (no space follows in CJK)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*")
 
@@ -107,6 +110,7 @@ def salient_words(text: str, n: int = 3, df: DocumentFrequency | None = None) ->
     counts: Counter[str] = Counter()
     display: dict[str, str] = {}
     first: dict[str, int] = {}
+    text = _MARK_LINE.sub("", text)
     for i, w in enumerate(t.strip("'-") for t in _TOKEN.findall(text) if t[0].isalpha()):
         low = w.lower()
         if len(low) < (2 if _ideographic(low) else 3) or low in STOPWORDS:
@@ -157,7 +161,7 @@ def extractive_summary(exchanges: list[tuple[str, str]], limit: int = 300,
     sentences: list[str] = []
     for user, assistant in exchanges:
         for text in (user, assistant):
-            for sent in _SENTENCE.split(" ".join(text.split())):
+            for sent in _SENTENCE.split(" ".join(_MARK_LINE.sub("", text).split())):
                 if sent and sent not in sentences and sent not in PLACEHOLDERS:
                     sentences.append(sent)
 
