@@ -49,6 +49,7 @@ class ServerState:
     # LM Studio / Ollama model state: key -> {"type": "llm"|"vlm", "loaded": [instance ids]}
     catalogue: dict[str, dict] = field(default_factory=dict)
     refuse_load: set[str] = field(default_factory=set)
+    load_delay: dict[str, float] = field(default_factory=dict)  # key -> seconds a load takes (a slow swap)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -131,6 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
             key = (body or {}).get("model", "")
             if key in st.refuse_load or key not in st.catalogue:
                 return self._send(400, {"error": f"cannot load {key}"})
+            time.sleep(st.load_delay.get(key, 0.0))
             with st.lock:
                 inst = f"{key}"
                 st.catalogue[key].setdefault("loaded", []).append(inst)

@@ -331,13 +331,19 @@ async def test_load_shows_progress_and_esc_cancels_it(server, tmp_path, minilm, 
 class Terminal:
     """``python -m nexus`` in a real terminal (tmux)."""
 
-    def __init__(self, tmp: Path, name: str, session: Path) -> None:
+    def __init__(self, tmp: Path, name: str, session: Path, **env: str) -> None:
         self.name, self.rc = f"{name}-{os.getpid()}", tmp / f"{name}.rc"
-        env = {**os.environ, "NEXUS_DATA_DIR": str(tmp / "data"), "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
-               "TERM": "xterm-256color"}
+        env = {"NEXUS_DATA_DIR": str(tmp / "data"), "XDG_CONFIG_HOME": str(tmp / "cfg"),
+               "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "TERM": "xterm-256color", **env}
+        # a tmux server already running (someone else's terminal) starts the command with
+        # ITS environment: each setting goes with -e, or Nexus would use the real data folder
+        from nexus.config import ENV_MAP
+
+        env |= {var: "" for var in ENV_MAP if var not in env}  # empty: unset for Nexus
+        sets = [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
         cmd = f"{sys.executable} -m nexus --no-web --session {session}; echo EXITED $? > {self.rc}"
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "120", "-y", "40", cmd], env=env,
-                       check=True)
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "120", "-y", "40", *sets, cmd],
+                       env={**os.environ, **env}, check=True)
 
     def screen(self) -> str:
         return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True).stdout
