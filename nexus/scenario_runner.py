@@ -23,7 +23,8 @@ from trace_core import CTree
 from trace_core import events as tev
 from trace_core import scenarios as S
 
-from .treeinfo import TreeSnapshot, reorganize_lines, take_snapshot
+from .treeinfo import reorganize_lines
+from .treesnap import TreeSnapshot, take_snapshot
 
 JUDGES = ("embedding", "auto", "llm")
 

@@ -1,171 +1,22 @@
-"""What the tree pane, the inspector and /check show, computed without widgets.
+"""What the inspector, /check and the reorganisation log show, computed without widgets.
 
 Everything here reads the live tree under its lock and returns plain frozen data, so
 the UI renders a consistent picture while ``add()`` or a reorganisation runs in a
-worker thread. Walks are iterative and cycle-safe: a corrupted tree is reported,
-never looped on.
+worker thread. The structure the tree pane shows is ``nexus.treesnap``'s snapshot.
 """
 
 from __future__ import annotations
 
-import threading
 import weakref
-from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
-import numpy as np
+from .centroids import centroid_index
+from .treesnap import TreeSnapshot, snapshot_unlocked
 
 if TYPE_CHECKING:
     from trace_core import CTree
-    from trace_core.nodes import MessageNode, TopicNode
-
-
-# --- the structure, as the pane shows it --------------------------------------------------
-
-
-class TopicRow(NamedTuple):
-    """One topic as the pane shows it (a tuple: 5,000 of them are made per snapshot)."""
-
-    node_id: str
-    name: str
-    summary: str
-    start: int
-    end: int
-    parent_id: str | None
-    depth: int
-    # the children in tree order, copied at snapshot time; only their immutable parts
-    # (node_id, is_topic, an exchange's index and text) are read afterwards
-    children: tuple
-    exchanges_below: int
-    active: bool
-    topics_below: int = 0  # its descendants: the rows right after it in ``TreeSnapshot.order``
-
-    @property
-    def topic_ids(self) -> list[str]:
-        return [c.node_id for c in self.children if c.is_topic]
-
-    @property
-    def exchange_children(self) -> list[MessageNode]:
-        return [c for c in self.children if not c.is_topic]
-
-
-@dataclass(frozen=True)
-class TreeSnapshot:
-    topics: dict[str, TopicRow]
-    root_id: str
-    exchanges: int  # all exchanges, archived included
-    archived: int
-    max_children: int
-    depth: int  # levels of topics below ROOT
-    per_level: tuple[int, ...]  # topics at depth 1, 2, ...
-    fanout: dict[int, int]  # children per topic (topics + exchanges) -> how many topics
-    problem: str = ""  # a structural fault met while copying (a cycle, a shared node)
-    nodes: dict = field(default_factory=dict, compare=False, repr=False)  # topic id -> the live TopicNode
-    root_children: tuple = field(default=(), compare=False, repr=False)  # to tell whether it is current
-    cache: dict = field(default_factory=dict, compare=False, repr=False)  # the centroid matrix, once made
-    order: tuple = field(default=(), compare=False, repr=False)  # topic ids depth first, ROOT first
-
-    def is_current(self, tree: CTree) -> bool:
-        """Nothing added, archived or regrouped at the top since (the caller holds the
-        lock). A reorganisation deeper down is followed by a new snapshot in Nexus."""
-        return (self.exchanges == len(tree.exchange_view()) and self.archived == len(tree.archived)
-                and self.root_children == tuple(tree.root.children))
-
-    @property
-    def topic_count(self) -> int:
-        return len(self.topics) - 1  # ROOT is not a topic of the conversation
-
-    def path(self, node_id: str) -> list[TopicRow]:
-        """ROOT ... node, top down."""
-        out = []
-        row = self.topics.get(node_id)
-        while row is not None and len(out) <= len(self.topics):
-            out.append(row)
-            row = self.topics.get(row.parent_id) if row.parent_id else None
-        return out[::-1]
-
-    def title(self) -> str:
-        return f"depth {self.depth} · {self.topic_count} topics · {self.exchanges - self.archived} exchanges"
-
-
-def try_lock(tree: CTree, fn, *args):
-    """``fn(tree, *args)`` under the tree's lock if it is free now, else ``None`` (the UI
-    thread never waits for an ``add()`` that may be asking a model)."""
-    lock: threading.RLock = tree.lock
-    if not lock.acquire(blocking=False):
-        return None
-    try:
-        return fn(tree, *args)
-    finally:
-        lock.release()
-
-
-def take_snapshot(tree: CTree) -> TreeSnapshot:
-    with tree.lock:
-        return snapshot_unlocked(tree)
-
-
-def snapshot_unlocked(tree: CTree) -> TreeSnapshot:
-    """Copy the structure (the caller holds the lock). One pass, bottom-up counts."""
-    active = {id(t) for t in tree.active_path()}
-    order: list[tuple[TopicNode, str | None, int]] = []
-    seen: set[int] = set()
-    problem = ""
-    stack: list[tuple[TopicNode, str | None, int]] = [(tree.root, None, 0)]
-    while stack:
-        t, pid, depth = stack.pop()
-        if id(t) in seen:
-            problem = problem or f"topic {t.topic_name!r} ({t.node_id}) is reached twice: a cycle or a shared child"
-            continue
-        seen.add(id(t))
-        order.append((t, pid, depth))
-        for c in reversed(t.children):
-            if c.is_topic:
-                stack.append((c, t.node_id, depth + 1))
-    counts: dict[int, int] = {}
-    below: dict[int, int] = {}
-    rows: dict[str, TopicRow] = {}
-    nodes: dict[str, TopicNode] = {}
-    fanout: Counter = Counter()
-    per_level: Counter = Counter()
-    root = tree.root
-    for t, pid, depth in reversed(order):  # children before parents
-        kids = tuple(t.children)
-        xs = ts = 0
-        for c in kids:
-            if c.is_topic:
-                xs += counts.get(id(c), 0)
-                ts += below.get(id(c), 0) + 1
-            else:
-                xs += 1
-        counts[id(t)] = xs
-        below[id(t)] = ts
-        nodes[t.node_id] = t
-        rows[t.node_id] = TopicRow(t.node_id, t.topic_name, t.summary, t.start_index, t.end_index, pid, depth,
-                                   kids, xs, id(t) in active, ts)
-        if t is not root:
-            fanout[len(kids)] += 1
-            per_level[depth] += 1
-    depth = max(per_level) if per_level else 0
-    return TreeSnapshot(rows, tree.root.node_id, len(tree.exchange_view()), len(tree.archived), tree.max_children,
-                        depth, tuple(per_level[d] for d in range(1, depth + 1)), dict(sorted(fanout.items())),
-                        problem, nodes, tuple(root.children), order=tuple(t.node_id for t, _, _ in order))
-
-
-def find_topics(snap: TreeSnapshot, words: str) -> list[str]:
-    """Topics whose name or summary hold every word (case-insensitive), in tree order."""
-    terms = [w.lower() for w in words.split() if w.strip()]
-    if not terms:
-        return []
-    out = []
-    for tid, row in snap.topics.items():
-        if tid == snap.root_id:
-            continue
-        hay = f"{row.name}\n{row.summary}".lower()
-        if all(w in hay for w in terms):
-            out.append(tid)
-    return sorted(out, key=lambda t: (snap.topics[t].start, snap.topics[t].depth))
+    from trace_core.nodes import TopicNode
 
 
 # --- /check -------------------------------------------------------------------------------
@@ -264,62 +115,12 @@ class ExchangeDetail:
     parts: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())  # role -> indexed sentence parts
 
 
-_sum_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tree -> {topic id: (key, vector sum)}
-
-
-def _centroids(tree: CTree, snap: TreeSnapshot) -> tuple[dict[str, int], np.ndarray]:
-    """Every topic's unit centroid, one matrix row each in depth-first order (so a
-    topic's descendants are the rows right after it), made once per snapshot.
-
-    Sums are built bottom-up from the exchanges' vectors, children first (no recursion:
-    a 10,000-exchange tree can be 400 levels deep), and a topic's sum is reused from
-    the last matrix while its exchanges (count, range, children) are the same: after a
-    new exchange only the active path is summed again. The caller holds the lock."""
-    got = snap.cache.get("centroids")
-    if got is not None:
-        return got
-    old = _sum_cache.get(tree, {})
-    sums: dict[str, np.ndarray] = {}
-    new: dict[str, tuple] = {}
-    zero = None
-    for tid in reversed(snap.order):
-        r = snap.topics[tid]
-        key = (r.exchanges_below, r.start, r.end, len(r.children))
-        hit = old.get(tid)
-        if hit is not None and hit[0] == key:
-            s = hit[1]
-        else:
-            parts = [sums[c.node_id] if c.is_topic else tree.exchange_vector(c.index) for c in r.children]
-            if parts:
-                s = np.sum(parts, axis=0, dtype=np.float32)
-            else:
-                if zero is None:
-                    zero = np.zeros_like(tree.exchange_vector(0)) if len(tree.exchange_view()) else np.zeros(1)
-                s = zero
-        sums[tid] = s
-        new[tid] = (key, s)
-    _sum_cache[tree] = new
-    mat = np.array([sums[tid] for tid in snap.order], dtype=np.float32)
-    norms = np.linalg.norm(mat, axis=1)
-    norms[norms == 0] = 1.0
-    got = snap.cache["centroids"] = ({tid: i for i, tid in enumerate(snap.order)}, mat / norms[:, None])
-    return got
-
-
 def nearest_branches(tree: CTree, snap: TreeSnapshot, node_id: str, k: int = 5) -> tuple[Neighbour, ...]:
     """The ``k`` other branches nearest the topic by centroid cosine (ROOT, its
-    ancestors and its descendants excluded: they contain it or are contained)."""
-    pos, mat = _centroids(tree, snap)
-    i = pos[node_id]
-    sims = mat @ mat[i]
-    sims[i : i + 1 + snap.topics[node_id].topics_below] = -np.inf
-    sims[[pos[row.node_id] for row in snap.path(node_id)]] = -np.inf  # ROOT and the ancestors
-    k = min(k, int(np.isfinite(sims).sum()))
-    if k <= 0:
-        return ()
-    top = np.argpartition(-sims, k - 1)[:k]
-    top = top[np.argsort(-sims[top], kind="stable")]
-    return tuple(Neighbour(snap.order[j], tree.thread_path(snap.nodes[snap.order[j]]), float(sims[j])) for j in top)
+    ancestors and its descendants excluded: they contain it or are contained). The
+    caller holds the lock."""
+    near = centroid_index(tree, snap).nearest(snap, node_id, k)
+    return tuple(Neighbour(tid, tree.thread_path(snap.nodes[tid]), cos) for tid, cos in near)
 
 
 def _retrieval_for(tree: CTree, topic: TopicNode, report) -> RetrievalScores | None:
@@ -343,7 +144,7 @@ def _retrieval_for(tree: CTree, topic: TopicNode, report) -> RetrievalScores | N
 
 def topic_detail(tree: CTree, node_id: str, report=None, k: int = 5,
                  snap: TreeSnapshot | None = None) -> TopicDetail | None:
-    """``snap``: the pane's snapshot, reused while current (its centroid matrix too)."""
+    """``snap``: the pane's snapshot, reused while current."""
     with tree.lock:
         if snap is None or not snap.is_current(tree):
             snap = snapshot_unlocked(tree)
@@ -355,7 +156,8 @@ def topic_detail(tree: CTree, node_id: str, report=None, k: int = 5,
         kids = row.children
         n_topics = sum(1 for c in kids if c.is_topic)
         return TopicDetail(
-            node_id, row.name, row.summary, row.start, row.end, row.depth, tree.thread_path(topic), n_topics,
+            node_id, row.name, row.summary, row.start, row.end, snap.depth_of(node_id), tree.thread_path(topic),
+            n_topics,
             len(kids) - n_topics, snap.max_children, not row.active and not is_root, row.exchanges_below,
             () if is_root else nearest_branches(tree, snap, node_id, k), _retrieval_for(tree, topic, report),
             is_root)

@@ -3,7 +3,9 @@
 It renders from a ``TreeSnapshot`` copied under the tree's lock (never from nodes a
 worker may be moving). Children load when a node is expanded, so a 10,000-exchange
 tree costs only what is open; an update touches only the nodes whose children or
-labels changed (a new exchange adds one leaf and relabels its path). Marks: the
+labels changed (a new exchange adds one leaf and relabels its path). A snapshot row
+that is the same object as at the last update stands for an unchanged subtree
+(``nexus.treesnap``), so an update skips it whole, open or not. Marks: the
 active path (●), the branches that fed the last reply (★ score), what the last
 reorganisation merged (⇐, until the next exchange) and /find matches (highlighted).
 """
@@ -16,7 +18,7 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 from textual.worker import get_current_worker
 
-from .treeinfo import TopicRow, TreeSnapshot, find_topics, snapshot_unlocked, take_snapshot, try_lock
+from .treesnap import TopicRow, TreeSnapshot, find_topics, snapshot_unlocked, take_snapshot, try_lock
 
 SUMMARY = "summary"  # the key of a topic's summary line among its children
 
@@ -46,6 +48,8 @@ class MemoryTree(Tree):
         self._topic_nodes: dict[str, TreeNode] = {}  # topic id -> its node in the pane
         self._shown: dict[str, tuple] = {}  # topic id -> keys of the children shown under it
         self._sigs: dict[str, tuple] = {}  # topic id -> what its label shows
+        self._synced: dict[str, tuple] = {}  # topic id -> (row, marks generation) its open subtree shows
+        self._gen = 0  # bumped when the marks, matches or nodes to open change: every label is checked again
         self._held = None  # the user's (tree, injected) while a scenario's tree is shown
         self.updates = 0  # in-place updates applied (for tests and the bench)
         self.rebuilt = 0  # child lists rebuilt
@@ -57,8 +61,9 @@ class MemoryTree(Tree):
         if self._held is not None:  # a scenario is on screen: the user's tree waits
             self._held = (ctree, injected if injected is not None else self._held[1])
             return
-        if injected is not None:
+        if injected is not None and injected != self.injected:
             self.injected = injected
+            self._gen += 1
         self._show(ctree)
 
     def _show(self, ctree) -> None:
@@ -90,6 +95,8 @@ class MemoryTree(Tree):
         self._topic_nodes.clear()
         self._shown.clear()
         self._sigs.clear()
+        self._synced.clear()
+        self._gen += 1
         self.found.clear()
         self.marks.clear()
         self._reveal.clear()
@@ -134,6 +141,7 @@ class MemoryTree(Tree):
             return []
         ids = find_topics(self.snapshot, words)
         self.found = set(ids)
+        self._gen += 1
         for tid in ids[:expand_at_most]:
             for row in self.snapshot.path(tid)[:-1]:
                 self.expanded_ids.add(row.node_id)
@@ -145,6 +153,7 @@ class MemoryTree(Tree):
         return ids
 
     def _relabel(self) -> None:
+        self._gen += 1
         if self.snapshot is not None:
             self.apply(self.snapshot)
 
@@ -154,11 +163,13 @@ class MemoryTree(Tree):
         """Bring the pane in line with ``snap``, touching only what changed."""
         if self.marks and self._marks_at >= 0 and snap.exchanges != self._marks_at:
             self.marks = {}  # a new exchange since the reorganisation
+            self._gen += 1
         self.snapshot = snap
         self.updates += 1
         for tid in [t for t in self._reveal if t in snap.topics][:50]:
             self.expanded_ids.update(row.node_id for row in snap.path(tid)[:-1])
             self._reveal.discard(tid)
+            self._gen += 1
         self.border_title = snap.title()
         root = snap.topics[snap.root_id]
         label = Text(f"ROOT ({snap.exchanges} exchanges)")
@@ -202,6 +213,9 @@ class MemoryTree(Tree):
         todo = [(node, row)]
         while todo:
             node, row = todo.pop()
+            done = self._synced.get(row.node_id)
+            if done is not None and done[0] is row and done[1] == self._gen:
+                continue  # the same subtree, the same marks: nothing to do below it
             keys = self._keys(row)
             old = self._shown.get(row.node_id)
             if old is None or keys[: len(old)] != old:
@@ -233,6 +247,7 @@ class MemoryTree(Tree):
                     todo.append((child, crow))
                 if tid in self.expanded_ids and not child.is_expanded:
                     child.expand()
+            self._synced[row.node_id] = (row, self._gen)
 
     def get_label_width(self, node: TreeNode) -> int:
         """The label's cells plus its ▶/▼ icon, without rendering it (Textual renders
@@ -257,6 +272,7 @@ class MemoryTree(Tree):
                 self._topic_nodes.pop(n.data, None)
                 self._shown.pop(n.data, None)
                 self._sigs.pop(n.data, None)
+                self._synced.pop(n.data, None)
             stack.extend(n.children)
 
     # --- expansion ----------------------------------------------------------------------------
