@@ -11,13 +11,9 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.css.query import NoMatches
-from textual.message import Message
 from textual.widgets import Footer, Header
 
-from trace_core import events as tev
-
 from . import commands as C
-from . import events as ev
 from . import sessions
 from .actions import KeyActions
 from .chat import ChatSession, Turn
@@ -31,6 +27,7 @@ from .keys import APP_KEYS, validate_keys
 from .lifecycle import Lifecycle, server_problem
 from .long_tasks import Cancelled, LongTasks
 from .memory_commands import MemoryCommands
+from .messages import message_for
 from .palette import CommandProvider, SessionProvider
 from .replies import Outgoing, Replies
 from .scenario_runner import ScenarioController
@@ -42,17 +39,6 @@ __all__ = ["NexusApp", "NoSession", "Cancelled", "Outgoing", "CommandProvider", 
            "human_size", "read_only_reason", "server_problem"]  # names older code imports from here
 
 log = logging.getLogger("nexus")
-
-
-REPLY_EVENTS = (ev.ReplyStarted, ev.ReplyChunk, ev.ReplyFinished, ev.ReplyFailed, ev.StoreFailed, ev.TurnSettled)
-
-
-class EngineMessage(Message):
-    """An event from ChatSession or trace_core, posted from any thread."""
-
-    def __init__(self, event: object) -> None:
-        super().__init__()
-        self.event = event
 
 
 class NoSession(RuntimeError):
@@ -144,7 +130,12 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, SessionCo
     # --- messages from workers -----------------------------------------------------------
 
     def post_event(self, event: object) -> None:
-        self.post_message(EngineMessage(event))
+        """(any thread) An engine event, as the message of its kind (nexus/messages.py)."""
+        message = message_for(event)
+        if message is None:
+            log.debug("not an event: %r", event)
+            return
+        self.post_message(message)
 
     def log_line(self, text: str, level: str = "info") -> None:
         log.log(logging.getLevelName(level.upper()), "%s", text)
@@ -161,51 +152,6 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, SessionCo
             log.info("notice: %s", text)
             return
         chat.mount(Notice(text, level))
-
-    async def on_engine_message(self, message: EngineMessage) -> None:
-        e = message.event
-        if self._leaving and not isinstance(e, REPLY_EVENTS):  # the panes are going away: the file log only
-            log.info("%s", e)
-            return
-        if isinstance(e, REPLY_EVENTS):
-            await self.on_reply_event(e)
-        elif isinstance(e, ev.ReasoningChunk):  # reasoning_content: live in the folded section
-            reply = self.replies.get(e.turn)
-            if reply is not None:
-                await reply.think(e.text)
-        elif isinstance(e, ev.Retrieved):
-            self.show_report(e.report)
-        elif isinstance(e, ev.WebRouted):
-            if e.problem:
-                self.log_line(f"web: {e.reason}; search for {e.query!r} failed: {e.problem} — replying without it",
-                              "warning")
-            elif e.search:
-                self.log_line(f"web: {e.reason}; searched {e.query!r}: {e.results} results in {e.seconds:.2f} s")
-            else:
-                self.log_line(f"web: no search ({e.reason})", "debug")
-        elif isinstance(e, ev.Remembered):
-            self.log_line(f"remembered exchange #{e.exchange_index} in {e.thread_path}")
-            self.refresh_tree()
-        elif isinstance(e, ev.Notice):
-            self.log_line(e.text, e.level)
-        elif isinstance(e, ev.ModelStep):
-            self.log_line(f"model: {e.step} ({e.seconds:.2f} s){' — ' + e.detail if e.detail else ''}",
-                          "info" if e.ok else "error")
-        elif isinstance(e, ev.Progress):
-            self.log_line(f"{e.task}: {e.done}/{e.total}", "debug")
-        elif isinstance(e, tev.JudgeDecided):
-            self.log_line(f"judge {e.judge}: {e.action} → {e.topic} ({e.reason})")
-        elif isinstance(e, tev.LLMFailed):
-            self.log_line(f"memory model failed at {e.task}: {e.problem}; the embedding judge decided", "warning")
-        elif isinstance(e, tev.ReorganizeProgress):
-            self.log_line(f"reorganize: {e.phase} {e.done}/{e.total}", "debug")
-            if "reorganize" in self._progress:  # a /reorganize the user asked for (idle ones stay in the log)
-                self.show_progress("reorganize", f"/reorganize: {e.phase} {e.done:,}/{e.total:,}")
-        elif isinstance(e, tev.ReorganizeFinished):
-            self.log_line(f"reorganize: {e.merged} merged, {e.pruned} archived, {e.skipped} skipped in "
-                          f"{e.duration_secs:.2f} s")
-        elif isinstance(e, tev.EngineEvent):
-            self.log_line(str(e), e.level)
 
     # --- commands -----------------------------------------------------------------------------------
 

@@ -2,15 +2,94 @@
 
 from __future__ import annotations
 
+import logging
+
 from textual.css.query import NoMatches
 
+from . import messages as M
 from .inspector import NodeInspector
 from .treeinfo import reorganize_lines, reorganize_marks
 from .widgets import MemoryTree
 
+log = logging.getLogger("nexus")
+
 
 class EngineView:
     """NexusApp's view of engine events: each kind has its own message and handler (nexus.messages)."""
+
+    def on_screen(self, message: M.EngineMessage) -> bool:
+        """False once the app is leaving: the panes are going away, the file log has the event."""
+        if self._leaving:
+            log.info("%s", message.event)
+            return False
+        return True
+
+    # --- one handler per event kind (nexus/messages.py) ----------------------------------------
+
+    def on_notice_message(self, message: M.NoticeMessage) -> None:
+        if self.on_screen(message):
+            self.log_line(message.event.text, message.event.level)
+
+    def on_retrieved_message(self, message: M.RetrievedMessage) -> None:
+        if self.on_screen(message):
+            self.show_report(message.event.report)
+
+    def on_web_routed_message(self, message: M.WebRoutedMessage) -> None:
+        if not self.on_screen(message):
+            return
+        e = message.event
+        if e.problem:
+            self.log_line(f"web: {e.reason}; search for {e.query!r} failed: {e.problem} — replying without it",
+                          "warning")
+        elif e.search:
+            self.log_line(f"web: {e.reason}; searched {e.query!r}: {e.results} results in {e.seconds:.2f} s")
+        else:
+            self.log_line(f"web: no search ({e.reason})", "debug")
+
+    def on_remembered_message(self, message: M.RememberedMessage) -> None:
+        if self.on_screen(message):
+            self.log_line(f"remembered exchange #{message.event.exchange_index} in {message.event.thread_path}")
+            self.refresh_tree()
+
+    def on_model_step_message(self, message: M.ModelStepMessage) -> None:
+        if self.on_screen(message):
+            e = message.event
+            self.log_line(f"model: {e.step} ({e.seconds:.2f} s){' — ' + e.detail if e.detail else ''}",
+                          "info" if e.ok else "error")
+
+    def on_progress_message(self, message: M.ProgressMessage) -> None:
+        if self.on_screen(message):
+            self.log_line(f"{message.event.task}: {message.event.done}/{message.event.total}", "debug")
+
+    def on_judge_decided_message(self, message: M.JudgeDecidedMessage) -> None:
+        if self.on_screen(message):
+            e = message.event
+            self.log_line(f"judge {e.judge}: {e.action} → {e.topic} ({e.reason})")
+
+    def on_llm_failed_message(self, message: M.LlmFailedMessage) -> None:
+        if self.on_screen(message):
+            e = message.event
+            self.log_line(f"memory model failed at {e.task}: {e.problem}; the embedding judge decided", "warning")
+
+    def on_reorganize_progress_message(self, message: M.ReorganizeProgressMessage) -> None:
+        if not self.on_screen(message):
+            return
+        e = message.event
+        self.log_line(f"reorganize: {e.phase} {e.done}/{e.total}", "debug")
+        if "reorganize" in self._progress:  # a /reorganize the user asked for (idle ones stay in the log)
+            self.show_progress("reorganize", f"/reorganize: {e.phase} {e.done:,}/{e.total:,}")
+
+    def on_reorganize_finished_message(self, message: M.ReorganizeFinishedMessage) -> None:
+        if self.on_screen(message):
+            e = message.event
+            self.log_line(f"reorganize: {e.merged} merged, {e.pruned} archived, {e.skipped} skipped in "
+                          f"{e.duration_secs:.2f} s")
+
+    def on_engine_event_message(self, message: M.EngineEventMessage) -> None:
+        if self.on_screen(message):
+            self.log_line(str(message.event), message.event.level)
+
+    # --- the panes ------------------------------------------------------------------------------
 
     def show_report(self, r) -> None:
         ratio = f"{r.memory_tokens}/{r.full_history_tokens} tokens ({r.saved_ratio:.0%} of the full history)"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from textual import work
 
 from . import events as ev
+from . import messages as M
 from .chat import ChatSession, Turn
 from .widgets import AssistantMessage, PromptInput, UserMessage
 
@@ -100,46 +101,76 @@ class Replies:
         except Exception as exc:  # never a crash: the message is kept for resend
             self.post_event(ev.ReplyFailed(turn.text, turn.partial, f"{type(exc).__name__}: {exc}", turn.id))
 
-    async def on_reply_event(self, e) -> None:
-        reply = self.replies.get(getattr(e, "turn", 0))
-        if isinstance(e, ev.TurnSettled):
-            if self.replies.pop(e.turn, None) is self.current_reply:
-                self.current_reply = None
-            if self.turn is not None and self.turn.id == e.turn:
-                self.turn = None
-        if self._leaving:  # the exchange is stored by the worker; the screen is going away
-            if isinstance(e, (ev.ReplyFailed, ev.StoreFailed)):
-                log.error("while leaving: %s", e.problem)
+    # --- the reply's events, one handler per kind (nexus/messages.py) ---------------------------
+
+    def reply_widget(self, turn: int) -> AssistantMessage | None:
+        """The turn's reply in the chat pane; None once the pane was cleared (/new, /clear)."""
+        reply = self.replies.get(turn)
+        return reply if reply is not None and reply.is_attached else None
+
+    def resend_key(self) -> str:
+        return self.config.keys.get("resend", "ctrl+r")
+
+    async def on_reasoning_chunk_message(self, message: M.ReasoningChunkMessage) -> None:
+        """reasoning_content: live in the reply's folded section."""
+        if not self.on_screen(message):
             return
-        if reply is not None and not reply.is_attached:  # the chat pane was cleared
-            reply = None
-        key = self.config.data.get("keys", {}).get("resend", "ctrl+r")
-        if isinstance(e, ev.ReplyChunk):
-            if reply is not None:
-                await reply.write(e.text)
-        elif isinstance(e, ev.ReplyFinished):
-            if reply is not None:
-                if e.empty:
-                    await reply.finish("", f"(no answer — {key.replace('ctrl+', 'Ctrl+').title()} to retry)")
-                else:
-                    note = e.note or ("reply cancelled: partial text kept" if e.cancelled else "")
-                    await reply.finish(e.text, note, e.sources)
+        reply = self.replies.get(message.event.turn)
+        if reply is not None:
+            await reply.think(message.event.text)
+
+    async def on_reply_chunk_message(self, message: M.ReplyChunkMessage) -> None:
+        reply = None if self._leaving else self.reply_widget(message.event.turn)
+        if reply is not None:
+            await reply.write(message.event.text)
+
+    async def on_reply_finished_message(self, message: M.ReplyFinishedMessage) -> None:
+        e = message.event
+        if self._leaving:  # the exchange is stored by the worker; the screen is going away
+            return
+        reply = self.reply_widget(e.turn)
+        if reply is not None:
             if e.empty:
-                self.log_line("the model answered nothing: not stored; the message is kept for resend", "warning")
-        elif isinstance(e, ev.ReplyFailed):
-            if reply is not None:
-                await reply.finish(e.partial, "reply interrupted" if e.partial else "no reply")
-            if e.kept:
-                self.chat_notice(f"No reply: {e.problem}. Your message is kept — press {key} to send it again.",
-                                 "error")
+                key = self.resend_key()
+                await reply.finish("", f"(no answer — {key.replace('ctrl+', 'Ctrl+').title()} to retry)")
             else:
-                self.chat_notice(f"Not sent: {e.problem}.", "error")
-            self.log_line(f"reply failed: {e.problem}", "error")
-        elif isinstance(e, ev.StoreFailed):
-            self.chat_notice(f"This exchange could not be stored: {e.problem}. It is kept here — press {key} to "
-                             "store it again (the model is not asked again).", "error")
-            self.log_line(f"storing failed: {e.problem}", "error")
-        elif isinstance(e, ev.TurnSettled):
+                note = e.note or ("reply cancelled: partial text kept" if e.cancelled else "")
+                await reply.finish(e.text, note, e.sources)
+        if e.empty:
+            self.log_line("the model answered nothing: not stored; the message is kept for resend", "warning")
+
+    async def on_reply_failed_message(self, message: M.ReplyFailedMessage) -> None:
+        e = message.event
+        if self._leaving:
+            log.error("while leaving: %s", e.problem)
+            return
+        reply = self.reply_widget(e.turn)
+        if reply is not None:
+            await reply.finish(e.partial, "reply interrupted" if e.partial else "no reply")
+        if e.kept:
+            self.chat_notice(f"No reply: {e.problem}. Your message is kept — press {self.resend_key()} to send "
+                             "it again.", "error")
+        else:
+            self.chat_notice(f"Not sent: {e.problem}.", "error")
+        self.log_line(f"reply failed: {e.problem}", "error")
+
+    def on_store_failed_message(self, message: M.StoreFailedMessage) -> None:
+        e = message.event
+        if self._leaving:
+            log.error("while leaving: %s", e.problem)
+            return
+        self.chat_notice(f"This exchange could not be stored: {e.problem}. It is kept here — press "
+                         f"{self.resend_key()} to store it again (the model is not asked again).", "error")
+        self.log_line(f"storing failed: {e.problem}", "error")
+
+    def on_turn_settled_message(self, message: M.TurnSettledMessage) -> None:
+        """The turn is over and its exchange stored (or kept): the next queued message may go."""
+        turn = message.event.turn
+        if self.replies.pop(turn, None) is self.current_reply:
+            self.current_reply = None
+        if self.turn is not None and self.turn.id == turn:
+            self.turn = None
+        if not self._leaving:
             self.drain_outbox()
 
     def settle_reply(self, keep: bool = True, timeout: float = 15.0) -> bool:
