@@ -23,6 +23,12 @@ class LongTasks:
         worker = get_current_worker()
         return lambda: worker.is_cancelled or self.cancel_long.is_set()
 
+    def quit_check(self):
+        """(worker thread) A test for "Nexus is closing" (/quit, Ctrl+Q, a signal, the app
+        exiting): a blocking call in flight is then given up, not waited for (nexus/abandon.py)."""
+        worker = get_current_worker()
+        return lambda: worker.is_cancelled or self._leaving
+
     def ui(self, fn, *args) -> None:
         """(worker thread) ``call_from_thread`` unless the app is shutting down."""
         if not self.is_running:

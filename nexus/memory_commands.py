@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual import work
 
 from . import commands as C
+from .abandon import Abandoned, call_abandonable
 from .treeinfo import check_health
 from .widgets import MemoryTree
 
@@ -86,7 +87,13 @@ class MemoryCommands:
     @work(thread=True, exclusive=True, group="memory")
     def reorganize_worker(self, threshold, prune) -> None:
         try:
-            res = self.need_session().reorganize(threshold, prune or None, should_stop=self.stop_check())
+            # an LLM merge veto can take as long as the server likes: closing does not wait for
+            # it. The round in flight is never applied and rounds are written in one
+            # transaction each, so the file stays as before or as after a whole round.
+            res = call_abandonable(self.need_session().reorganize, threshold, prune or None, self.stop_check(),
+                                   give_up=self.quit_check(), name="reorganize")
+        except Abandoned:
+            return
         except Exception as exc:
             self.ui(self.end_progress, "reorganize", f"Reorganisation failed: {exc}", "error")
             return
@@ -131,7 +138,7 @@ class MemoryCommands:
         from .ingest import ingest
 
         try:
-            lines = ingest(self, target, stop=self.stop_check())
+            lines = ingest(self, target, stop=self.stop_check(), quitting=self.quit_check())
         except Exception as exc:  # the app never crashes on a command
             lines = [(f"/ingest failed: {exc}", "error")]
             self.ui(self.chat_notice, lines[0][0], "error")
