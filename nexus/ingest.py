@@ -148,7 +148,7 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
             emit(ev.Notice(f"ingest: {exc}", "error"))
     if not prepared:
         return lines
-    text_model = session.model or session.resolve_model()
+    text_model = session.model or call_abandonable(session.resolve_model, give_up=quitting, name="list models")
     timeout = float(cfg["load_timeout"])
     done = cancelled = 0
     given_up = False
@@ -205,11 +205,15 @@ def ingest(app, target: str, stop=lambda: False, quitting=lambda: False) -> list
     from .models import ModelManager, detect
 
     session = app.session
-    manager = app.model_manager or ModelManager(
-        detect(session.config.base_url, str(session.config.get("server", "kind")),
-               float(session.config.get("ingest", "load_timeout"))), app.post_event)
-    app.model_manager = manager
-    return ingest_images(session, manager, target, app.post_event,
-                         on_line=lambda text, level: app.ui(app.chat_notice, text, level),
-                         on_progress=lambda text: app.ui(app.show_progress, "ingest", text),
-                         stop=stop, on_vision=lambda busy: app.ui(app.set_vision_busy, busy), quitting=quitting)
+    try:
+        manager = app.model_manager or ModelManager(
+            call_abandonable(detect, session.config.base_url, str(session.config.get("server", "kind")),
+                             float(session.config.get("ingest", "load_timeout")), give_up=quitting,
+                             name="detect the server kind"), app.post_event)
+        app.model_manager = manager
+        return ingest_images(session, manager, target, app.post_event,
+                             on_line=lambda text, level: app.ui(app.chat_notice, text, level),
+                             on_progress=lambda text: app.ui(app.show_progress, "ingest", text),
+                             stop=stop, on_vision=lambda busy: app.ui(app.set_vision_busy, busy), quitting=quitting)
+    except Abandoned:  # closing before the models were swapped: nothing was described
+        return [("Ingest stopped: Nexus is closing.", "warning")]

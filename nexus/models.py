@@ -181,8 +181,13 @@ class ModelManager:
                                        "closing)"))
                 start_detached(lambda: self._swap_back(text_model, text_instances, vision_loaded, lambda e: None),
                                name="model: swap back")
-            else:
-                self._swap_back(text_model, text_instances, vision_loaded, self.emit)
+            else:  # closing while it runs (a slow load): it goes on alone, its events dropped
+                quiet_when_closing = lambda e: None if give_up() else self.emit(e)  # noqa: E731
+                try:
+                    call_abandonable(self._swap_back, text_model, text_instances, vision_loaded, quiet_when_closing,
+                                     give_up=give_up, name="model: swap back")
+                except Abandoned:
+                    pass
 
     def _swap_back(self, text_model: str, text_instances: list[Loaded], vision_loaded: list[Loaded], emit) -> None:
         b = self.backend

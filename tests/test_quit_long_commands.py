@@ -101,6 +101,59 @@ def test_quit_during_a_long_ingest_exits_within_2_s_and_keeps_every_described_im
         tree.vdb.close()
 
 
+def test_quit_while_the_text_model_loads_again_after_esc_exits_within_2_s(tmp_path):
+    """/ingest, Esc after two images: the swap back to the text model hangs (30 s load).
+    /quit does not wait for it; every image described before Esc is stored."""
+    from PIL import Image
+
+    vision = []
+
+    def respond(req):
+        if isinstance(req["messages"][-1]["content"], list):
+            vision.append(1)
+            return Reply(f"Picture number {len(vision)}.", delay=0.5)
+        return Reply('{"action": "continue"}' if req.get("response_format") else "ok")
+
+    def reloads(server) -> int:
+        return sum(1 for r in list(server.state.requests) if r.path.rstrip("/") == "/api/v1/models/load"
+                   and (r.body or {}).get("model") == "test-model")
+
+    folder = tmp_path / "pics"
+    folder.mkdir()
+    for i in range(20):
+        Image.new("RGB", (64, 48), (10 * i, 20, 200)).save(folder / f"p{i:02d}.jpg")
+    env = {"NEXUS_VISION_MODEL": "qwen2-vl", "NEXUS_SERVER_KIND": "lmstudio", "NEXUS_JUDGE": "embedding"}
+    with ScriptedServer() as server:
+        server.state.catalogue = {"test-model": {"type": "llm", "loaded": ["test-model"]},
+                                  "qwen2-vl": {"type": "vlm"}}
+        server.state.load_delay = {"test-model": 30.0}
+        server.respond(respond)
+        baseline = idle_quit(tmp_path, server, **env)
+        session = tmp_path / "s.db"
+        term = ServedTerminal(tmp_path, "esc", session, server, **env)
+        try:
+            term.wait("embedder ready", 120)
+            term.send(f"/ingest {folder}")
+            term.wait("Ingested p01.jpg (2/20)", 60)
+            subprocess.run(["tmux", "send-keys", "-t", term.name, "Escape"], check=True)
+            wait_until(lambda: reloads(server) >= 1, 30, "the text model's reload")
+            time.sleep(0.5)  # well inside the hanging load
+            took = term.quit()
+        finally:
+            term.close()
+    print(f"/quit while the text model loads again: {took:.2f} s; with nothing running: {baseline:.2f} s")
+    assert took <= baseline + 2.0, f"/quit took {took:.2f} s, with nothing running {baseline:.2f} s"
+    assert term.rc.read_text().split() == ["EXITED", "0"]
+    tree = CTree.open(str(session), judge="embedding", read_only=True)
+    try:
+        check_invariants(tree)
+        ingested = [x.assistant for x in tree.exchanges if x.user.startswith("/ingest")]
+        assert 2 <= len(ingested) < 20
+        assert ingested == [f"Picture number {k}." for k in range(1, len(vision) + 1)]  # every one described
+    finally:
+        tree.vdb.close()
+
+
 def test_quit_during_a_long_reorganize_exits_within_2_s_and_the_file_is_as_before(tmp_path, minilm):
     """/reorganize with the LLM judge ("auto"): three merge vetoes answered, the fourth
     hangs (60 s). /quit gives it up; the round it was in was never applied, so the file
