@@ -196,3 +196,46 @@ def test_quit_during_a_long_reorganize_exits_within_2_s_and_the_file_is_as_befor
         assert len(reopened.exchanges) == 100
     finally:
         reopened.vdb.close()
+
+
+def test_quit_during_a_long_cpu_bound_reorganize_leaves_the_file_before_or_after(tmp_path, minilm):
+    """No LLM (the embedding judge): /reorganize of 1,000 exchanges in 200 alike topics
+    takes seconds of CPU. /quit mid-way: the file reopens consistent, with every
+    exchange, either as before or with whole rounds of merges applied."""
+    export = tmp_path / "big.json"
+    big_export(export, 1000)
+    session = tmp_path / "s.db"
+    tree = CTree.load(str(export), embed_fn=minilm, judge="embedding")
+    db = VectorDatabase(str(session))
+    tree.use_store(db)
+    before = tree.snapshot()
+    texts = [(x.user, x.assistant) for x in tree.exchanges]
+    topics = sum(1 for _ in tree.iter_topics())
+    db.close()
+    with ScriptedServer() as server:
+        baseline = idle_quit(tmp_path, server, NEXUS_JUDGE="embedding")
+        term = ServedTerminal(tmp_path, "cpu", session, server, NEXUS_JUDGE="embedding")
+        try:
+            term.wait("embedder ready", 120)
+            term.send("/reorganize")
+            term.wait("/reorganize: ", 30)
+            started = time.monotonic()
+            time.sleep(1.5)  # inside the run (it takes several seconds here)
+            assert "Reorganised:" not in term.screen(), "finished before /quit: make the session bigger"
+            took = term.quit()
+            ran = time.monotonic() - started
+        finally:
+            term.close()
+    print(f"/quit during a CPU-bound /reorganize ({ran - took:.1f} s in): {took:.2f} s; "
+          f"with nothing running: {baseline:.2f} s")
+    assert took <= baseline + 2.0, f"/quit during /reorganize took {took:.2f} s, with nothing running {baseline:.2f} s"
+    assert term.rc.read_text().split() == ["EXITED", "0"]
+    reopened = CTree.open(str(session), judge="embedding", embed_fn=minilm, read_only=True)
+    try:
+        check_invariants(reopened)
+        assert [(x.user, x.assistant) for x in reopened.exchanges] == texts
+        after = reopened.snapshot()
+        print(f"reopened {'as before' if after == before else 'after whole rounds'}: "
+              f"{sum(1 for _ in reopened.iter_topics())} topics (were {topics})")
+    finally:
+        reopened.vdb.close()
