@@ -1,14 +1,26 @@
-"""Retrieval on LoCoMo: TRACE's memory block against flat RAG at the same token budget.
+"""Retrieval on LoCoMo: TRACE's memory block against flat RAG at the same token budget,
+in sample and leave-one-conversation-out.
 
-    python -m bench.locomo --data DIR [--budgets 500,1000,2000] [--json OUT]
+    python -m bench.locomo [--data DIR] [--budgets 500,1000,2000] [--json OUT] [--grid full|small|none]
 
 For each conversation: ingest its turns through ``CTree`` (``judge="embedding"``,
 MiniLM), run the idle-time sentence index (``CTree.index_pending``, timed apart), then
-for every question of categories 1-4 take the memory block
-``PromptSynthesizer`` would inject at each budget (query = the question, no recent
-window) and measure evidence recall: the fraction of the question's evidence turns
-whose text is in the block (whitespace-normalised; a turn longer than 300 characters
-counts when its first 200 characters are there).
+for every question of categories 1-4 take the memory block ``PromptSynthesizer`` would
+inject at each budget (query = the question, no recent window) and measure evidence
+recall: the fraction of the question's evidence turns whose text is in the block
+(whitespace-normalised; a turn longer than 300 characters counts when its first 200
+characters are there).
+
+Each conversation's tree is built once; only synthesis is re-run for each setting of a
+small grid over ``SynthesisParams`` (embeddings cached). Leave-one-conversation-out:
+for each conversation, the setting with the best recall on the other three (questions
+pooled, mean over the budgets) is scored on it; the figure pools those held-out scores.
+
+Misses (evidence turns not in the block) are counted by LoCoMo category (1 multi-hop,
+2 temporal, 3 open-domain, 4 single-hop) and by cause: ``not retrieved`` (the turn is no
+candidate at all), ``ranked out`` (a candidate, but the turns ranked above it fill the
+budget by their own text alone), ``packing`` (it would fit by rank, but the block's
+headers, date lines or greedy packing left it out).
 
 Baselines, same run, same turns, same embedder, same token count, same per-turn
 clipping: fill the budget with top-ranked single turns by dense cosine, by BM25
@@ -19,6 +31,8 @@ clipping: fill the budget with top-ranked single turns by dense cosine, by BM25
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import json
 import os
 import re
@@ -26,18 +40,24 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from bench.locomo_data import Conversation, default_data_dir, load_dir
 from trace_core import CTree, PromptSynthesizer
-from trace_core.embedders import MiniLMEmbedder
+from trace_core.embedders import Embedder, MiniLMEmbedder
 from trace_core.store import fts_query
+from trace_core.synthesis import SynthesisParams
 from trace_core.synthesizer import RetrievalReport, clip_text, short_date
 from trace_core.tokens import count_tokens
 
-CATEGORIES = {1, 2, 3, 4}
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+CAUSES = ("not retrieved", "ranked out", "packing")
 MAX_CHARS = 480  # per message, for ours and the baselines alike
+BASELINES = ("dense", "bm25", "rrf")
 
 
 def norm(text: str) -> str:
@@ -73,6 +93,29 @@ def fill(order: list[int], lines: list[str], budget: int) -> str:
     return "\n".join(out)
 
 
+class CachedEmbedder(Embedder):
+    """MiniLM with a cache by text: every setting of the grid reads the same questions."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.cache: dict[str, np.ndarray] = {}
+        self._dim: int | None = None
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        missing = list(dict.fromkeys(t for t in texts if t not in self.cache))
+        if missing:
+            for t, v in zip(missing, self.inner.embed_batch(missing)):
+                self.cache[t] = v
+        return np.array([self.cache[t] for t in texts])
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = self.inner.dim
+        return self._dim
+
+
 class FlatBaselines:
     def __init__(self, conv: Conversation, emb) -> None:
         self.ids: list[str] = []
@@ -106,122 +149,330 @@ class FlatBaselines:
         return sorted(score, key=lambda i: -score[i])
 
 
-def turn_ranking(report: RetrievalReport, conv: Conversation) -> list[str]:
-    out = []
-    for i, role in report.ranking:
-        did = conv.exchanges[i].role_ids.get(role)
-        if did:
-            out.append(did)
+@dataclass
+class Question:
+    text: str
+    vector: np.ndarray
+    category: int
+    evidence: list[str]  # dia ids
+    units: dict[str, tuple[int, str]]  # dia id -> (exchange index, role)
+    baseline: dict[int, dict[str, float]] = field(default_factory=dict)  # budget -> method -> recall
+
+
+@dataclass
+class Prepared:
+    """One conversation, built once: its tree and its questions with baseline recalls."""
+
+    conv: Conversation
+    tree: CTree
+    questions: list[Question]
+    unit_cost: dict[tuple[int, str], int]  # a message's line tokens, without headers or dates
+    history_tokens: int = 0
+
+
+@dataclass
+class Evaluation:
+    """One setting on one conversation: recall per question per budget, and the misses."""
+
+    recall: dict[int, list[float]]  # budget -> per question
+    misses: dict[int, Counter]  # budget -> Counter[(category, cause)]
+    seconds: list[float]  # synthesis per question (all budgets), query embeddings excluded
+
+
+def prepare(conv: Conversation, emb: CachedEmbedder, path: str, budgets: Sequence[int]) -> tuple[Prepared, float, float]:
+    t0 = time.perf_counter()
+    tree = CTree.open(path, judge="embedding", embed_fn=emb)
+    if len(tree.exchanges) != len(conv.exchanges):  # a kept tree (``--keep``) is reused as is
+        for x in conv.exchanges[len(tree.exchanges):]:
+            tree.add(x.messages(), timestamp=x.timestamp)
+    ingest = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    tree.index_pending()  # the idle-time sentence index (Nexus runs it after each reply)
+    index = time.perf_counter() - t0
+    flat = FlatBaselines(conv, emb)
+    raw = [q for q in conv.questions if q.get("category") in CATEGORIES]
+    vecs = emb.embed_batch([q["question"] for q in raw])
+    where = {did: (i, role) for i, x in enumerate(conv.exchanges) for role, did in x.role_ids.items()}
+    questions = []
+    for q, v in zip(raw, vecs):
+        ev = evidence_ids(q, conv.turns)
+        if not ev:
+            continue
+        item = Question(q["question"], v, q["category"], ev, {e: where[e] for e in ev if e in where})
+        d = flat.dense(v)
+        k = flat.bm25(q["question"])
+        orders = {"dense": d, "bm25": k, "rrf": flat.rrf(d, k)}
+        for b in budgets:
+            item.baseline[b] = {}
+            for m, order in orders.items():
+                nb = norm(fill(order, flat.lines, b))
+                item.baseline[b][m] = sum(turn_in(nb, conv.turns[e]) for e in ev) / len(ev)
+        questions.append(item)
+    cost = {}
+    for i, x in enumerate(conv.exchanges):
+        for role, did in x.role_ids.items():
+            cost[(i, role)] = count_tokens("- " + clip_text(x.turn_texts[did], MAX_CHARS)) + 1
+    prep = Prepared(conv, tree, questions, cost)
+    with PromptSynthesizer(ctree=tree, vector_db=tree.vdb, max_message_chars=MAX_CHARS) as synth:
+        prep.history_tokens = synth.full_history_tokens()
+    return prep, ingest, index
+
+
+def cause(unit: tuple[int, str] | None, ranking: list[tuple[int, str]], cost: dict, budget: int) -> str:
+    """Why an evidence turn missed the block (see the module's doc)."""
+    if unit is None or unit not in ranking:
+        return "not retrieved"
+    pos = ranking.index(unit)
+    own = sum(cost.get(u, 0) for u in ranking[: pos + 1])
+    return "packing" if own <= budget else "ranked out"
+
+
+def cached_finder(synth: PromptSynthesizer, cache: dict) -> None:
+    """Settings that differ only after the candidate stage reuse its result per question
+    (the bench's shortcut: a grid re-runs fusion, selection and rendering)."""
+    finder = synth._finder
+    find = finder.find
+    key = tuple(getattr(synth.params, f) for f in CANDIDATE_FIELDS) + (
+        bool(synth.params.neighbour_weight), bool(synth.params.date_weight))
+
+    def cached(query, *args):
+        timings = args[-1]
+        k = key + (query,)
+        if k not in cache:
+            cache[k] = (find(query, *args), dict(timings))
+        result, t = cache[k]
+        timings.update(t)
+        return result
+
+    finder.find = cached
+
+
+def evaluate(prep: Prepared, params: SynthesisParams, budgets: Sequence[int], cache: dict | None = None) -> Evaluation:
+    recall = {b: [] for b in budgets}
+    misses = {b: Counter() for b in budgets}
+    seconds = []
+    turns = prep.conv.turns
+    with PromptSynthesizer(ctree=prep.tree, vector_db=prep.tree.vdb, params=params) as synth:
+        if cache is not None:
+            cached_finder(synth, cache)
+        for q in prep.questions:
+            reports = [RetrievalReport(query=q.text, memory_token_budget=b) for b in budgets]
+            t = time.perf_counter()
+            blocks = synth.memory_blocks(q.text, q.vector, [], 3, 2, 0.50, list(zip(budgets, reports)))
+            seconds.append(time.perf_counter() - t - reports[0].embed_seconds)
+            for b, block, report in zip(budgets, blocks, reports):
+                nb = norm(block)
+                hit = 0
+                for e in q.evidence:
+                    if turn_in(nb, turns[e]):
+                        hit += 1
+                    else:
+                        misses[b][(q.category, cause(q.units.get(e), report.ranking, prep.unit_cost, b))] += 1
+                recall[b].append(hit / len(q.evidence))
+    return Evaluation(recall, misses, seconds)
+
+
+# the candidate stage's inputs: settings that share them share candidates (cached)
+CANDIDATE_FIELDS = ("min_relevance", "candidates", "topic_candidates", "common_word_share", "focus_query",
+                    "use_parts", "part_candidates", "neighbour_seeds", "keyword_candidates", "prf_weight",
+                    "prf_docs", "neighbour_relevance")
+
+GRIDS = {
+    # signals one at a time, default fusion (exploration)
+    "signals": {"prf_weight": (0.0, 0.2, 0.4), "neighbour_relevance": (None, 0.2, 0.1)},
+    "small": {"keyword": (2.0, 4.0), "neighbour_weight": (0.3, 0.5)},
+    "full": {"keyword": (2.0, 4.0, 6.0), "neighbour_weight": (0.3, 0.5, 0.7), "neighbour_relevance": (0.1, 0.0),
+             "group_depth": (2, 1)},
+}
+
+
+def grid(kind: str) -> list[SynthesisParams]:
+    """The settings compared (``min_relevance`` is no axis: never below 0.30, issue 15.4)."""
+    base = SynthesisParams(max_message_chars=MAX_CHARS)
+    out = [base]
+    axes = GRIDS.get(kind, {})
+    for values in itertools.product(*axes.values()):
+        change = dict(zip(axes, values))
+        wd, wk, wb = base.weights
+        weights = (wd, change.pop("keyword", wk), change.pop("branch", wb))
+        p = dataclasses.replace(base, weights=weights, **change)
+        if p not in out:
+            out.append(p)
     return out
 
 
-def run(data: str, budgets: list[int]) -> dict:
-    emb = MiniLMEmbedder()
-    emb.load()
+def describe(p: SynthesisParams) -> str:
+    """The fields that differ from the defaults."""
+    base = SynthesisParams(max_message_chars=MAX_CHARS)
+    diff = [f"{f.name}={getattr(p, f.name)}" for f in dataclasses.fields(p)
+            if getattr(p, f.name) != getattr(base, f.name)]
+    return " ".join(diff) or "the defaults"
+
+
+def pooled(values: list[list[float]]) -> float:
+    flat = [v for vs in values for v in vs]
+    return sum(flat) / len(flat) if flat else 0.0
+
+
+def leave_one_out(results: dict[int, dict[str, Evaluation]], names: list[str], budgets: Sequence[int]) -> dict:
+    """For each conversation, the setting best on the other three (pooled questions, mean
+    over budgets), scored on it."""
+    folds = {}
+    for held in names:
+        train = [n for n in names if n != held]
+
+        def score(s: int) -> float:
+            return statistics.mean(pooled([results[s][n].recall[b] for n in train]) for b in budgets)
+
+        best = max(results, key=lambda s: (score(s), -s))  # ties: the earlier setting
+        folds[held] = best
+    out = {"folds": folds, "recall": {}, "misses": {}}
+    for b in budgets:
+        out["recall"][b] = pooled([results[folds[n]][n].recall[b] for n in names])
+        c = Counter()
+        for n in names:
+            c.update(results[folds[n]][n].misses[b])
+        out["misses"][b] = c
+    return out
+
+
+def run(data: str, budgets: list[int], grid_kind: str, keep: str | None) -> dict:
+    started = time.perf_counter()
+    emb = CachedEmbedder(MiniLMEmbedder())
+    emb.inner.load()
     convs = load_dir(data)
-    methods = ["trace", "dense", "bm25", "rrf"]
-    recall = {b: {m: [] for m in methods} for b in budgets}
-    tokens = {b: {m: [] for m in methods} for b in budgets}
-    r_at = {5: [], 10: [], 25: []}
-    synth_times: list[float] = []
-    ingest_secs = index_secs = 0.0
-    embed_times: list[float] = []
-    n_questions = dropped = 0
-    history_tokens = []
+    names = [c.name for c in convs]
+    preps: list[Prepared] = []
+    ingest = index = 0.0
     with tempfile.TemporaryDirectory() as tmp:
+        where = keep or tmp
+        os.makedirs(where, exist_ok=True)
         for conv in convs:
-            t0 = time.perf_counter()
-            tree = CTree.open(os.path.join(tmp, f"{conv.name}.db"), judge="embedding", embed_fn=emb)
-            for x in conv.exchanges:
-                tree.add(x.messages(), timestamp=x.timestamp)
-            ingest_secs += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            tree.index_pending()  # the idle-time sentence index (Nexus runs it after each reply)
-            index_secs += time.perf_counter() - t0
-            synth = PromptSynthesizer(ctree=tree, vector_db=tree.vdb, max_message_chars=MAX_CHARS)
-            flat = FlatBaselines(conv, emb)
-            qs = [q for q in conv.questions if q.get("category") in CATEGORIES]
-            qvecs = emb.embed_batch([q["question"] for q in qs])
-            for q, qvec in zip(qs, qvecs):
-                ev = evidence_ids(q, conv.turns)
-                if not ev:
-                    dropped += 1
-                    continue
-                n_questions += 1
-                d = flat.dense(qvec)
-                k = flat.bm25(q["question"])
-                orders = {"dense": d, "bm25": k, "rrf": flat.rrf(d, k)}
-                for b in budgets:
-                    t = time.perf_counter()
-                    report = RetrievalReport(query=q["question"], memory_token_budget=b)
-                    block = synth.memory_block(q["question"], qvec, [], 3, 2, 0.50, b, report)
-                    if b == 1000 or len(budgets) == 1:
-                        # query embeddings excluded: the question's (given) and its focused
-                        # reading's (timed apart)
-                        synth_times.append(time.perf_counter() - t - report.embed_seconds)
-                        if report.embed_seconds:
-                            embed_times.append(report.embed_seconds)
-                    blocks = {"trace": block}
-                    for m, order in orders.items():
-                        blocks[m] = fill(order, flat.lines, b)
-                    for m, text in blocks.items():
-                        nb = norm(text)
-                        recall[b][m].append(sum(turn_in(nb, conv.turns[e]) for e in ev) / len(ev))
-                        tokens[b][m].append(count_tokens(text))
-                ranked = turn_ranking(report, conv)
-                for kk in r_at:
-                    top = set(ranked[:kk])
-                    r_at[kk].append(sum(e in top for e in ev) / len(ev))
-            history_tokens.append(synth.full_history_tokens())
-            tree.vdb.close()
-    res = {
-        "conversations": [c.name for c in convs],
-        "questions": n_questions,
-        "questions_without_known_evidence": dropped,
-        "ingest_seconds": ingest_secs,
-        "sentence_index_seconds": index_secs,
-        "focused_query_embedding_ms_median": statistics.median(embed_times) * 1000 if embed_times else 0.0,
-        "focused_query_share": len(embed_times) / max(len(synth_times), 1),
-        "full_history_tokens_mean": statistics.mean(history_tokens),
-        "synthesis_ms_median": statistics.median(synth_times) * 1000,
-        "synthesis_ms_p95": sorted(synth_times)[int(0.95 * (len(synth_times) - 1))] * 1000,
-        "trace_turn_recall_at": {str(k): statistics.mean(v) for k, v in r_at.items()},
-        "budgets": {
-            str(b): {m: {"recall": statistics.mean(recall[b][m]), "tokens": statistics.mean(tokens[b][m])}
-                     for m in methods}
-            for b in budgets
-        },
+            prep, a, b = prepare(conv, emb, os.path.join(where, f"{conv.name}.db"), budgets)
+            preps.append(prep)
+            ingest += a
+            index += b
+        built = time.perf_counter() - started
+        settings = grid(grid_kind)
+        default = SynthesisParams(max_message_chars=MAX_CHARS)
+        results: dict[int, dict[str, Evaluation]] = {}
+        t0 = time.perf_counter()
+        caches: dict[str, dict] = {p.conv.name: {} for p in preps}
+        for s, params in enumerate(settings):
+            # the default first, uncached: its timings are the synthesis figures
+            results[s] = {p.conv.name: evaluate(p, params, budgets, caches[p.conv.name] if s else None)
+                          for p in preps}
+        grid_seconds = time.perf_counter() - t0
+        for p in preps:
+            p.tree.close()
+    d = settings.index(default)
+    loo = leave_one_out(results, names, budgets)
+    n_q = {p.conv.name: len(p.questions) for p in preps}
+    allq = [q for p in preps for q in p.questions]
+    times = sorted(t for p in preps for t in results[d][p.conv.name].seconds)
+    # the setting chosen on all four: what ships as the default
+    best_all = max(results, key=lambda s: (statistics.mean(
+        pooled([results[s][n].recall[b] for n in names]) for b in budgets), -s))
+    return {
+        "conversations": names,
+        "questions": n_q,
+        "settings": len(settings),
+        "default": describe(default),
+        "chosen_on_all_four": describe(settings[best_all]),
+        "folds": {n: describe(settings[s]) for n, s in loo["folds"].items()},
+        "grid": [{"setting": describe(settings[s]),
+                  **{str(b): pooled([results[s][n].recall[b] for n in names]) for b in budgets}}
+                 for s in results],
+        "per_conversation": {
+            str(b): {n: {"default": statistics.mean(results[d][n].recall[b]),
+                         "loo": statistics.mean(results[loo["folds"][n]][n].recall[b]),
+                         **{m: statistics.mean(q.baseline[b][m] for q in p.questions) for m in BASELINES}}
+                     for n, p in zip(names, preps)}
+            for b in budgets},
+        "pooled": {
+            str(b): {"default": pooled([results[d][n].recall[b] for n in names]),
+                     "loo": loo["recall"][b],
+                     **{m: statistics.mean(q.baseline[b][m] for q in allq) for m in BASELINES}}
+            for b in budgets},
+        "misses": {
+            str(b): {"default": _miss_dict(sum((results[d][n].misses[b] for n in names), Counter())),
+                     "loo": _miss_dict(loo["misses"][b])}
+            for b in budgets},
+        "evidence_turns": {str(c): sum(len(q.evidence) for q in allq if q.category == c) for c in CATEGORIES},
+        "ingest_seconds": ingest,
+        "sentence_index_seconds": index,
+        "build_seconds": built,
+        "grid_seconds": grid_seconds,
+        "total_seconds": time.perf_counter() - started,
+        "synthesis_ms_median": statistics.median(times) * 1000,
+        "synthesis_ms_p95": times[int(0.95 * (len(times) - 1))] * 1000,
+        "synthesis_budgets_per_call": len(budgets),
+        "full_history_tokens_mean": statistics.mean(p.history_tokens for p in preps),
     }
-    return res
+
+
+def _miss_dict(c: Counter) -> dict[str, int]:
+    return {f"{cat}|{cause}": c.get((cat, cause), 0) for cat in CATEGORIES for cause in CAUSES}
+
+
+def print_misses(title: str, misses: dict[str, int], evidence: dict[str, int]) -> None:
+    print(title)
+    print(f"  {'category':<16} | {'evidence':>8} | " + " | ".join(f"{c:>13}" for c in CAUSES) + " |  missed")
+    for cat, name in CATEGORIES.items():
+        row = [misses[f"{cat}|{c}"] for c in CAUSES]
+        print(f"  {f'{cat} {name}':<16} | {evidence[str(cat)]:>8} | " + " | ".join(f"{v:>13}" for v in row)
+              + f" | {sum(row):>6}")
+    tot = [sum(misses[f"{cat}|{c}"] for cat in CATEGORIES) for c in CAUSES]
+    print(f"  {'all':<16} | {sum(evidence.values()):>8} | " + " | ".join(f"{v:>13}" for v in tot)
+          + f" | {sum(tot):>6}")
 
 
 def print_table(res: dict) -> None:
-    print(f"LoCoMo: {', '.join(res['conversations'])}; {res['questions']} questions (categories 1-4); "
+    names = res["conversations"]
+    sizes = ", ".join(f"{n} ({res['questions'][n]} q)" for n in names)
+    print(f"LoCoMo: {sizes}; categories 1-4; "
           f"full history ≈ {res['full_history_tokens_mean']:.0f} tokens per conversation")
-    print(f"{'budget':>7} | {'method':<6} | {'recall':>6} | {'tokens':>6}")
-    for b, row in res["budgets"].items():
-        for m, v in row.items():
-            print(f"{b:>7} | {m:<6} | {v['recall']:6.3f} | {v['tokens']:6.0f}")
-    r = res["trace_turn_recall_at"]
-    print(f"TRACE turn-level R@5 {r['5']:.3f}  R@10 {r['10']:.3f}  R@25 {r['25']:.3f}")
-    print(f"ingest {res['ingest_seconds']:.1f} s (add) + {res['sentence_index_seconds']:.1f} s (idle sentence index); "
-          f"synthesis per query, query embeddings excluded: median {res['synthesis_ms_median']:.1f} ms, "
-          f"p95 {res['synthesis_ms_p95']:.1f} ms; focused query embedded for "
-          f"{res['focused_query_share']:.0%} of questions, median {res['focused_query_embedding_ms_median']:.1f} ms")
+    print(f"{res['settings']} settings; default: {res['default']}")
+    for n, s in res["folds"].items():
+        print(f"  held out {n}: chosen on the other three: {s}")
+    print(f"  chosen on all four: {res['chosen_on_all_four']}")
+    if len(res["grid"]) > 1:
+        print("every setting, in sample (four conversations pooled):")
+        for row in sorted(res["grid"], key=lambda r: -sum(v for k, v in r.items() if k != "setting")):
+            print("  " + " ".join(f"{v:.3f}" for k, v in row.items() if k != "setting") + f"  {row['setting']}")
+    print("recall of evidence turns: TRACE default (in sample), TRACE leave-one-out (held out), flat baselines")
+    print(f"{'budget':>6} | {'conversation':<12} | {'default':>7} | {'LOO':>6} | {'dense':>6} | {'bm25':>6} | "
+          f"{'rrf':>6} | LOO-rrf")
+    for b, row in res["per_conversation"].items():
+        for n, v in row.items():
+            print(f"{b:>6} | {n:<12} | {v['default']:7.3f} | {v['loo']:6.3f} | {v['dense']:6.3f} | {v['bm25']:6.3f} | "
+                  f"{v['rrf']:6.3f} | {v['loo'] - v['rrf']:+.3f}")
+        v = res["pooled"][b]
+        print(f"{b:>6} | {'all (pooled)':<12} | {v['default']:7.3f} | {v['loo']:6.3f} | {v['dense']:6.3f} | "
+              f"{v['bm25']:6.3f} | {v['rrf']:6.3f} | {v['loo'] - v['rrf']:+.3f}")
+    for b, m in res["misses"].items():
+        print_misses(f"misses at {b} tokens, leave-one-out (evidence turns not in the block):", m["loo"],
+                     res["evidence_turns"])
+    print(f"build {res['build_seconds']:.0f} s (add {res['ingest_seconds']:.0f} s, idle sentence index "
+          f"{res['sentence_index_seconds']:.0f} s); grid {res['grid_seconds']:.0f} s; total {res['total_seconds']:.0f} s")
+    print(f"synthesis per question, default setting, {res['synthesis_budgets_per_call']} budgets from one ranking, "
+          f"query embeddings excluded: median {res['synthesis_ms_median']:.1f} ms, p95 {res['synthesis_ms_p95']:.1f} ms")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=default_data_dir())
     ap.add_argument("--budgets", default="500,1000,2000")
+    ap.add_argument("--grid", choices=(*GRIDS, "none"), default="full")
+    ap.add_argument("--keep", help="keep the built trees in this folder and reuse them (development)")
     ap.add_argument("--json")
     args = ap.parse_args()
     budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
-    res = run(args.data, budgets)
+    res = run(args.data, budgets, args.grid, args.keep)
     print_table(res)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(res, fh, indent=2)
+            json.dump(res, fh, indent=2, default=str)
 
 
 if __name__ == "__main__":

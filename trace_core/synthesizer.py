@@ -155,39 +155,53 @@ class PromptSynthesizer:
     def memory_block(self, query, query_vector, recent_messages, top_k_docs, top_k_history,
                      min_history_similarity, budget, report: RetrievalReport) -> str:
         """The memory block for ``query`` within ``budget`` tokens; fills ``report``."""
+        return self.memory_blocks(query, query_vector, recent_messages, top_k_docs, top_k_history,
+                                  min_history_similarity, [(budget, report)])[0]
+
+    def memory_blocks(self, query, query_vector, recent_messages, top_k_docs, top_k_history,
+                      min_history_similarity, requests: list[tuple[int, RetrievalReport]]) -> list[str]:
+        """The memory block for ``query`` at each ``(budget, report)`` of ``requests``:
+        candidates and ranking are computed once, selection and rendering per budget
+        (a benchmark compares budgets on one ranking)."""
         tree = self.tree
         exchanges = tree.exchange_view()
-        if len(exchanges) == 0 or budget <= 0 or not query.strip():
-            return ""
+        if len(exchanges) == 0 or not query.strip() or all(b <= 0 for b, _ in requests):
+            return [""] * len(requests)
         embedder = tree.embed_fn  # read per call: the tree's embedder may be replaced
         qvec = unit_query(query_vector, embedder.embed, query)
         recent_texts = {m.get("content", "") for m in recent_messages}
         timings: dict[str, float] = {}
         # stage 1: candidates
         cands = self._finder.find(query, qvec, exchanges, recent_texts, embedder.embed, tree.exchange_vector, timings)
-        report.embed_seconds = timings.get("embed_seconds", 0.0)
+        for _, report in requests:
+            report.embed_seconds = timings.get("embed_seconds", 0.0)
         if cands is None:
-            return ""
+            return [""] * len(requests)
         # stage 2: scores and ranking
         scores = fuse(query, cands, exchanges, tree.get_ancestors, self.params)
         cand = cands.units
-        report.ranking = [cand[k] for k in scores.ranking]
+        ranking = [cand[k] for k in scores.ranking]
         queue, pinned = queue_order(cands.dense, scores.ranking, min_history_similarity, top_k_history)
-        # stage 3: what fits the budget
         layout = BlockLayout(exchanges, tree.get_ancestors, self.params.max_message_chars, self.params.group_depth)
         newer, status = self._supersessions.find([i for i, _ in cand], exchanges, tree.exchange_vector)
-        chosen = select([cand[k] for k in queue], budget, newer, status, layout)
-        if not chosen:
-            return ""
-        chosen_ex = {i for i, _ in chosen}
-        report.supersessions = [(i, j) for i in sorted(chosen_ex) for j in newer.get(i, []) if j in chosen_ex]
-        # stage 4: the text
-        text, shown, paths = render(chosen, status, budget, top_k_docs, scores.topic_score, cands.topic_keyword,
-                                    layout, tree.is_frozen, tree.thread_path, self.params.topic_threshold)
-        report.memory_tokens = count_tokens(text)
-        report.paths = paths
-        report.exchanges = self._injected(cands, scores.fused, scores.branch_of, shown, status, pinned, exchanges)
-        return text
+        out = []
+        for budget, report in requests:
+            report.ranking = list(ranking)
+            # stage 3: what fits the budget
+            chosen = select([cand[k] for k in queue], budget, newer, status, layout) if budget > 0 else []
+            if not chosen:
+                out.append("")
+                continue
+            chosen_ex = {i for i, _ in chosen}
+            report.supersessions = [(i, j) for i in sorted(chosen_ex) for j in newer.get(i, []) if j in chosen_ex]
+            # stage 4: the text
+            text, shown, paths = render(chosen, status, budget, top_k_docs, scores.topic_score, cands.topic_keyword,
+                                        layout, tree.is_frozen, tree.thread_path, self.params.topic_threshold)
+            report.memory_tokens = count_tokens(text)
+            report.paths = paths
+            report.exchanges = self._injected(cands, scores.fused, scores.branch_of, shown, status, pinned, exchanges)
+            out.append(text)
+        return out
 
     def _injected(self, cands, fused, branch_of, shown, status, pinned, exchanges) -> list[InjectedExchange]:
         """The report's entries: each shown exchange with its best candidate's scores."""

@@ -216,6 +216,8 @@ class CandidateFinder:
             self._add_neighbours(units, seeds, keyword_hits, all_dense, exchanges, n, live)
         keys = list(units)
         dense = self._with_parts(keys, all_dense[keys].astype(np.float64), qvec, qvec2)
+        if p.prf_weight and conv_index is not None:
+            dense = self._feedback(keys, dense, conv_index)
         keyword = np.array([keyword_hits.get(k, 0.0) for k in keys])
         return Candidates([units[k] for k in keys], keys, dense, keyword, t_dense, t_key)
 
@@ -227,6 +229,7 @@ class CandidateFinder:
         p = self.params
         ex_of, by_unit = self.table.exchange_of, self.table.row_of_unit
         strongest = sorted(seeds, key=lambda k: (k not in keyword_hits, -all_dense[k]))
+        floor = p.min_relevance if p.neighbour_relevance is None else p.neighbour_relevance
         for k in strongest[: p.neighbour_seeds]:
             i = int(ex_of[k])
             for j in (i - 1, i, i + 1):
@@ -234,8 +237,19 @@ class CandidateFinder:
                     for msg in exchanges[j].messages:
                         kk = by_unit.get((j, msg["role"]))
                         if kk is not None and kk not in units and (
-                                all_dense[kk] >= p.min_relevance or kk in keyword_hits):
+                                all_dense[kk] >= floor or kk in keyword_hits):
                             units[kk] = (j, msg["role"])
+
+    def _feedback(self, keys: list[int], dense: np.ndarray, index: VectorIndex) -> np.ndarray:
+        """Rocchio feedback: the best candidates say what the question is about in the
+        conversation's own words; each candidate's score is mixed with its cosine to their
+        centroid. Only candidates are re-scored (the evidence floor stays the query's)."""
+        p = self.params
+        rows = index.rows(keys)
+        top = np.argsort(-dense, kind="stable")[: p.prf_docs]
+        centroid = rows[top].mean(axis=0)
+        centroid /= np.linalg.norm(centroid) or 1.0
+        return (1.0 - p.prf_weight) * dense + p.prf_weight * (rows @ centroid).astype(np.float64)
 
     def _with_parts(self, keys: list[int], dense: np.ndarray, qvec: np.ndarray, qvec2) -> np.ndarray:
         """The best ``part_candidates`` candidates scored by their best part too (their

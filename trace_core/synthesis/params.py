@@ -26,4 +26,11 @@ class SynthesisParams:
     part_candidates: int = 400
     neighbour_seeds: int = 150  # strongest candidates whose neighbours join the candidates
     keyword_candidates: int = 100  # BM25 hits over messages
+    # pseudo-relevance feedback (Rocchio on the vectors): each candidate's cosine is mixed
+    # with its cosine to the centroid of the ``prf_docs`` best candidates (0: off)
+    prf_weight: float = 0.0
+    prf_docs: int = 5
+    # cosine a conversation neighbour of a strong candidate needs to join (None: min_relevance);
+    # being next to a strong hit is the evidence
+    neighbour_relevance: float | None = None
     parallel_from: int = 20_000  # stored messages from which BM25 runs in a thread

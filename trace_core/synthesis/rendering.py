@@ -42,8 +42,16 @@ class BlockLayout:
         self.ancestors = ancestors
         self.max_message_chars = max_message_chars
         self.group_depth = group_depth
+        self._texts: dict[tuple[int, str], str] = {}  # selection prices a message at each budget
+        self._groups: dict[str, TopicNode] = {}  # topic id -> the ancestor it is shown under
 
     def text(self, i: int, role: str) -> str:
+        key = (i, role)
+        if key not in self._texts:
+            self._texts[key] = self._text(i, role)
+        return self._texts[key]
+
+    def _text(self, i: int, role: str) -> str:
         content = self.exchanges[i].role_text(role)
         if content in PLACEHOLDERS:
             return ""
@@ -71,8 +79,10 @@ class BlockLayout:
         topic = self.exchanges[i].parent
         if topic is None or not self.group_depth:
             return topic
-        chain = self.ancestors(topic, exclude_root=True)
-        return chain[min(self.group_depth, len(chain)) - 1] if chain else topic
+        if topic.node_id not in self._groups:
+            chain = self.ancestors(topic, exclude_root=True)
+            self._groups[topic.node_id] = chain[min(self.group_depth, len(chain)) - 1] if chain else topic
+        return self._groups[topic.node_id]
 
     def header(self, topic: TopicNode | None, summary: str = "") -> str:
         """A branch header. A matched topic (shown with its summary) gets its ancestry

@@ -51,10 +51,12 @@ class Supersessions:
                 self.matrix_key = key
             olds = sorted(set(candidates))
             sims = np.array([vector_of(i) for i in olds]) @ self.matrix.T
-            for a, i in enumerate(olds):
-                for b, j in enumerate(upd):
-                    if j > i and sims[a, b] >= self.similarity and not exchanges[i].archived:
-                        newer.setdefault(i, []).append(int(j))
+            # a later update, similar enough: one comparison over the whole matrix
+            later = np.array(upd)[None, :] > np.array(olds)[:, None]
+            for a, b in zip(*np.nonzero(later & (sims >= self.similarity))):
+                i = olds[int(a)]
+                if not exchanges[i].archived:
+                    newer.setdefault(i, []).append(upd[int(b)])
         status: dict[int, str] = {}
         for i in newer:
             status[i] = "superseded"
