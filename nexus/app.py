@@ -21,6 +21,7 @@ from .chat_commands import ChatCommands
 from .completion import Completer
 from .config import Config
 from .engine_view import EngineView
+from .failures import Failures
 from .history import HistoryPager
 from .inspector import NodeInspector
 from .keys import APP_KEYS, validate_keys
@@ -45,7 +46,7 @@ class NoSession(RuntimeError):
     """A command that needs a session ran with none open."""
 
 
-class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, SessionCommands,
+class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures, SessionCommands,
                 MemoryCommands, ChatCommands, KeyActions, App):
     """The composition point: state and layout here; each job in its own module (the bases)."""
 
@@ -64,8 +65,8 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, SessionCo
         super().__init__()
         self.config = config
         self.session_path = Path(session_path) if session_path else sessions.resolve(None)
-        self._embed_fn = embed_fn
-        self._search_fn = search_fn
+        self.embed_fn = embed_fn
+        self.search_fn = search_fn
         self.model_manager = model_manager
         self._on_exit = on_exit
         self.session: ChatSession | None = None

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from textual import work
-
 from . import commands as C
-from . import events as ev
 from .chat import ChatSession
+from .failures import background
 from .keys import ALL_KEYS, key_for
 from .widgets import PromptInput
 
@@ -34,25 +32,25 @@ class ChatCommands:
     def cmd_model(self, args: list[str]) -> None:
         if len(args) > 1:
             raise C.UsageError(C.BY_NAME["model"].usage)
-        self.need_session()
-        self.model_worker(args[0] if args else None)
-
-    @work(thread=True, group="models")
-    def model_worker(self, name: str | None) -> None:
         s = self.need_session()
-        if name is None:
-            try:
-                models = s.list_models()
-                self.models_cache = list(models)  # Tab after /model completes these
-            except RuntimeError as exc:
-                self.call_from_thread(self.chat_notice, f"Cannot list models: {exc}", "error")
-                return
-            current = s.model or "(first listed)"
-            self.call_from_thread(self.chat_notice, f"Chat model: {current}\nAvailable: " + ", ".join(models))
+        if not args:
+            self.model_worker(s)
             return
-        s.model = name
-        self.call_from_thread(self.update_header)
-        self.call_from_thread(self.chat_notice, f"Chat model is now {name}.")
+        s.model = args[0]
+        self.update_header()
+        self.chat_notice(f"Chat model is now {args[0]}.")
+
+    @background(group="models")
+    def model_worker(self, s: ChatSession) -> None:
+        """/model: the server's models (fails in words: "Cannot list models: …")."""
+        models = s.list_models()
+        self.call_from_thread(self.models_listed, models)
+        current = s.model or "(first listed)"
+        self.call_from_thread(self.chat_notice, f"Chat model: {current}\nAvailable: " + ", ".join(models))
+
+    def models_listed(self, models: list[str]) -> None:
+        self.models_cache = list(models)  # Tab after /model completes these
+        self._models_fetching = False
 
     def cmd_system(self, args: list[str]) -> None:
         session = self.need_session()
@@ -125,11 +123,10 @@ class ChatCommands:
             self.models_cache_worker(self.session)
         return self.models_cache
 
-    @work(thread=True, group="models")
+    @background(group="models")
     def models_cache_worker(self, session: ChatSession) -> None:
-        try:
-            self.models_cache = session.list_models()
-        except RuntimeError as exc:
-            self.post_event(ev.Notice(f"model list for completion: {exc}", "debug"))
-        finally:
-            self._models_fetching = False
+        self.call_from_thread(self.models_listed, session.list_models())
+
+    def models_cache_worker_failed(self, text: str, exc: BaseException) -> None:
+        self._models_fetching = False  # the next Tab asks again
+        self.log_line(text, "debug")

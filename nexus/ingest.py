@@ -210,7 +210,8 @@ def ingest(app, target: str, stop=lambda: False, quitting=lambda: False) -> list
             call_abandonable(detect, session.config.base_url, str(session.config.get("server", "kind")),
                              float(session.config.get("ingest", "load_timeout")), give_up=quitting,
                              name="detect the server kind"), app.post_event)
-        app.model_manager = manager
+        if manager is not app.model_manager:  # kept for the next /ingest, set on the UI thread
+            app.ui(app.keep_model_manager, manager)
         return ingest_images(session, manager, target, app.post_event,
                              on_line=lambda text, level: app.ui(app.chat_notice, text, level),
                              on_progress=lambda text: app.ui(app.show_progress, "ingest", text),

@@ -9,9 +9,8 @@ import signal
 import threading
 import time
 
-from textual import work
-
 from . import events as ev
+from .failures import background
 
 log = logging.getLogger("nexus")
 
@@ -41,7 +40,7 @@ def server_problem(base_url: str, api_key: str, timeout: float = 2.0) -> str | N
 class Lifecycle:
     """NexusApp's start-up probes and the one orderly way out."""
 
-    @work(thread=True, group="probe")
+    @background(group="probe")
     def probe_server(self) -> None:
         """First run: say at once when no model server answers, and what to do about it,
         rather than when the first message fails."""
@@ -77,7 +76,7 @@ class Lifecycle:
             return
         self._leaving = True
         await self.settle_reply_async()
-        await asyncio.to_thread(self.store_outbox)
+        await asyncio.to_thread(self.store_unsent, *self.take_outbox())
         self.exit(return_code=code)
 
     async def action_quit(self) -> None:
@@ -117,7 +116,7 @@ class Lifecycle:
         # every way out waits for the reply in flight to be stored (and stores what is queued)
         self._leaving = True
         await self.settle_reply_async()
-        await asyncio.to_thread(self.store_outbox)
+        await asyncio.to_thread(self.store_unsent, *self.take_outbox())
         if self.session is not None:
             self.session.close()
         if self._on_exit:

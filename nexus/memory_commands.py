@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from textual import work
-
 from . import commands as C
 from .abandon import Abandoned, call_abandonable
+from .failures import TaskFailed, background
 from .treeinfo import check_health
 from .widgets import MemoryTree
 
@@ -28,15 +27,11 @@ class MemoryCommands:
         self.need_session()
         self.search_worker(" ".join(args), every)
 
-    @work(thread=True, group="search")
+    @background(group="search")
     def search_worker(self, query: str, every: bool = False) -> None:
         if every:
             return self.search_all_worker(query)
-        try:
-            hits = self.need_session().search(query)
-        except Exception as exc:  # a session closed meanwhile, an embedder that failed to load
-            self.call_from_thread(self.chat_notice, f"/search failed: {exc}", "error")
-            return
+        hits = self.need_session().search(query)  # fails: a session closed meanwhile, an embedder not loaded
         if not hits:
             self.call_from_thread(self.chat_notice, f"Nothing in memory matches {query!r}.")
             return
@@ -54,8 +49,7 @@ class MemoryCommands:
             s = self.need_session()
             res = search_sessions(s.tree, s.path, query, k=12)
         except Exception as exc:
-            self.call_from_thread(self.chat_notice, f"/search --all failed: {exc}", "error")
-            return
+            raise TaskFailed("/search --all failed") from exc
         lines = [f"Memory search in every session: {query}" if res.hits else
                  f"Nothing in any session matches {query!r}."]
         for h in res.hits:
@@ -84,7 +78,7 @@ class MemoryCommands:
         self.show_progress("reorganize", "/reorganize: starting… (Esc cancels)")
         self.reorganize_worker(threshold, prune)
 
-    @work(thread=True, exclusive=True, group="memory")
+    @background(group="memory", exclusive=True)
     def reorganize_worker(self, threshold, prune) -> None:
         try:
             # an LLM merge veto can take as long as the server likes: closing does not wait for
@@ -93,9 +87,6 @@ class MemoryCommands:
             res = call_abandonable(self.need_session().reorganize, threshold, prune or None, self.stop_check(),
                                    give_up=self.quit_check(), name="reorganize")
         except Abandoned:
-            return
-        except Exception as exc:
-            self.ui(self.end_progress, "reorganize", f"Reorganisation failed: {exc}", "error")
             return
         if res.get("cancelled"):
             self.ui(self.end_progress, "reorganize", f"Reorganisation cancelled: {res['merged']} merges from the "
@@ -113,13 +104,9 @@ class MemoryCommands:
             raise C.UsageError(C.BY_NAME["undo-reorganize"].usage)
         self.undo_worker()
 
-    @work(thread=True, exclusive=True, group="memory")
+    @background(group="memory", exclusive=True)
     def undo_worker(self) -> None:
-        try:
-            self.need_session().tree.undo_reorganize()
-        except Exception as exc:
-            self.call_from_thread(self.chat_notice, f"Nothing undone: {exc}.", "warning")
-            return
+        self.need_session().tree.undo_reorganize()  # fails: nothing to undo, no session
         self.call_from_thread(self.chat_notice, "The last reorganisation was undone.")
         self.call_from_thread(lambda: self.query_one(MemoryTree).clear_marks())
         self.call_from_thread(self.refresh_tree)
@@ -133,19 +120,18 @@ class MemoryCommands:
         self.cancel_long.clear()
         self.ingest_worker(" ".join(args))
 
-    @work(thread=True, exclusive=True, group="ingest")
+    @background(group="ingest", exclusive=True)
     def ingest_worker(self, target: str) -> None:
         from .ingest import ingest
 
-        try:
-            lines = ingest(self, target, stop=self.stop_check(), quitting=self.quit_check())
-        except Exception as exc:  # the app never crashes on a command
-            lines = [(f"/ingest failed: {exc}", "error")]
-            self.ui(self.chat_notice, lines[0][0], "error")
+        lines = ingest(self, target, stop=self.stop_check(), quitting=self.quit_check())
         done = sum(1 for text, _ in lines if text.startswith("Ingested "))
         self.ui(self.end_progress, "ingest", f"/ingest finished: {done} image{'s' if done != 1 else ''} "
                 f"described into memory.", "info" if done else "warning")
         self.ui(self.refresh_tree)
+
+    def keep_model_manager(self, manager) -> None:
+        self.model_manager = manager  # the next /ingest swaps models through the same one
 
     def set_vision_busy(self, busy: bool) -> None:
         """/ingest holds the vision model: chat messages wait (shown as waiting) until the
@@ -161,7 +147,7 @@ class MemoryCommands:
             raise C.UsageError(C.BY_NAME["check"].usage)
         self.check_worker(self.need_session().tree)
 
-    @work(thread=True, group="check", description="check the tree")  # no repr of the tree's args
+    @background(group="check", description="check the tree")  # no repr of the tree's args
     def check_worker(self, tree) -> None:
         health = check_health(tree)  # O(exchanges × depth): seconds at 10,000, off the UI thread
         self.call_from_thread(self.chat_notice, "\n".join(health.lines()), "info" if health.ok else "error")

@@ -7,11 +7,10 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from textual import work
-
 from . import events as ev
 from . import messages as M
 from .chat import ChatSession, Turn
+from .failures import TaskFailed, background
 from .widgets import AssistantMessage, PromptInput, UserMessage
 
 log = logging.getLogger("nexus")
@@ -94,12 +93,21 @@ class Replies:
             rest.shown.set_state("queued — sent when the reply before it ends")
         self.reply_worker(self.session, turn)
 
-    @work(thread=True, group="reply")
+    @background(group="reply")
     def reply_worker(self, session: ChatSession, turn: Turn) -> None:
         try:
             session.send(turn.text, turn.forced_query, turn=turn)
-        except Exception as exc:  # never a crash: the message is kept for resend
-            self.post_event(ev.ReplyFailed(turn.text, turn.partial, f"{type(exc).__name__}: {exc}", turn.id))
+        except Exception as exc:  # reported by the app's one handler, which hands it to the turn
+            raise TaskFailed(subject=turn) from exc
+
+    def reply_worker_failed(self, text: str, exc: BaseException) -> None:
+        """(from Failures) The turn's reply fails in the chat like any failed reply."""
+        turn = getattr(exc, "subject", None)
+        cause = exc.__cause__ or exc
+        if turn is None:
+            self.chat_notice(text, "error")
+            return
+        self.post_event(ev.ReplyFailed(turn.text, turn.partial, f"{type(cause).__name__}: {cause}", turn.id))
 
     # --- the reply's events, one handler per kind (nexus/messages.py) ---------------------------
 
@@ -186,10 +194,19 @@ class Replies:
     async def settle_reply_async(self, keep: bool = True, timeout: float = 15.0) -> bool:
         return await asyncio.to_thread(self.settle_reply, keep, timeout)
 
+    def take_outbox(self) -> tuple[ChatSession | None, list[Outgoing]]:
+        """(UI thread) The queued messages and the session they belong to; the outbox is empty after."""
+        items, self.outbox = self.outbox, []
+        return self.session, items
+
     def store_outbox(self) -> int:
+        """(UI thread, blocking: the last moments) ``store_unsent`` of the outbox."""
+        return self.store_unsent(*self.take_outbox())
+
+    @staticmethod
+    def store_unsent(session: ChatSession | None, items: list[Outgoing]) -> int:
         """Leaving with messages still queued: store each with its reply marked not sent,
-        so nothing typed is lost. (Blocking: a worker thread, or the last moments.)"""
-        session, items, self.outbox = self.session, list(self.outbox), []
+        so nothing typed is lost. (Blocking: a thread, or the last moments.)"""
         if session is None or session.tree is None:
             return 0
         done = 0
@@ -214,7 +231,7 @@ class Replies:
         else:
             self.chat_notice("Nothing to resend.")
 
-    @work(thread=True, group="reply-store")
+    @background(group="reply-store")
     def store_again_worker(self, session: ChatSession) -> None:
         n = len(session.unstored)
         done, problem = session.store_unstored()

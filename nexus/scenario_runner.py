@@ -234,7 +234,7 @@ class ScenarioController:
         app = self.app
         cfg = app.config
         session = app.session
-        embed_fn = session.tree.embed_fn if session is not None and session.tree is not None else app._embed_fn
+        embed_fn = session.tree.embed_fn if session is not None and session.tree is not None else app.embed_fn
         self.name = name
         self.cancel_event = threading.Event()
         app.chat_notice(f"Running the {name} scenario ({judge} judge) in a scratch session; the tree pane shows "

@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from textual import work
-
 from . import commands as C
 from . import sessions
+from .failures import TaskFailed, background
 from .long_tasks import Cancelled
 
 
@@ -61,7 +60,7 @@ class SessionCommands:
             return
         self.rename_worker(args[0])
 
-    @work(thread=True, exclusive=True, group="session")
+    @background(group="session", exclusive=True)
     def rename_worker(self, new_name: str) -> None:
         old = self.session_path
         self.close_session()  # the file is renamed closed: SQLite keeps its -wal beside it by name
@@ -131,7 +130,7 @@ class SessionCommands:
         self.cancel_long.clear()
         self.load_worker(Path(args[0]).expanduser())
 
-    @work(thread=True, exclusive=True, group="load")
+    @background(group="load", exclusive=True)
     def load_worker(self, path: Path) -> None:
         from trace_core import CTree, VectorDatabase
 
@@ -150,7 +149,7 @@ class SessionCommands:
 
         try:
             self.ui(self.show_progress, "load", f"/load {path.name}: reading… (Esc cancels)")
-            tree = CTree.load(str(path), embed_fn=self._embed_fn, judge="embedding")
+            tree = CTree.load(str(path), embed_fn=self.embed_fn, judge="embedding")
             if stop():
                 raise Cancelled
             db = VectorDatabase(str(staging))
@@ -165,8 +164,7 @@ class SessionCommands:
             return
         except Exception as exc:
             sessions.discard(staging)
-            self.ui(self.end_progress, "load", f"Cannot load {path}: {exc}", "error")
-            return
+            raise TaskFailed(f"Cannot load {path}") from exc
         done = f"Imported {path} ({len(tree.exchanges):,} exchanges) as a new session {target.stem}."
         self.ui(self.end_progress, "load", done, "info", False)
         self.ui(self.open_session, target, done)  # said once the switch has cleared the chat pane

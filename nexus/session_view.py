@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from textual import work
 from textual.containers import VerticalScroll
 
 from trace_core import SessionFileError, SessionLockedError, SessionNotWritableError
@@ -13,6 +12,7 @@ from trace_core import SessionFileError, SessionLockedError, SessionNotWritableE
 from . import events as ev
 from . import sessions
 from .chat import ChatSession
+from .failures import background
 from .history import HistoryPager, newest_from_file
 from .widgets import Notice, PastExchangeView
 
@@ -32,7 +32,7 @@ def read_only_reason(locked: SessionLockedError | SessionNotWritableError) -> st
 class SessionView:
     """NexusApp's session: opened and closed in a worker; the app's state is set on the UI thread."""
 
-    @work(thread=True, exclusive=True, group="session")
+    @background(group="session", exclusive=True)
     def open_session(self, path: Path, announce: str = "") -> None:
         self.close_session()
         self._open(path, announce)
@@ -42,10 +42,32 @@ class SessionView:
         if self.session is None:
             return
         self.settle_reply()  # the reply in flight is cancelled and stored in the session it belongs to
-        session, self.session = self.session, None
-        session.close()
-        self.history = None
+        session = self.call_from_thread(self.detach_session)
+        if session is not None:
+            session.close()
         self.call_from_thread(self._clear_chat)
+
+    # the app's state changes on the UI thread only: the session worker asks for each change
+
+    def detach_session(self) -> ChatSession | None:
+        """No session from now on (the caller closes the one returned)."""
+        session, self.session, self.history = self.session, None, None
+        return session
+
+    def adopt_session(self, session: ChatSession) -> bool:
+        """``session`` is the app's from now on; False when the app is leaving (the caller closes it)."""
+        if self._leaving:
+            return False
+        self.session = session
+        return True
+
+    def set_session_path(self, path: Path) -> None:
+        self.session_path = path
+        self.update_header()
+
+    def set_embedder_state(self, state: str) -> None:
+        self.embedder_state = state  # loading | ready | failed
+        self.update_header()
 
     def _clear_chat(self) -> None:
         self.current_reply = None
@@ -53,18 +75,18 @@ class SessionView:
 
     def _open(self, path: Path, announce: str = "") -> None:
         """(worker thread) Open ``path`` as the session and show its history."""
-        self.session_path = Path(path)
-        self.call_from_thread(self.update_header)
+        path = Path(path)
+        self.call_from_thread(self.set_session_path, path)
         self._setup_file_log()
         early = None  # the newest page, read from the file while the tree loads
-        if self.session_path.is_file():
+        if path.is_file():
             try:
-                page, total = newest_from_file(self.session_path)
+                page, total = newest_from_file(path)
                 early = HistoryPager.after(page, total)
                 self.call_from_thread(self.show_history, early, page)
             except Exception:  # a file the store refuses: the tree's opening below says why
                 early = None
-        session = ChatSession(self.config, self.session_path, self.post_event, self._embed_fn, self._search_fn)
+        session = ChatSession(self.config, path, self.post_event, self.embed_fn, self.search_fn)
         try:
             try:
                 tree = session.open()
@@ -77,11 +99,17 @@ class SessionView:
                                   "Type /new to start a new session, or /open another.", "error")
             self.post_event(ev.Notice(f"session error: {exc}", "error"))
             return
-        self.session = session
-        sessions.remember(self.session_path)
+        try:
+            adopted = self.call_from_thread(self.adopt_session, session)
+        except RuntimeError:  # the app has stopped
+            adopted = False
+        if not adopted:
+            session.close()
+            return
+        sessions.remember(path)
         past = tree.exchanges
         n = len(past)
-        self.post_event(ev.Notice(f"session {self.session_path} ({n} exchanges)"))
+        self.post_event(ev.Notice(f"session {path} ({n} exchanges)"))
         if early is not None and self.history is early:
             early.attach(past)
             self.call_from_thread(self.history_attached)
@@ -95,16 +123,16 @@ class SessionView:
             load = getattr(tree.embed_fn, "load", None)
             if load:
                 load()
-            self.embedder_state = "ready"
+            embedder = "ready"
             backend = getattr(tree.embed_fn, "backend", "")
             self.post_event(ev.Notice(f"embedder ready: {tree.embed_fn.name}" + (f" ({backend})" if backend else "")))
         except Exception as exc:
-            self.embedder_state = "failed"
+            embedder = "failed"
             self.post_event(ev.Notice(f"embedder failed to load: {exc}", "error"))
-        self.call_from_thread(self.update_header)
+        self.call_from_thread(self.set_embedder_state, embedder)
         self.call_from_thread(self._probe, "ready")
         self.drain_outbox()  # messages typed while the session opened go now
-        if self.embedder_state == "ready" and tree.pending_parts():
+        if embedder == "ready" and tree.pending_parts():
             # a session written before sentence indexing (or just imported): catch up in the
             # background, a batch at a time, so a switch or /quit is not held up
             stop, done = self.stop_check(), 0

@@ -5,11 +5,10 @@ from __future__ import annotations
 import dataclasses
 import inspect
 
-from trace_core import events as tev
-
 from nexus import events as ev
 from nexus import messages as M
 from nexus.app import NexusApp
+from trace_core import events as tev
 
 NO_HANDLER = {M.ReplyStartedMessage}  # nothing to show when a reply starts (its widget is mounted when sent)
 

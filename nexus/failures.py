@@ -1,0 +1,96 @@
+"""Failed workers, reported in one place.
+
+Workers do not catch their own errors: they are ``background`` thread workers
+(``exit_on_error=False``) and a failure ends in ``Failures.on_worker_state_changed``, which
+writes the traceback to the file log and tells the user, in words, what failed and why.
+A worker that knows better words, or must hand the failure to its flow (a reply's turn),
+raises ``TaskFailed`` from the cause.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from textual import work
+from textual.worker import Worker, WorkerState
+
+log = logging.getLogger("nexus")
+
+
+def background(*, group: str, exclusive: bool = False, description: str | None = None):
+    """A thread worker whose failure the app reports (never exits the app)."""
+    return work(thread=True, group=group, exclusive=exclusive, description=description, exit_on_error=False)
+
+
+class TaskFailed(Exception):
+    """A worker's failure in the user's words (``raise TaskFailed(...) from cause``);
+    ``subject``: what the worker was working on, for a hook that needs it."""
+
+    def __init__(self, words: str = "", level: str = "", subject: object = None) -> None:
+        super().__init__(words)
+        self.words = words
+        self.level = level
+        self.subject = subject
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a worker's failure reads: "<words>: <why><end>" at ``level``; ``task``: the long
+    task whose progress line it ends; ``in_chat``: False keeps it to the log pane."""
+
+    words: str
+    level: str = "error"
+    end: str = ""
+    task: str = ""
+    in_chat: bool = True
+    refresh_tree: bool = False
+
+
+FAILURES: dict[str, Failure] = {  # by worker name (the worker method's name)
+    "open_session": Failure("Cannot open the session"),
+    "rename_worker": Failure("Not renamed"),
+    "search_worker": Failure("/search failed"),
+    "reorganize_worker": Failure("Reorganisation failed", task="reorganize"),
+    "undo_worker": Failure("Nothing undone", "warning", end="."),
+    "ingest_worker": Failure("/ingest failed", task="ingest", refresh_tree=True),
+    "load_worker": Failure("Cannot load the file", task="load"),
+    "check_worker": Failure("/check failed"),
+    "model_worker": Failure("Cannot list models"),
+    "models_cache_worker": Failure("model list for completion", "debug", in_chat=False),
+    "store_again_worker": Failure("Not stored", end=". Kept — press Ctrl+R to try again."),
+    "probe_server": Failure("model server probe failed", "warning", in_chat=False),
+}
+ANY = Failure("A background task failed")
+
+
+def reason(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+class Failures:
+    """NexusApp's one place for failed workers."""
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state is WorkerState.ERROR:
+            self.worker_failed(event.worker.name, event.worker.error)
+
+    def worker_failed(self, name: str, exc: BaseException | None) -> None:
+        how = FAILURES.get(name, ANY)
+        words, level, cause = how.words, how.level, exc
+        if isinstance(exc, TaskFailed):
+            words, level, cause = exc.words or words, exc.level or level, exc.__cause__
+        log.error("worker %s failed", name, exc_info=cause or exc)
+        text = f"{words}: {reason(cause)}{how.end}" if cause is not None else f"{words}{how.end}"
+        hook = getattr(self, f"{name}_failed", None)  # a flow of its own (the reply's turn)
+        if hook is not None:
+            hook(text, exc)
+        elif how.task:
+            self.end_progress(how.task, text, level)
+        elif how.in_chat:
+            self.chat_notice(text, level)
+            self.log_line(text, level)
+        else:
+            self.log_line(text, level)
+        if how.refresh_tree:
+            self.refresh_tree()

@@ -1,0 +1,115 @@
+"""Workers report failures to one place (nexus/failures.py), in words, and the app's
+state is assigned on the UI thread only."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from test_nexus_app import chat_reply, log_text, make_config, notices, ready, type_and_send, wait_for
+
+from nexus import failures
+from nexus.app import NexusApp
+from nexus.widgets import Notice
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+class FailingEmbedder:
+    """The real MiniLM, made to fail on demand (an embedder that dies mid-session)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.fail = False
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __call__(self, text):
+        return self.embed(text)
+
+    def embed(self, text):
+        return self.embed_batch([text])[0]
+
+    def embed_batch(self, texts):
+        if self.fail:
+            raise RuntimeError("the embedder crashed")
+        return self.inner.embed_batch(texts)
+
+
+def test_no_app_worker_bypasses_the_failure_handler():
+    """Every worker of the app's own modules is a ``background`` worker (exit_on_error
+    False, reported by Failures); a plain ``@work`` would exit the app on an error."""
+    modules = {inspect.getmodule(c) for c in NexusApp.__mro__ if c.__module__.startswith("nexus.")}
+    assert failures in modules and len(modules) > 8
+    plain = [m.__name__ for m in modules if "@work(" in inspect.getsource(m)]
+    assert plain == []
+    assert failures.FAILURES["search_worker"].words == "/search failed"
+
+
+async def test_a_failing_worker_is_reported_in_words_and_the_app_keeps_running(server, tmp_path, minilm, data_dir):
+    server.respond(chat_reply("Noted."))
+    emb = FailingEmbedder(minilm)
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=emb)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        emb.fail = True
+        await type_and_send(pilot, app, "/search lighthouses")
+        await wait_for(pilot, lambda: "/search failed: the embedder crashed" in notices(app))
+        said = [n for n in app.query(Notice) if "/search failed" in str(n.render())][-1]
+        assert "error" in said.classes
+        assert "/search failed: the embedder crashed" in log_text(app)
+        assert app.is_running and app.return_code is None
+        # a long task: its progress line ends with the failure, the staged file is gone
+        bad = tmp_path / "not-a-tree.json"
+        bad.write_text(json.dumps({"hello": "world"}))
+        await type_and_send(pilot, app, f"/load {bad}")
+        await wait_for(pilot, lambda: f"Cannot load {bad}:" in notices(app))
+        await pilot.pause(0.2)
+        assert "reading…" not in notices(app)  # the progress line was taken away
+        assert not list(data_dir.rglob("*.importing*"))
+        assert app.is_running and app.return_code is None
+
+
+async def test_app_state_is_assigned_on_the_ui_thread_only(server, tmp_path, minilm, data_dir):
+    """A session opens, a reply streams and is stored, the model list is fetched (Tab and
+    /model), the session is switched (/new): no attribute of the app is set from another thread."""
+    off_thread: list[str] = []
+
+    class Watched(NexusApp):
+        CSS_PATH = Path(inspect.getfile(NexusApp)).parent / NexusApp.CSS_PATH  # beside nexus/app.py, not here
+
+        def __setattr__(self, name, value):
+            ui = self.__dict__.get("_ui_thread")
+            if ui is not None and threading.get_ident() != ui:
+                off_thread.append(name)
+            super().__setattr__(name, value)
+
+    server.state.models = ["alpha-model", "beta-model"]
+    server.respond(chat_reply("Porto is in Portugal."))
+    app = Watched(make_config(server.base_url, tmp_path), data_dir / "sessions" / "first.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Where is Porto?")
+        await wait_for(pilot, lambda: app.session.tree is not None and len(app.session.tree.exchanges) == 1
+                       and app.turn is None)
+        await pilot.press(*"/model be")
+        await wait_for(pilot, lambda: app.models_cache == ["alpha-model", "beta-model"])
+        app.query_one("#prompt").value = ""
+        await type_and_send(pilot, app, "/model")
+        await wait_for(pilot, lambda: "Available: alpha-model, beta-model" in notices(app))
+        first = app.session
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session is not first
+                       and app.embedder_state == "ready")
+        on_purpose = threading.Thread(target=setattr, args=(app, "editing", None))
+        on_purpose.start()
+        on_purpose.join()
+    assert off_thread == ["editing"]  # only the assignment made from a thread on purpose, to show the check sees one
