@@ -10,11 +10,13 @@ up, or only in whole transactions (SQLite keeps the file as before or fully afte
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class Abandoned(Exception):
@@ -48,7 +50,14 @@ def call_abandonable(fn: Callable[..., T], *args, give_up: Callable[[], bool], p
 
 
 def start_detached(fn: Callable[[], object], name: str = "detached") -> threading.Thread:
-    """Run ``fn`` in a daemon thread nobody waits for (best effort while the process lives)."""
-    t = threading.Thread(target=fn, name=name, daemon=True)
+    """Run ``fn`` in a daemon thread nobody waits for (best effort while the process lives;
+    a failure is logged, never printed over the terminal)."""
+    def run() -> None:
+        try:
+            fn()
+        except Exception as exc:
+            log.warning("%s: %s", name, exc)
+
+    t = threading.Thread(target=run, name=name, daemon=True)
     t.start()
     return t
