@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(flags)
         from .keys import validate_keys
 
-        validate_keys(config.data.get("keys", {}))  # a bad [keys] entry stops here, named
+        validate_keys(config.keys)  # a bad [keys] entry stops here, named
     except ConfigError as exc:
         print(f"nexus: {exc}", file=sys.stderr)
         return 2
@@ -90,13 +90,13 @@ def main(argv: list[str] | None = None) -> int:
         config.set("models", "chat", local.model_name)
         config.set("models", "memory", local.model_name)
         config.set("models", "context_tokens", int(getattr(local, "n_ctx", 0)
-                                                   or config.get("models", "context_tokens")))
+                                                   or config.section("models").context_tokens))
     from trace_core.embedders import make_embedder
 
     from . import sessions
     from .app import NexusApp
 
-    embed = make_embedder(str(config.get("memory", "embed")), config.base_url, config.api_key)
+    embed = make_embedder(config.section("memory").embed, config.base_url, config.api_key)
     try:
         app = NexusApp(config, sessions.resolve(args.session), embed_fn=embed)
         import os

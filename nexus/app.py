@@ -86,7 +86,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self._progress: dict[str, Notice] = {}  # long task -> its progress line in the chat
         self._last_idle_run = 0.0
         # [keys] remaps the bindings by id; a bad entry is a ConfigError naming it
-        self.keymap = validate_keys(config.data.get("keys", {}))
+        self.keymap = validate_keys(config.keys)
         self.set_keymap(self.keymap)
         self.models_cache: list[str] = []  # the server's models, for Tab after /model
         self.editing: int | None = None  # /edit: the exchange the next message replaces
@@ -101,15 +101,16 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             yield VerticalScroll(id="chat")
             yield MemoryTree(id="tree")
             yield NodeInspector(id="inspector")
-        yield EventLog(level=str(self.config.get("ui", "log_level")), id="log")
+        yield EventLog(level=self.config.section("ui").log_level, id="log")
         yield PromptInput(placeholder="Message, or /help  (Enter sends, Shift+Enter or Ctrl+J: new line)",
                           id="prompt", completer=Completer(
                               lambda: [p.stem for p, _, _ in sessions.list_sessions()], self.models_for_completion))
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#tree").display = bool(self.config.get("ui", "show_tree"))
-        self.query_one("#log").display = bool(self.config.get("ui", "show_log"))
+        ui = self.config.section("ui")
+        self.query_one("#tree").display = ui.show_tree
+        self.query_one("#log").display = ui.show_log
         self.query_one("#chat", VerticalScroll).anchor()
         self.watch(self.query_one("#chat"), "scroll_y", self._chat_scrolled, init=False)
         self.update_header()
@@ -119,7 +120,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         if self.handle_signals:
             self.install_signal_handlers()
         self.call_after_refresh(self._probe, "first_paint")
-        idle = float(self.config.get("memory", "idle_reorganize_seconds"))
+        idle = self.config.section("memory").idle_reorganize_seconds
         if idle > 0:
             self.set_interval(min(idle, 30.0), self.idle_consolidate)
 

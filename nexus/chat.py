@@ -6,14 +6,9 @@ manager, and reports through ``emit(event)``. The Textual app calls it from work
 
 from __future__ import annotations
 
-import itertools
-import json
-import queue
-import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from trace_core import CTree, PromptSynthesizer
@@ -23,82 +18,11 @@ from trace_core.tokens import count_tokens, truncate_to_tokens
 from . import events as ev
 from .config import Config
 from .session_settings import SessionSettings, parse_setting
+from .streaming import stream_reply
+from .turn import Turn, reply_problem, store_problem, strip_think
 from .web import RouteDecision, WebRouter, WebSearch, WebSearchError, results_block
 
-THINK = re.compile(r"<think>.*?(</think>|$)", re.S)
-
-
-TAGS = re.compile(r"<[^>]+>")
 PROMPT_OVERHEAD = 32  # tokens of role markers and template around the two messages
-_turn_ids = itertools.count(1)
-
-
-def strip_think(text: str) -> str:
-    """Reasoning sections are shown collapsed and never stored in memory."""
-    return THINK.sub("", text).strip()
-
-
-class ReplyError(RuntimeError):
-    """A reply that is not an answer: said in words, never stored."""
-
-
-@dataclass(eq=False)
-class Turn:
-    """One request and its reply. Each has its own cancel and its own text, so a late
-    timeout or chunk of one request never touches another's."""
-
-    text: str
-    forced_query: str | None = None
-    id: int = field(default_factory=lambda: next(_turn_ids))
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    settled: threading.Event = field(default_factory=threading.Event)  # over, and stored or kept
-    keep: bool = False  # cancelled by leaving: store the message even with no reply text
-    replace: bool = False  # /retry, /edit: the reply replaces the newest exchange in memory
-    partial: str = ""
-    outcome: str = ""  # answered | cancelled | failed | empty | refused | unstored
-
-    def cancel(self, keep: bool = False) -> None:
-        self.keep = self.keep or keep
-        self.cancelled.set()
-
-
-def server_message(exc: BaseException) -> str:
-    """The server's own words in an error, when it sent some (JSON or an HTML page)."""
-    body = getattr(exc, "body", None)
-    msg = ""
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        msg = (err.get("message") or err.get("detail") or "") if isinstance(err, dict) else str(err)
-    elif isinstance(body, str):
-        msg = body
-    elif not hasattr(exc, "status_code"):
-        msg = getattr(exc, "message", "") or ""
-    return " ".join(TAGS.sub(" ", str(msg)).split())[:300]
-
-
-def reply_problem(exc: BaseException, base_url: str) -> str:
-    if isinstance(exc, RuntimeError) and not hasattr(exc, "request") and exc.args:
-        return str(exc.args[0])
-    problem = describe_error(exc, base_url)
-    msg = server_message(exc)
-    return f"{problem}: {msg}" if msg and msg not in problem else problem
-
-
-def store_problem(exc: BaseException) -> str:
-    """Why an exchange could not be written, in words."""
-    import errno
-    import sqlite3
-
-    text = str(exc)
-    if isinstance(exc, UnicodeError):
-        return f"the text has characters that cannot be stored ({exc.__class__.__name__})"
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC or "database or disk is full" in text:
-        return "the disk is full"
-    if isinstance(exc, PermissionError) or "readonly" in text or "read-only" in text:
-        return "the session file cannot be written (read-only)"
-    if isinstance(exc, sqlite3.ProgrammingError) and "closed" in text:
-        return "the session was closed"
-    return f"{type(exc).__name__}: {text}"
 
 
 class ChatSession:
@@ -111,7 +35,7 @@ class ChatSession:
         self.emit = emit
         self._embed_fn = embed_fn
         self.client = OpenAI(base_url=config.base_url, api_key=config.api_key,
-                             timeout=float(config.get("server", "timeout")), max_retries=0)
+                             timeout=config.section("server").timeout, max_retries=0)
         self.model = config.chat_model
         self.tree: CTree | None = None
         self.synth: PromptSynthesizer | None = None
@@ -121,10 +45,10 @@ class ChatSession:
         self.settings = SessionSettings()  # /system, /set: read from the session file when it opens
         self.recent: list[dict] = []
         self.read_only = False  # opened read-only: another process writes the session
-        self.web_enabled = bool(config.get("web", "enabled"))
-        self.web = WebSearch(**({"search_fn": search_fn} if search_fn else {}),
-                             max_results=int(config.get("web", "max_results")),
-                             timeout=float(config.get("web", "timeout")), backend=str(config.get("web", "backend")))
+        web = config.section("web")
+        self.web_enabled = web.enabled
+        self.web = WebSearch(**({"search_fn": search_fn} if search_fn else {}), max_results=web.max_results,
+                             timeout=web.timeout, backend=web.backend)
         self.router = WebRouter(self._ask_router)
         self.last_activity = time.monotonic()
         self._lock = threading.Lock()
@@ -134,20 +58,24 @@ class ChatSession:
     def open(self, read_only: bool = False) -> CTree:
         """Open (or create) the session file. Raises ``SessionFileError`` for a bad file,
         ``SessionLockedError`` when another process writes it (then open ``read_only``)."""
-        mem = self.config.data["memory"]
+        mem = self.config.section("memory")
         tree = CTree.open(str(self.path), base_url=self.config.base_url, api_key=self.config.api_key,
                           model=self.config.memory_model or "local-model", embed_fn=self._embed_fn,
-                          judge=mem["judge"], max_children=int(mem["max_children"]), llm_timeout=30,
+                          judge=mem.judge, max_children=mem.max_children, llm_timeout=30,
                           read_only=read_only)
         self.read_only = read_only
         tree.on_event(self.emit)
         self.tree = tree
         self.settings = SessionSettings.load(tree.vdb)
         self.synth = PromptSynthesizer(ctree=tree, vector_db=tree.vdb,
-                                       memory_token_budget=int(mem["memory_token_budget"]))
-        n = int(mem["recent_exchanges"])
-        self.recent = [dict(m) for x in tree.exchanges[-n:] for m in x.messages if m["role"] != "system"]
+                                       memory_token_budget=mem.memory_token_budget)
+        self.recent = self.recent_from_tree()
         return tree
+
+    def recent_from_tree(self) -> list[dict]:
+        """The messages (no system text) of the last ``memory.recent_exchanges`` exchanges."""
+        n = self.config.section("memory").recent_exchanges
+        return [dict(m) for x in self.tree.exchanges[-n:] for m in x.messages if m["role"] != "system"]
 
     def close(self) -> None:
         if self.tree is not None and self.tree.vdb is not None:
@@ -209,10 +137,10 @@ class ChatSession:
 
     def limits(self) -> tuple[int, int]:
         """(context tokens, max reply tokens): ``models.max_tokens`` 0 means a quarter of the context."""
-        models = self.config.data.get("models", {})
-        ctx = int(models.get("context_tokens") or 8192)
+        models = self.config.section("models")
+        ctx = models.context_tokens
         chosen = getattr(getattr(self, "settings", None), "max_tokens", None)  # /set max_tokens
-        max_tokens = int(chosen or models.get("max_tokens") or 0) or max(64, ctx // 4)
+        max_tokens = int(chosen or models.max_tokens) or max(64, ctx // 4)
         return ctx, min(max_tokens, max(16, ctx // 2))
 
     def prompt_room(self) -> int:
@@ -242,7 +170,7 @@ class ChatSession:
         if dropped:
             self.emit(ev.Notice(f"prompt: dropped the {dropped} oldest recent message(s) to fit the model's "
                                 f"context ({ctx} tokens)"))
-        budget = int(self.config.get("memory", "memory_token_budget"))
+        budget = self.config.section("memory").memory_token_budget
         mem = max(0, min(budget, avail - (recent_tokens(recent) if recent else 0)))
         if mem < budget:
             self.emit(ev.Notice(f"prompt: memory block limited to {mem} tokens (of {budget}) to fit the "
@@ -361,111 +289,17 @@ class ChatSession:
         self.kept.append(text)
 
     def _stream(self, turn: Turn, model: str, system: str, text: str, max_tokens: int) -> str | None:
-        """Stream the reply into ``turn.partial``; returns the finish reason, or None when
-        cancelled. The request runs in its own thread so a cancel never waits for the
-        server's first byte; what an abandoned request later brings goes nowhere."""
-        q: queue.Queue = queue.Queue()
-        sampling = self.sampling(max_tokens)
-
-        def produce() -> None:
-            stream = None
-            try:
-                stream = self.client.chat.completions.create(
-                    model=model, stream=True, **sampling,
-                    messages=[{"role": "system", "content": system}, {"role": "user", "content": text}])
-                if turn.cancelled.is_set():
-                    return
-                not_sse = self._not_a_stream(stream)
-                if not_sse is not None:
-                    q.put(not_sse)
-                    return
-                for chunk in stream:
-                    q.put(("chunk", chunk))
-                    if turn.cancelled.is_set():
-                        return
-                q.put(("end", None))
-            except BaseException as exc:
-                q.put(("error", exc))
-            finally:
-                if stream is not None:
-                    try:
-                        stream.close()
-                    except Exception:
-                        pass
-
-        threading.Thread(target=produce, name=f"reply-{turn.id}", daemon=True).start()
-        finish = None
-        while True:
-            if turn.cancelled.is_set():
-                return None
-            try:
-                kind, item = q.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            if turn.cancelled.is_set():
-                return None
-            if kind == "error":
-                raise item
-            if kind == "whole":  # a JSON completion where a stream was asked for
-                content, finish = item
-                if content:
-                    turn.partial += content
-                    self.emit(ev.ReplyChunk(content, turn.id))
-            elif kind == "chunk":
-                choice = item.choices[0] if item.choices else None
-                if choice is None:
-                    continue
-                delta = choice.delta.content if choice.delta else None
-                # LM Studio / llama.cpp's reasoning format: shown live, folded, never stored
-                thought = getattr(choice.delta, "reasoning_content", None) if choice.delta else None
-                if thought:
-                    self.emit(ev.ReasoningChunk(thought, turn.id))
-                if delta:
-                    turn.partial += delta
-                    self.emit(ev.ReplyChunk(delta, turn.id))
-                if choice.finish_reason:
-                    finish = choice.finish_reason
-            if kind in ("end", "whole"):
-                if finish is None:
-                    raise ReplyError("the reply stream ended before the server finished it (no finish_reason); "
-                                     "the partial text is not stored")
-                if finish == "length" and not strip_think(turn.partial):
-                    raise ReplyError("the model's context is full: no room left for a reply "
-                                     "(finish_reason 'length' with no text)")
-                return finish
-
-    @staticmethod
-    def _not_a_stream(stream) -> tuple | None:
-        """An HTTP 200 whose body is not an event stream: an HTML page is a failure with
-        its text; a JSON body is an error or a whole (non-streamed) completion."""
-        response = getattr(stream, "response", None)
-        ctype = (response.headers.get("content-type", "") if response is not None else "").lower()
-        if not ctype or "event-stream" in ctype:
-            return None
-        raw = response.read().decode("utf-8", "replace")
-        if "json" in ctype:
-            try:
-                body = json.loads(raw)
-            except ValueError:
-                body = None
-            if isinstance(body, dict) and body.get("choices"):
-                c = body["choices"][0]
-                return ("whole", ((c.get("message") or {}).get("content") or "", c.get("finish_reason")))
-            if isinstance(body, dict) and body.get("error"):
-                err = body["error"]
-                msg = err.get("message", "") if isinstance(err, dict) else str(err)
-                return ("error", ReplyError(f"the model server answered with an error: {msg[:300]}"))
-        words = " ".join(TAGS.sub(" ", raw).split())[:200]
-        return ("error", ReplyError(f"the model server answered {ctype.split(';')[0]}, not a reply"
-                                    + (f": {words}" if words else "")))
+        """The reply streamed into ``turn.partial`` (nexus/streaming.py): its finish reason, or None when cancelled."""
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
+        return stream_reply(self.client, turn, model, messages, self.sampling(max_tokens), self.emit)
 
     # --- per-session settings (/system, /set) ------------------------------------------------------
 
     def sampling(self, max_tokens: int) -> dict:
         """The request's sampling arguments: the session's /set values over the config."""
         st = self.settings
-        out: dict = {"temperature": float(st.temperature if st.temperature is not None
-                                          else self.config.get("models", "temperature")),
+        out: dict = {"temperature": float(st.temperature) if st.temperature is not None
+                     else self.config.section("models").temperature,
                      "max_tokens": int(max_tokens)}  # limits(): /set max_tokens, bounded by the context
         if st.top_p is not None:
             out["top_p"] = float(st.top_p)
@@ -501,11 +335,10 @@ class ChatSession:
         with self._lock:
             if replace and self.tree.exchanges:
                 node = self.tree.replace_last(msgs)
-                n = int(self.config.get("memory", "recent_exchanges"))
-                self.recent = [dict(m) for x in self.tree.exchanges[-n:] for m in x.messages if m["role"] != "system"]
+                self.recent = self.recent_from_tree()
             else:
                 node = self.tree.add(msgs)
-                n = int(self.config.get("memory", "recent_exchanges"))
+                n = self.config.section("memory").recent_exchanges
                 self.recent = (self.recent + [m for m in msgs if m["role"] != "system"])[-2 * n:]
         self.emit(ev.Remembered(node.index, self.tree.thread_path(node)))
         if index:
@@ -552,10 +385,10 @@ class ChatSession:
 
     def reorganize(self, threshold: float | None = None, prune: bool | None = None, should_stop=None) -> dict:
         assert self.tree is not None
-        mem = self.config.data["memory"]
+        mem = self.config.section("memory")
         return self.tree.reorganize(
-            similarity_threshold=float(threshold if threshold is not None else mem["reorganize_threshold"]),
-            prune_trivial_leaves=bool(mem["prune_trivial"] if prune is None else prune), should_stop=should_stop)
+            similarity_threshold=float(threshold) if threshold is not None else mem.reorganize_threshold,
+            prune_trivial_leaves=mem.prune_trivial if prune is None else bool(prune), should_stop=should_stop)
 
     def stats(self) -> dict:
         assert self.tree is not None

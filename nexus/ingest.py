@@ -117,8 +117,8 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
     text model is loaded back). ``on_vision(True/False)`` brackets the model swap.
     ``quitting()`` true (Nexus is closing): the description or model load in flight is
     given up at once (nothing of it stored) and the swap back is not waited for."""
-    cfg = session.config.data["ingest"]
-    vision_model = str(session.config.get("models", "vision"))
+    cfg = session.config.section("ingest")
+    vision_model = session.config.section("models").vision
     lines: list[tuple[str, str]] = []
 
     def say(text: str, level: str = "info") -> None:
@@ -142,14 +142,14 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
             return lines
         status(f"/ingest: checking {k:,}/{len(paths):,} — {p.name} (Esc cancels)")
         try:
-            prepared.append(prepare(p, int(cfg["max_side"]), float(cfg["max_file_mb"]), float(cfg["max_megapixels"])))
+            prepared.append(prepare(p, cfg.max_side, cfg.max_file_mb, cfg.max_megapixels))
         except ImageError as exc:
             say(f"Skipped {exc}", "error")
             emit(ev.Notice(f"ingest: {exc}", "error"))
     if not prepared:
         return lines
     text_model = session.model or call_abandonable(session.resolve_model, give_up=quitting, name="list models")
-    timeout = float(cfg["load_timeout"])
+    timeout = cfg.load_timeout
     done = cancelled = 0
     given_up = False
     if on_vision is not None:
@@ -207,8 +207,8 @@ def ingest(app, target: str, stop=lambda: False, quitting=lambda: False) -> list
     session = app.session
     try:
         manager = app.model_manager or ModelManager(
-            call_abandonable(detect, session.config.base_url, str(session.config.get("server", "kind")),
-                             float(session.config.get("ingest", "load_timeout")), give_up=quitting,
+            call_abandonable(detect, session.config.base_url, session.config.section("server").kind,
+                             session.config.section("ingest").load_timeout, give_up=quitting,
                              name="detect the server kind"), app.post_event)
         if manager is not app.model_manager:  # kept for the next /ingest, set on the UI thread
             app.ui(app.keep_model_manager, manager)

@@ -72,7 +72,7 @@ class LongTasks:
 
     def idle_consolidate(self) -> None:
         s = self.session
-        idle = float(self.config.get("memory", "idle_reorganize_seconds"))
+        idle = self.config.section("memory").idle_reorganize_seconds
         if s is None or idle <= 0 or not s.tree or not s.tree.exchanges or s.read_only:
             return
         if time.monotonic() - s.last_activity < idle or self._last_idle_run >= s.last_activity:

@@ -346,13 +346,13 @@ class MemoryService:
 def open_service(config, name: str | None = None, embed_fn=None, base_url: str | None = None) -> MemoryService:
     """The service for session ``name`` (default ``DEFAULT_SESSION``) with Nexus's settings.
     ``base_url``: where the tree's judge asks its LLM (the proxy's upstream)."""
-    mem = config.data["memory"]
+    mem = config.section("memory")
     path = session_path(name or DEFAULT_SESSION)
     if embed_fn is None:
         from trace_core.embedders import make_embedder
 
-        embed_fn = make_embedder(str(mem["embed"]), config.base_url, config.api_key)
-    return MemoryService.open(path, embed_fn=embed_fn, judge=str(mem["judge"]), base_url=base_url or config.base_url,
+        embed_fn = make_embedder(mem.embed, config.base_url, config.api_key)
+    return MemoryService.open(path, embed_fn=embed_fn, judge=mem.judge, base_url=base_url or config.base_url,
                               api_key=config.api_key, memory_model=config.memory_model or "local-model",
-                              max_children=int(mem["max_children"]),
-                              memory_token_budget=int(mem["memory_token_budget"]))
+                              max_children=mem.max_children,
+                              memory_token_budget=mem.memory_token_budget)

@@ -352,7 +352,7 @@ def run(config, upstream: str, port: int = 8788, host: str = "127.0.0.1", sessio
     if embed_fn is None:
         from trace_core.embedders import make_embedder
 
-        embed_fn = make_embedder(str(config.get("memory", "embed")), config.base_url, config.api_key)
+        embed_fn = make_embedder(config.section("memory").embed, config.base_url, config.api_key)
     pool = SessionPool(lambda name: open_service(config, name, embed_fn=embed_fn, base_url=upstream),
                        session or DEFAULT_SESSION)
     try:
@@ -361,7 +361,7 @@ def run(config, upstream: str, port: int = 8788, host: str = "127.0.0.1", sessio
     except SessionFileError as exc:
         print(f"nexus proxy: {exc}", file=sys.stderr)
         return 2
-    proxy = MemoryProxy(pool, upstream, config.api_key, float(config.get("server", "timeout")))
+    proxy = MemoryProxy(pool, upstream, config.api_key, config.section("server").timeout)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     print(f"nexus proxy: http://{host}:{port}/v1 → {upstream}, session {first.name!r}"
           + (" (bearer token required)" if token else ""), file=sys.stderr)

@@ -1,0 +1,109 @@
+"""Streaming a reply from an OpenAI-compatible server into its ``Turn``, chunk by chunk."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Callable
+
+from . import events as ev
+from .turn import TAGS, ReplyError, Turn, strip_think
+
+
+def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling: dict,
+                 emit: Callable[[object], None]) -> str | None:
+    """Stream the reply into ``turn.partial``; returns the finish reason, or None when
+    cancelled. The request runs in its own thread so a cancel never waits for the
+    server's first byte; what an abandoned request later brings goes nowhere."""
+    q: queue.Queue = queue.Queue()
+
+    def produce() -> None:
+        stream = None
+        try:
+            stream = client.chat.completions.create(model=model, stream=True, messages=messages, **sampling)
+            if turn.cancelled.is_set():
+                return
+            not_sse = not_a_stream(stream)
+            if not_sse is not None:
+                q.put(not_sse)
+                return
+            for chunk in stream:
+                q.put(("chunk", chunk))
+                if turn.cancelled.is_set():
+                    return
+            q.put(("end", None))
+        except BaseException as exc:
+            q.put(("error", exc))
+        finally:
+            if stream is not None:
+                try:
+                    stream.close()
+                except Exception:
+                    pass
+
+    threading.Thread(target=produce, name=f"reply-{turn.id}", daemon=True).start()
+    finish = None
+    while True:
+        if turn.cancelled.is_set():
+            return None
+        try:
+            kind, item = q.get(timeout=0.05)
+        except queue.Empty:
+            continue
+        if turn.cancelled.is_set():
+            return None
+        if kind == "error":
+            raise item
+        if kind == "whole":  # a JSON completion where a stream was asked for
+            content, finish = item
+            if content:
+                turn.partial += content
+                emit(ev.ReplyChunk(content, turn.id))
+        elif kind == "chunk":
+            choice = item.choices[0] if item.choices else None
+            if choice is None:
+                continue
+            delta = choice.delta.content if choice.delta else None
+            # LM Studio / llama.cpp's reasoning format: shown live, folded, never stored
+            thought = getattr(choice.delta, "reasoning_content", None) if choice.delta else None
+            if thought:
+                emit(ev.ReasoningChunk(thought, turn.id))
+            if delta:
+                turn.partial += delta
+                emit(ev.ReplyChunk(delta, turn.id))
+            if choice.finish_reason:
+                finish = choice.finish_reason
+        if kind in ("end", "whole"):
+            if finish is None:
+                raise ReplyError("the reply stream ended before the server finished it (no finish_reason); "
+                                 "the partial text is not stored")
+            if finish == "length" and not strip_think(turn.partial):
+                raise ReplyError("the model's context is full: no room left for a reply "
+                                 "(finish_reason 'length' with no text)")
+            return finish
+
+
+def not_a_stream(stream) -> tuple | None:
+    """An HTTP 200 whose body is not an event stream: an HTML page is a failure with
+    its text; a JSON body is an error or a whole (non-streamed) completion."""
+    response = getattr(stream, "response", None)
+    ctype = (response.headers.get("content-type", "") if response is not None else "").lower()
+    if not ctype or "event-stream" in ctype:
+        return None
+    raw = response.read().decode("utf-8", "replace")
+    if "json" in ctype:
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and body.get("choices"):
+            c = body["choices"][0]
+            return ("whole", ((c.get("message") or {}).get("content") or "", c.get("finish_reason")))
+        if isinstance(body, dict) and body.get("error"):
+            err = body["error"]
+            msg = err.get("message", "") if isinstance(err, dict) else str(err)
+            return ("error", ReplyError(f"the model server answered with an error: {msg[:300]}"))
+    words = " ".join(TAGS.sub(" ", raw).split())[:200]
+    return ("error", ReplyError(f"the model server answered {ctype.split(';')[0]}, not a reply"
+                                + (f": {words}" if words else "")))

@@ -1,0 +1,82 @@
+"""One request and its reply (``Turn``), and the words for what went wrong with one."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+from dataclasses import dataclass, field
+
+from trace_core.llm import describe_error
+
+THINK = re.compile(r"<think>.*?(</think>|$)", re.S)
+TAGS = re.compile(r"<[^>]+>")
+_turn_ids = itertools.count(1)
+
+
+def strip_think(text: str) -> str:
+    """Reasoning sections are shown collapsed and never stored in memory."""
+    return THINK.sub("", text).strip()
+
+
+class ReplyError(RuntimeError):
+    """A reply that is not an answer: said in words, never stored."""
+
+
+@dataclass(eq=False)
+class Turn:
+    """One request and its reply. Each has its own cancel and its own text, so a late
+    timeout or chunk of one request never touches another's."""
+
+    text: str
+    forced_query: str | None = None
+    id: int = field(default_factory=lambda: next(_turn_ids))
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    settled: threading.Event = field(default_factory=threading.Event)  # over, and stored or kept
+    keep: bool = False  # cancelled by leaving: store the message even with no reply text
+    replace: bool = False  # /retry, /edit: the reply replaces the newest exchange in memory
+    partial: str = ""
+    outcome: str = ""  # answered | cancelled | failed | empty | refused | unstored
+
+    def cancel(self, keep: bool = False) -> None:
+        self.keep = self.keep or keep
+        self.cancelled.set()
+
+
+def server_message(exc: BaseException) -> str:
+    """The server's own words in an error, when it sent some (JSON or an HTML page)."""
+    body = getattr(exc, "body", None)
+    msg = ""
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        msg = (err.get("message") or err.get("detail") or "") if isinstance(err, dict) else str(err)
+    elif isinstance(body, str):
+        msg = body
+    elif not hasattr(exc, "status_code"):
+        msg = getattr(exc, "message", "") or ""
+    return " ".join(TAGS.sub(" ", str(msg)).split())[:300]
+
+
+def reply_problem(exc: BaseException, base_url: str) -> str:
+    if isinstance(exc, RuntimeError) and not hasattr(exc, "request") and exc.args:
+        return str(exc.args[0])
+    problem = describe_error(exc, base_url)
+    msg = server_message(exc)
+    return f"{problem}: {msg}" if msg and msg not in problem else problem
+
+
+def store_problem(exc: BaseException) -> str:
+    """Why an exchange could not be written, in words."""
+    import errno
+    import sqlite3
+
+    text = str(exc)
+    if isinstance(exc, UnicodeError):
+        return f"the text has characters that cannot be stored ({exc.__class__.__name__})"
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC or "database or disk is full" in text:
+        return "the disk is full"
+    if isinstance(exc, PermissionError) or "readonly" in text or "read-only" in text:
+        return "the session file cannot be written (read-only)"
+    if isinstance(exc, sqlite3.ProgrammingError) and "closed" in text:
+        return "the session was closed"
+    return f"{type(exc).__name__}: {text}"
