@@ -17,7 +17,9 @@ as this process's CPU time (on a shared machine under load the wall time mostly 
 waiting for a core):
 
 - expand: a collapsed topic (its ancestors opened first, not timed) is expanded and
-  the pane has handled the events it caused and drawn its visible lines;
+  the pane has handled the events it caused and drawn its visible lines; the pane is
+  folded again after each sample (``collapse_all`` below ROOT: a pane reopens what was
+  open below a node, so without it every sample would reopen all the earlier ones);
 - inspect topic / inspect exchange: from the selection until the inspector shows
   the detail (read under the tree's lock in a worker, then rendered);
 - new exchange: ``add()`` of one exchange (not timed), then the pane's update until
@@ -178,8 +180,8 @@ async def measure(path: str, emb: Embedder, samples: int, rng: random.Random) ->
             node.expand()
             await settle()
             expand.stop()
-            for top in list(pane.root.children):  # each sample from a tree folded at the top
-                top.collapse()
+            for top in list(pane.root.children):  # each sample from a folded tree (the pane
+                top.collapse_all()  # reopens what was open below a node when it opens again)
             await settle()
         out["expand"] = expand.stats()
 
@@ -216,7 +218,7 @@ async def measure(path: str, emb: Embedder, samples: int, rng: random.Random) ->
             inplace.stop()
             rebuilt.append(pane.rebuilt - r0)
             full.start()
-            pane._reset(None)
+            pane._reset(tree)  # the same tree shown afresh: every child list made again
             pane.refresh_tree(tree)
             await settle()
             full.stop()

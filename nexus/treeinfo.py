@@ -123,6 +123,12 @@ def nearest_branches(tree: CTree, snap: TreeSnapshot, node_id: str, k: int = 5) 
     return tuple(Neighbour(tid, tree.thread_path(snap.nodes[tid]), cos) for tid, cos in near)
 
 
+def warm_centroids(tree: CTree) -> None:
+    """Make the tree's centroid matrix ahead of the first inspection (in a worker)."""
+    with tree.lock:
+        centroid_index(tree, snapshot_unlocked(tree))
+
+
 def _retrieval_for(tree: CTree, topic: TopicNode, report) -> RetrievalScores | None:
     if report is None:
         return None

@@ -18,9 +18,11 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 from textual.worker import get_current_worker
 
+from . import heap
 from .treesnap import TopicRow, TreeSnapshot, find_topics, snapshot_unlocked, take_snapshot, try_lock
 
 SUMMARY = "summary"  # the key of a topic's summary line among its children
+FREEZE_AT = 1000  # exchanges: a tree this large is kept out of the collector's full passes (nexus/heap.py)
 
 
 def _safe(text: str) -> str:
@@ -51,6 +53,8 @@ class MemoryTree(Tree):
         self._synced: dict[str, tuple] = {}  # topic id -> (row, marks generation) its open subtree shows
         self._gen = 0  # bumped when the marks, matches or nodes to open change: every label is checked again
         self._held = None  # the user's (tree, injected) while a scenario's tree is shown
+        self._frozen_for = None  # the tree the heap was frozen with (the user's, kept during a scenario)
+        self._freeze_pending = False  # freeze once the tree's first snapshot is on screen
         self.updates = 0  # in-place updates applied (for tests and the bench)
         self.rebuilt = 0  # child lists rebuilt
 
@@ -83,11 +87,22 @@ class MemoryTree(Tree):
         if not get_current_worker().is_cancelled:
             self.app.call_from_thread(self._apply_if_current, ctree, snap)
 
+    @work(thread=True, exclusive=True, group="tree-warm", description="prepare the inspector's centroids")
+    def _warm_worker(self, ctree) -> None:
+        from .treeinfo import warm_centroids  # the inspector's data: made once, updated per change after
+
+        warm_centroids(ctree)
+
     def _apply_if_current(self, ctree, snap: TreeSnapshot) -> None:
         if ctree is self.ctree:
             self.apply(snap)
 
     def _reset(self, ctree) -> None:
+        if self._frozen_for is not None and self._frozen_for is self.ctree is not ctree \
+                and (self._held is None or self._held[0] is not self.ctree):
+            heap.thaw()  # the frozen tree is let go (not held while a scenario runs)
+            self._frozen_for = None
+        self._freeze_pending = ctree is not None and self._frozen_for is None
         self.ctree = ctree
         self.snapshot = None
         self.clear()
@@ -166,6 +181,11 @@ class MemoryTree(Tree):
             self._gen += 1
         self.snapshot = snap
         self.updates += 1
+        if self._freeze_pending and snap.exchanges >= FREEZE_AT:
+            heap.freeze_loaded()
+            self._frozen_for = self.ctree
+            self._warm_worker(self.ctree)
+        self._freeze_pending = False
         for tid in [t for t in self._reveal if t in snap.topics][:50]:
             self.expanded_ids.update(row.node_id for row in snap.path(tid)[:-1])
             self._reveal.discard(tid)
@@ -274,6 +294,11 @@ class MemoryTree(Tree):
                 self._sigs.pop(n.data, None)
                 self._synced.pop(n.data, None)
             stack.extend(n.children)
+
+    def on_unmount(self) -> None:
+        if self._frozen_for is not None:
+            heap.thaw()
+            self._frozen_for = None
 
     # --- expansion ----------------------------------------------------------------------------
 
