@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .nodes import MessageNode, Node, TopicNode
+from .nodes import GROUP_PREFIX, MessageNode, Node, TopicNode, new_id
 
 
 def halves(vectors: list[np.ndarray]) -> int:
@@ -38,7 +38,8 @@ class FanoutBalancer:
       half of subtopics moves to a new sibling; ROOT instead gets two new intermediate
       topics (the only way the tree grows a level).
 
-    Splitting in halves keeps depth logarithmic in the length of the conversation.
+    Splitting in halves, with new topics filed at the bottom level of the groups (see
+    ``Placer``), keeps depth logarithmic in the length of the conversation.
     """
 
     def __init__(
@@ -53,16 +54,18 @@ class FanoutBalancer:
         self.name_for = name_for
         self.on_new_topic = on_new_topic
 
-    def _new_topic(self, group: list[Node], home: TopicNode) -> list[TopicNode]:
-        """Move ``group`` (children of one node) under a new topic placed in ``home``;
-        a lone topic moves as itself (a topic wrapping one topic says nothing)."""
+    def _new_topic(self, group: list[Node], home: TopicNode, grouping: bool = False) -> list[TopicNode]:
+        """Move ``group`` (children of one node) under a new topic placed in ``home`` (a
+        grouping node when ``grouping``); a lone topic moves as itself (a topic wrapping
+        one topic says nothing)."""
         if len(group) == 1 and group[0].is_topic:
             t = group[0]
             t.parent.remove_child(t)
             home.add_child(t)
             home.sort_children()
             return []
-        topic = TopicNode(self.name_for(group), created_index=min(_created(c) for c in group))
+        topic = TopicNode(self.name_for(group), created_index=min(_created(c) for c in group),
+                          **({"node_id": new_id(GROUP_PREFIX)} if grouping else {}))
         for c in group:
             c.parent.remove_child(c)
             topic.add_child(c)
@@ -78,7 +81,7 @@ class FanoutBalancer:
         if len(msgs) <= self.max_children or node.parent is None:
             return []
         cut = halves([self.vector_of(m) for m in msgs])
-        if node.parent.parent is None and not node.topic_children:
+        if (node.parent.parent is None or node.parent.is_group) and not node.topic_children:
             created = self._new_topic(msgs[:cut], node) + self._new_topic(msgs[cut:], node)
         else:
             created = self._new_topic(msgs[cut:], node.parent)
@@ -90,10 +93,10 @@ class FanoutBalancer:
         if len(topics) <= self.max_children:
             return []
         cut = halves([self.vector_of(t) for t in topics])
-        if node.parent is None:
-            created = self._new_topic(topics[:cut], node) + self._new_topic(topics[cut:], node)
-        else:
-            created = self._new_topic(topics[cut:], node.parent)
+        if node.parent is None:  # the only way the tree grows a level: two groups under ROOT
+            created = self._new_topic(topics[:cut], node, True) + self._new_topic(topics[cut:], node, True)
+        else:  # a group's later half becomes a group; a topic's, a topic
+            created = self._new_topic(topics[cut:], node.parent, node.is_group)
         node.recompute_range()
         return created
 

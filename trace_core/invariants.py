@@ -45,6 +45,7 @@ def check_invariants(tree: "CTree") -> None:
                 if c.archived:
                     fail(f"archived exchange {c.index} is still in the tree")
                 seen[c.index] = c.node_id
+    for t in topics:  # after the links: a broken link is the cause, a wrong range its symptom
         starts = [c.start_index for c in t.children]
         if starts != sorted(starts) or len(set(starts)) != len(starts):
             fail(f"children of {t.topic_name} are not in conversation order: {starts}")

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 
+GROUP_PREFIX = "g"  # node ids of grouping nodes (see ``TopicNode.is_group``)
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:12]}"
 
@@ -81,6 +84,13 @@ class TopicNode:
     @property
     def is_root(self) -> bool:
         return self.parent is None
+
+    @property
+    def is_group(self) -> bool:
+        """A grouping node the fan-out made above the topics (when ROOT or another group
+        overflowed): it holds topics only, and new topics are filed at its bottom level,
+        as a B+tree inserts at its leaves. Its id says so, so it survives the session file."""
+        return self.node_id.startswith(GROUP_PREFIX)
 
     @property
     def topic_children(self) -> list["TopicNode"]:

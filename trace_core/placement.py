@@ -63,12 +63,24 @@ class Placer:
         if placement.action == "continue" and model.current is not model.root:
             parent = model.current
         else:
-            anchor = path[min(max(placement.parent_level, 0), len(path) - 1)]
+            anchor = self.filing_level(path[min(max(placement.parent_level, 0), len(path) - 1)])
             parent = TopicNode(placement.name or "New Topic", created_index=node.index)
             anchor.add_child(parent)
             model.vectors.start_sum(parent, vector)
         model.append(node, parent, vector)
         return parent
+
+    @staticmethod
+    def filing_level(anchor: TopicNode) -> TopicNode:
+        """Where a new topic "under ``anchor``" goes. Under ROOT or a group it goes to the
+        newest group of the bottom level, beside the other topics: opening it in ROOT
+        would push every older topic a level down at each split of ROOT (measured: 422
+        levels at 10,000 exchanges), as if a B+tree inserted at its root."""
+        if not (anchor.is_root or anchor.is_group):
+            return anchor
+        while anchor.children and anchor.children[-1].is_topic and anchor.children[-1].is_group:
+            anchor = anchor.children[-1]
+        return anchor
 
     def _balance_path(self) -> list[TopicNode]:
         """Apply the fan-out bounds along the active path, deepest first."""
