@@ -266,7 +266,7 @@ class ScenarioController:
         self._call(self.app.log_line, text, level)
 
     def _on_snapshot(self, tree, snap) -> None:
-        self._call(self._pane()._apply_if_current, tree, snap)
+        self._call(self._pane().apply_if_current, tree, snap)
 
     # these run on the UI thread
     def _pane(self):

@@ -85,7 +85,7 @@ class MemoryTree(Tree):
     def _snapshot_worker(self, ctree) -> None:
         snap = take_snapshot(ctree)  # waits for the writer, off the UI thread
         if not get_current_worker().is_cancelled:
-            self.app.call_from_thread(self._apply_if_current, ctree, snap)
+            self.app.call_from_thread(self.apply_if_current, ctree, snap)
 
     @work(thread=True, exclusive=True, group="tree-warm", description="prepare the inspector's centroids")
     def _warm_worker(self, ctree) -> None:
@@ -93,7 +93,8 @@ class MemoryTree(Tree):
 
         warm_centroids(ctree)
 
-    def _apply_if_current(self, ctree, snap: TreeSnapshot) -> None:
+    def apply_if_current(self, ctree, snap: TreeSnapshot) -> None:
+        """Show ``snap`` if ``ctree`` is still the tree on screen (a snapshot taken off the UI thread)."""
         if ctree is self.ctree:
             self.apply(snap)
 
@@ -272,7 +273,7 @@ class MemoryTree(Tree):
     def get_label_width(self, node: TreeNode) -> int:
         """The label's cells plus its ▶/▼ icon, without rendering it (Textual renders
         every visible label to size the pane otherwise: slow with thousands open)."""
-        return node._label.cell_len + 2
+        return node.label.cell_len + 2
 
     def _child_items(self, row: TopicRow) -> list:
         items: list = [None] if row.summary and row.parent_id is not None else []

@@ -56,13 +56,8 @@ def reach_ins(path: Path) -> list[str]:
     return [f"{path.relative_to(ROOT)}:{line}: {what}" for line, what in sorted(found)]
 
 
-# Nexus-internal reach-ins (app and tree pane privates used by the scenario runner), left
-# to the Nexus side of issue 14 (item 4); nothing in trace_core, and no reach-in into it
-NEXUS_PENDING = {
-    "nexus/scenario_runner.py: uses ._embed_fn of app",
-    "nexus/scenario_runner.py: uses ._apply_if_current of self._pane()",
-    "nexus/treepane.py: uses ._label of node",  # a Textual TreeNode's label
-}
+# reach-ins still to remove (none: the Nexus ones went with issue 14 item 4)
+NEXUS_PENDING: set[str] = set()
 
 
 def test_no_module_uses_another_modules_private_names():
