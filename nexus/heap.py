@@ -3,31 +3,39 @@
 A 10,000-exchange session is a few hundred thousand long-lived objects (nodes, their
 messages, snapshot rows). CPython's full collection walks all of them whenever enough
 new objects survive — measured in ``bench.tree_pane``: pauses of 0.3–0.7 s on the UI
-thread every few dozen pane operations, which is most of the p95 at 10,000 exchanges.
-Once a tree is loaded, everything alive is frozen (``gc.freeze``: never scanned
-again; freed normally by reference counting). When a tree is let go, everything is
-thawed and collected once before the next freeze, so the old tree's reference cycles
-(parent <-> children) are freed rather than kept frozen.
+thread every few dozen pane operations, most of the p95 at 10,000 exchanges. Once a
+tree is loaded, everything alive is frozen (``gc.freeze``: never scanned again; still
+freed by reference counting). When a tree is let go, everything is thawed, and the
+next freeze waits until that tree has been collected: its parent <-> children cycles
+need the collector, and a frozen dead tree would be kept until the next thaw.
 """
 
 from __future__ import annotations
 
 import gc
+import weakref
 
-_thawed = False  # a tree was let go since the last freeze: collect before freezing again
-
-
-def freeze_loaded() -> None:
-    """A tree was just loaded and shown: freeze what is alive now (on the UI thread)."""
-    global _thawed
-    if _thawed:
-        gc.collect()
-        _thawed = False
-    gc.freeze()
+_let_go: list[weakref.ref] = []  # trees let go since the last freeze, not known to be collected
 
 
-def thaw() -> None:
-    """A tree is being let go: make everything collectable again."""
-    global _thawed
+def thaw(tree=None) -> None:
+    """``tree`` (if any) is being let go: make everything collectable again."""
     gc.unfreeze()
-    _thawed = True
+    if tree is not None:
+        _let_go.append(weakref.ref(tree))
+
+
+def freeze_loaded(force: bool = False) -> bool:
+    """A tree was just loaded and shown: freeze what is alive now (on the UI thread).
+    False when a tree let go is still referenced (a worker finishing with it): try again
+    a little later; ``force`` freezes anyway (it is then alive, not garbage)."""
+    if _let_go:
+        for _ in range(5):  # each pass frees what the last one's weak callbacks released
+            if not gc.collect():
+                break
+        _let_go[:] = [r for r in _let_go if r() is not None]
+        if _let_go and not force:
+            return False
+        _let_go.clear()
+    gc.freeze()
+    return True

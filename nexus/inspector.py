@@ -9,6 +9,9 @@ are read under the tree's lock in a worker thread; Esc closes the view.
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
+
 from rich.text import Text
 from textual import work
 from textual.containers import VerticalScroll
@@ -92,6 +95,15 @@ def exchange_text(d: ExchangeDetail) -> Text:
     return t
 
 
+@dataclass
+class _Request:
+    ctree: object
+    subject: str | int
+    report: object
+    synth: object
+    snap: object
+
+
 class NodeInspector(VerticalScroll):
     """Beside the tree pane; hidden until a node is selected."""
 
@@ -99,6 +111,7 @@ class NodeInspector(VerticalScroll):
         super().__init__(**kw)
         self.body = Static("", id="inspector-body")
         self.subject = None  # topic id (str) or exchange index (int) on view
+        self._request: _Request | None = None  # the inspection in progress
         self.detail: TopicDetail | ExchangeDetail | None = None
         self.border_title = "Inspector · Esc closes"
 
@@ -120,11 +133,19 @@ class NodeInspector(VerticalScroll):
         from .treepane import MemoryTree
 
         panes = [p for p in self.app.query(MemoryTree) if p.ctree is ctree]
-        snap = panes[0].snapshot if panes else None  # reused while current: its centroids are made once
-        self._load(ctree, self.subject, report, synth, snap)
+        snap = panes[0].snapshot if panes else None  # reused while current
+        # The worker is handed a weak reference: Textual's worker threads keep their last
+        # worker and its arguments, which would keep a closed session's tree alive.
+        self._request = _Request(ctree, self.subject, report, synth, snap)
+        self._load(weakref.ref(self._request))
 
     @work(thread=True, exclusive=True, group="inspector", description="inspect a node")
-    def _load(self, ctree, subject, report, synth, snap) -> None:
+    def _load(self, request_ref: weakref.ref) -> None:
+        request = request_ref()
+        if request is None:
+            return
+        ctree, subject, report, synth, snap = request.ctree, request.subject, request.report, request.synth, request.snap
+        del request
         if isinstance(subject, str):
             detail = topic_detail(ctree, subject, report, snap=snap)
         else:
@@ -135,6 +156,7 @@ class NodeInspector(VerticalScroll):
     def _show(self, subject, detail) -> None:
         if subject != self.subject:
             return  # a later selection won
+        self._request = None
         self.detail = detail
         if detail is None:
             self.body.update(Text("That node is no longer in the tree.", style="italic"))

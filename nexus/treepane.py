@@ -12,6 +12,8 @@ reorganisation merged (⇐, until the next exchange) and /find matches (highligh
 
 from __future__ import annotations
 
+import weakref
+
 from rich.text import Text
 from textual import work
 from textual.widgets import Tree
@@ -77,21 +79,38 @@ class MemoryTree(Tree):
             return
         snap = try_lock(ctree, snapshot_unlocked)
         if snap is None:
-            self._snapshot_worker(ctree)
+            self._snapshot_worker(weakref.ref(ctree))
         else:
             self.apply(snap)
 
     @work(thread=True, exclusive=True, group="tree-snapshot", description="snapshot the tree")
-    def _snapshot_worker(self, ctree) -> None:
+    def _snapshot_worker(self, tree_ref: weakref.ref) -> None:
+        # (a weak reference: Textual's worker threads keep their last worker, and its arguments)
+        ctree = tree_ref()
+        if ctree is None:
+            return
         snap = take_snapshot(ctree)  # waits for the writer, off the UI thread
         if not get_current_worker().is_cancelled:
             self.app.call_from_thread(self.apply_if_current, ctree, snap)
 
+    def _freeze(self, ctree, tries: int) -> None:
+        """Freeze the heap with this tree loaded (``nexus/heap.py``); while a tree let go is
+        still referenced, try again a second later, at most three times."""
+        if ctree is not self.ctree or self._frozen_for is not None or self.showing_scenario:
+            return
+        if not heap.freeze_loaded(force=tries >= 3):
+            self.set_timer(1.0, lambda: self._freeze(ctree, tries + 1))
+            return
+        self._frozen_for = self.ctree
+        self._warm_worker(weakref.ref(self.ctree))
+
     @work(thread=True, exclusive=True, group="tree-warm", description="prepare the inspector's centroids")
-    def _warm_worker(self, ctree) -> None:
+    def _warm_worker(self, tree_ref: weakref.ref) -> None:
         from .treeinfo import warm_centroids  # the inspector's data: made once, updated per change after
 
-        warm_centroids(ctree)
+        ctree = tree_ref()
+        if ctree is not None:
+            warm_centroids(ctree)
 
     def apply_if_current(self, ctree, snap: TreeSnapshot) -> None:
         """Show ``snap`` if ``ctree`` is still the tree on screen (a snapshot taken off the UI thread)."""
@@ -101,7 +120,7 @@ class MemoryTree(Tree):
     def _reset(self, ctree) -> None:
         if self._frozen_for is not None and self._frozen_for is self.ctree is not ctree \
                 and (self._held is None or self._held[0] is not self.ctree):
-            heap.thaw()  # the frozen tree is let go (not held while a scenario runs)
+            heap.thaw(self.ctree)  # the frozen tree is let go (not held while a scenario runs)
             self._frozen_for = None
         self._freeze_pending = ctree is not None and self._frozen_for is None
         self.ctree = ctree
@@ -182,11 +201,10 @@ class MemoryTree(Tree):
             self._gen += 1
         self.snapshot = snap
         self.updates += 1
-        if self._freeze_pending and snap.exchanges >= FREEZE_AT:
-            heap.freeze_loaded()
-            self._frozen_for = self.ctree
-            self._warm_worker(self.ctree)
-        self._freeze_pending = False
+        if self._freeze_pending:
+            self._freeze_pending = False
+            if snap.exchanges >= FREEZE_AT:
+                self._freeze(self.ctree, 0)
         for tid in [t for t in self._reveal if t in snap.topics][:50]:
             self.expanded_ids.update(row.node_id for row in snap.path(tid)[:-1])
             self._reveal.discard(tid)
