@@ -415,3 +415,22 @@ async def test_scenario_with_the_llm_judge(server, tmp_path, minilm, data_dir, s
         assert "PASS  multihop (llm judge" in notices(app)
         assert "judge llm: new → Sarah's Peanut Allergy" in log_text(app)
         assert any("New exchange:" in r["messages"][-1]["content"] for r in server.chat_requests())
+
+
+async def test_scenario_with_the_auto_judge(server, tmp_path, minilm, data_dir, session_file):
+    """``--judge auto``: the embedding judge decides when it is confident and asks the
+    model only when its cosine is within the doubt margin of the threshold (overwrite:
+    18 exchanges, a few of them doubtful)."""
+    server.respond(oracle(label_table()))
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        await command(pilot, app, "/scenario overwrite --judge auto")
+        await wait_for(pilot, lambda: "overwrite (auto judge" in notices(app), timeout=90, what="auto verdict")
+        assert "PASS  overwrite (auto judge" in notices(app)
+        decisions = [line for line in log_text(app).splitlines() if line.startswith("scenario overwrite #")]
+        asked = [d for d in decisions if ": judge llm: " in d]
+        assert asked and len(asked) < len(decisions)  # some asked the model, not all
+        assert any(": judge embedding: " in d and "clear-cut" in d for d in decisions)
+        judged = [r for r in server.chat_requests() if "New exchange:" in r["messages"][-1]["content"]]
+        assert len(judged) == len(asked)
