@@ -20,8 +20,10 @@ waiting for a core):
   the pane has handled the events it caused and drawn its visible lines; the pane is
   folded again after each sample (``collapse_all`` below ROOT: a pane reopens what was
   open below a node, so without it every sample would reopen all the earlier ones);
-- inspect topic / inspect exchange: from the selection until the inspector shows
-  the detail (read under the tree's lock in a worker, then rendered);
+- open inspector: the inspector closed, a topic selected, until it shows the detail
+  and has been laid out (the chat beside it narrows: the screen is laid out again);
+- inspect topic / inspect exchange: with the inspector open, from the selection until
+  it shows the detail (read under the tree's lock in a worker, then rendered);
 - new exchange: ``add()`` of one exchange (not timed), then the pane's update until
   it has drawn its visible lines; ``rebuilt`` counts child lists rebuilt (0-2 when updated in
   place). Beside it: the same update done as a full rebuild (the pane cleared and
@@ -118,7 +120,7 @@ class Samples:
     def stats(self) -> dict:
         return {"median_ms": statistics.median(self.wall) * 1000, "p95_ms": pct(self.wall, 0.95) * 1000,
                 "cpu_median_ms": statistics.median(self.cpu) * 1000, "cpu_p95_ms": pct(self.cpu, 0.95) * 1000,
-                "n": len(self.wall)}
+                "n": len(self.wall), "wall_ms": [round(w * 1000, 1) for w in self.wall]}
 
 
 async def measure(path: str, emb: Embedder, samples: int, rng: random.Random) -> dict:
@@ -188,7 +190,7 @@ async def measure(path: str, emb: Embedder, samples: int, rng: random.Random) ->
         async def inspect(data, done, into: Samples) -> None:
             into.start()
             inspector.inspect(tree, data, None, app.session.synth)
-            while not done():
+            while not done() or not inspector.size.width:  # shown, and laid out when it opens
                 if time.perf_counter() - into.wall0 > 30:
                     raise RuntimeError(f"the inspector did not show {data!r} in 30 s; workers: "
                                        f"{[(w.name, w.state.name, w.error) for w in app.workers]}")
@@ -196,6 +198,14 @@ async def measure(path: str, emb: Embedder, samples: int, rng: random.Random) ->
             await settle()
             into.stop()
 
+        # opening: the inspector closed before each sample (the screen is laid out again:
+        # the chat beside it narrows); then selections with it open
+        opening = Samples()
+        for t in rng.sample(topics, min(samples, len(topics))):
+            inspector.close()
+            await settle()
+            await inspect(t.node_id, lambda t=t: getattr(inspector.detail, "node_id", None) == t.node_id, opening)
+        out["open_inspector"] = opening.stats()
         topic_s, exchange_s = Samples(), Samples()
         for t in rng.sample(topics, min(samples, len(topics))):
             await inspect(t.node_id, lambda t=t: getattr(inspector.detail, "node_id", None) == t.node_id, topic_s)
@@ -261,7 +271,7 @@ def main() -> None:
             results[n] = r
             print(f"{n:>6} exchanges ({r['topics']} topics, depth {r['depth']}, built in {builds[n]:.0f} s):",
                   flush=True)
-            for op in ("expand", "inspect_topic", "inspect_exchange", "new_exchange", "new_exchange_full_rebuild"):
+            for op in ("expand", "open_inspector", "inspect_topic", "inspect_exchange", "new_exchange", "new_exchange_full_rebuild"):
                 s = r[op]
                 print(f"    {op:<26} wall median {s['median_ms']:6.1f} ms  p95 {s['p95_ms']:6.1f} ms   "
                       f"cpu median {s['cpu_median_ms']:6.1f} ms  p95 {s['cpu_p95_ms']:6.1f} ms", flush=True)

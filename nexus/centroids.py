@@ -102,7 +102,10 @@ class CentroidIndex:
     def nearest(self, snap: TreeSnapshot, node_id: str, k: int) -> list[tuple[str, float]]:
         """The ``k`` other topics nearest ``node_id`` by centroid cosine: ROOT, its ancestors
         and its descendants excluded (they contain it or are contained)."""
-        sims = self.unit @ self.unit[self.slot[node_id]]
+        # einsum, not ``@``: a BLAS product wakes OpenBLAS's thread pool, whose threads
+        # spin on the second core for a while after it (measured: they took as much CPU as
+        # the UI thread during an inspection); this loop stays in the calling thread
+        sims = np.einsum("ij,j->i", self.unit, self.unit[self.slot[node_id]])
         sims[~self.used] = -np.inf
         at = snap.order.index(node_id)
         out = snap.order[at: at + 1 + snap.topics[node_id].topics_below]  # itself and its descendants
