@@ -17,12 +17,11 @@ from trace_core.tokens import count_tokens, truncate_to_tokens
 
 from . import events as ev
 from .config import Config
+from .prompt_budget import fit_recent, limits, prompt_room, recent_tokens
 from .session_settings import SessionSettings, parse_setting
 from .streaming import stream_reply
 from .turn import Turn, reply_problem, store_problem, strip_think
 from .web import RouteDecision, WebRouter, WebSearch, WebSearchError, results_block
-
-PROMPT_OVERHEAD = 32  # tokens of role markers and template around the two messages
 
 
 class ChatSession:
@@ -45,6 +44,7 @@ class ChatSession:
         self.settings = SessionSettings()  # /system, /set: read from the session file when it opens
         self.recent: list[dict] = []
         self.read_only = False  # opened read-only: another process writes the session
+        self.read_only_reason = ""  # why, in words (set by whoever opened it read-only)
         web = config.section("web")
         self.web_enabled = web.enabled
         self.web = WebSearch(**({"search_fn": search_fn} if search_fn else {}), max_results=web.max_results,
@@ -136,19 +136,12 @@ class ChatSession:
         return decision, results
 
     def limits(self) -> tuple[int, int]:
-        """(context tokens, max reply tokens): ``models.max_tokens`` 0 means a quarter of the context."""
+        """(context tokens, max reply tokens) for this session (nexus/prompt_budget.py)."""
         models = self.config.section("models")
-        ctx = models.context_tokens
-        chosen = getattr(getattr(self, "settings", None), "max_tokens", None)  # /set max_tokens
-        max_tokens = int(chosen or models.max_tokens) or max(64, ctx // 4)
-        return ctx, min(max_tokens, max(16, ctx // 2))
+        return limits(models.context_tokens, models.max_tokens, self.settings.max_tokens)
 
     def prompt_room(self) -> int:
-        """Tokens the prompt may take: the context less the reply's share, the template and
-        the session's own /system text (it goes before the memory prompt)."""
-        ctx, max_tokens = self.limits()
-        own = str(getattr(getattr(self, "settings", None), "system", "") or "")
-        return ctx - max_tokens - PROMPT_OVERHEAD - (count_tokens(own) + 1 if own.strip() else 0)
+        return prompt_room(*self.limits(), self.settings.system)
 
     def build_prompt(self, text: str, web_results: list) -> str:
         """The system prompt, counted against the context: the recent window is trimmed
@@ -158,15 +151,7 @@ class ChatSession:
         extra = [results_block(web_results)] if web_results else []
         room = self.prompt_room() - count_tokens(text)
         avail = room - count_tokens(self.synth.base_prompt) - sum(count_tokens(b) + 1 for b in extra)
-        recent = list(self.recent)
-
-        def recent_tokens(msgs: list[dict]) -> int:
-            return sum(count_tokens(f"{m.get('role', '')}: {m.get('content', '')}") + 1 for m in msgs) + 8
-
-        dropped = 0
-        while recent and recent_tokens(recent) > avail:
-            recent.pop(0)
-            dropped += 1
+        recent, dropped = fit_recent(self.recent, avail)
         if dropped:
             self.emit(ev.Notice(f"prompt: dropped the {dropped} oldest recent message(s) to fit the model's "
                                 f"context ({ctx} tokens)"))

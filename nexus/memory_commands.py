@@ -138,9 +138,7 @@ class MemoryCommands:
         text model is back, then the queue drains."""
         self.vision_busy = busy
         self.update_header()
-        drain = getattr(self, "drain_outbox", None)  # teammate "turn"'s queue
-        if drain is not None:
-            drain()
+        self.drain_outbox()
 
     def cmd_check(self, args: list[str]) -> None:
         if args:

@@ -56,7 +56,7 @@ class Replies:
 
     def refuse_read_only(self, text: str) -> None:
         """A read-only session stores nothing: say why, and give the text back to edit or keep."""
-        reason = getattr(self.session, "read_only_reason", "") or "This session is open read-only."
+        reason = self.session.read_only_reason or "This session is open read-only."
         self.chat_notice(f"Not sent: {reason}", "warning")
         prompt = self.query_one("#prompt", PromptInput)
         if not prompt.value.strip():
