@@ -117,18 +117,20 @@ def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url
                 last[0] = now
                 on_snapshot(tree, take_snapshot(tree))
 
-        def listen(e: tev.EngineEvent) -> None:
-            if isinstance(e, tev.JudgeDecided):
-                emit(f"scenario {name} #{e.exchange_index + 1}/{total}: judge {e.judge}: {e.action} → {e.topic} "
-                     f"({e.reason})", "info")
-                snapshot()
-            elif isinstance(e, tev.LLMFailed):
-                emit(f"scenario {name}: memory model failed at {e.task}: {e.problem}; the embedding judge decided",
-                     "warning")
-            elif isinstance(e, tev.ReorganizeFinished):
-                emit(f"scenario {name}: reorganised: {e.merged} merged, {e.skipped} skipped", "info")
+        def judged(e: tev.JudgeDecided) -> None:
+            emit(f"scenario {name} #{e.exchange_index + 1}/{total}: judge {e.judge}: {e.action} → {e.topic} "
+                 f"({e.reason})", "info")
+            snapshot()
 
-        tree.on_event(listen)
+        def llm_failed(e: tev.LLMFailed) -> None:
+            emit(f"scenario {name}: memory model failed at {e.task}: {e.problem}; the embedding judge decided",
+                 "warning")
+
+        def reorganized(e: tev.ReorganizeFinished) -> None:
+            emit(f"scenario {name}: reorganised: {e.merged} merged, {e.skipped} skipped", "info")
+
+        handlers = {tev.JudgeDecided: judged, tev.LLMFailed: llm_failed, tev.ReorganizeFinished: reorganized}
+        tree.on_event(lambda e: handlers[type(e)](e) if type(e) in handlers else None)  # one handler per kind
         try:
             if on_start is not None:
                 on_start(tree)
