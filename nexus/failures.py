@@ -60,12 +60,25 @@ FAILURES: dict[str, Failure] = {  # by worker name (the worker method's name)
     "models_cache_worker": Failure("model list for completion", "debug", in_chat=False),
     "store_again_worker": Failure("Not stored", end=". Kept — press Ctrl+R to try again."),
     "probe_server": Failure("model server probe failed", "warning", in_chat=False),
+    # the panes' workers (ReportsFailures forwards them here)
+    "_snapshot_worker": Failure("the tree pane was not updated", in_chat=False),
+    "_load": Failure("the inspector could not read that node", in_chat=False),
+    "_warm_worker": Failure("the inspector's topic vectors were not prepared", "warning", in_chat=False),
 }
 ANY = Failure("A background task failed")
 
 
 def reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
+
+
+class ReportsFailures:
+    """For a widget with workers of its own: their failures go to the app's one place
+    (a worker's state messages go to the node that started it, not further)."""
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state is WorkerState.ERROR:
+            self.app.worker_failed(event.worker.name, event.worker.error)
 
 
 class Failures:
