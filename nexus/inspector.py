@@ -13,11 +13,11 @@ import weakref
 from dataclasses import dataclass
 
 from rich.text import Text
-from textual import work
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
+from .failures import ReportsFailures, background
 from .treeinfo import ExchangeDetail, TopicDetail, exchange_detail, topic_detail
 
 
@@ -104,7 +104,7 @@ class _Request:
     snap: object
 
 
-class NodeInspector(VerticalScroll):
+class NodeInspector(ReportsFailures, VerticalScroll):
     """Beside the tree pane; hidden until a node is selected."""
 
     def __init__(self, **kw) -> None:
@@ -139,7 +139,7 @@ class NodeInspector(VerticalScroll):
         self._request = _Request(ctree, self.subject, report, synth, snap)
         self._load(weakref.ref(self._request))
 
-    @work(thread=True, exclusive=True, group="inspector", description="inspect a node")
+    @background(group="inspector", exclusive=True, description="inspect a node")
     def _load(self, request_ref: weakref.ref) -> None:
         request = request_ref()
         if request is None:
@@ -164,8 +164,18 @@ class NodeInspector(VerticalScroll):
             self.body.update(topic_text(detail))
         else:
             self.body.update(exchange_text(detail))
+        if not self.display:
+            from .treepane import MemoryTree
+
+            panes = [p for p in self.app.query(MemoryTree) if p.display]
+            self.beside(panes[0].outer_size.width if panes else 0)
         self.display = True
         self.scroll_home(animate=False)
+
+    def beside(self, width: int) -> None:
+        """Sit left of the tree pane, ``width`` cells wide (Ctrl+←/→ change it)."""
+        if self.styles.margin.right != width:
+            self.styles.margin = (0, width, 0, 0)
 
     def close(self) -> bool:
         """Hide the view; False when it was not open (Esc then goes on to cancel)."""

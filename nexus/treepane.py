@@ -15,12 +15,12 @@ from __future__ import annotations
 import weakref
 
 from rich.text import Text
-from textual import work
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 from textual.worker import get_current_worker
 
 from . import heap
+from .failures import ReportsFailures, background
 from .treesnap import TopicRow, TreeSnapshot, find_topics, snapshot_unlocked, take_snapshot, try_lock
 
 SUMMARY = "summary"  # the key of a topic's summary line among its children
@@ -33,7 +33,7 @@ def _safe(text: str) -> str:
     return safe(text)
 
 
-class MemoryTree(Tree):
+class MemoryTree(ReportsFailures, Tree):
     """The live context tree (see the module docstring)."""
 
     def __init__(self, **kw) -> None:
@@ -83,7 +83,7 @@ class MemoryTree(Tree):
         else:
             self.apply(snap)
 
-    @work(thread=True, exclusive=True, group="tree-snapshot", description="snapshot the tree")
+    @background(group="tree-snapshot", exclusive=True, description="snapshot the tree")
     def _snapshot_worker(self, tree_ref: weakref.ref) -> None:
         # (a weak reference: Textual's worker threads keep their last worker, and its arguments)
         ctree = tree_ref()
@@ -104,7 +104,7 @@ class MemoryTree(Tree):
         self._frozen_for = self.ctree
         self._warm_worker(weakref.ref(self.ctree))
 
-    @work(thread=True, exclusive=True, group="tree-warm", description="prepare the inspector's centroids")
+    @background(group="tree-warm", exclusive=True, description="prepare the inspector's centroids")
     def _warm_worker(self, tree_ref: weakref.ref) -> None:
         from .treeinfo import warm_centroids  # the inspector's data: made once, updated per change after
 
@@ -313,6 +313,12 @@ class MemoryTree(Tree):
                 self._sigs.pop(n.data, None)
                 self._synced.pop(n.data, None)
             stack.extend(n.children)
+
+    def on_resize(self) -> None:
+        from .inspector import NodeInspector  # drawn over the chat, beside this pane
+
+        for inspector in self.app.query(NodeInspector):
+            inspector.beside(self.outer_size.width)
 
     def on_unmount(self) -> None:
         if self._frozen_for is not None:
