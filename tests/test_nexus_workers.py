@@ -13,7 +13,7 @@ from test_nexus_app import chat_reply, log_text, make_config, notices, ready, ty
 
 from nexus import failures
 from nexus.app import NexusApp
-from nexus.widgets import Notice
+from nexus.widgets import MemoryTree, Notice
 
 
 @pytest.fixture
@@ -44,13 +44,15 @@ class FailingEmbedder:
         return self.inner.embed_batch(texts)
 
 
-def test_no_app_worker_bypasses_the_failure_handler():
-    """Every worker of the app's own modules is a ``background`` worker (exit_on_error
-    False, reported by Failures); a plain ``@work`` would exit the app on an error."""
+def test_no_worker_bypasses_the_failure_handler():
+    """Every worker in Nexus is a ``background`` worker (exit_on_error False, reported by
+    Failures); a plain ``@work`` would exit the app on an error."""
     modules = {inspect.getmodule(c) for c in NexusApp.__mro__ if c.__module__.startswith("nexus.")}
     assert failures in modules and len(modules) > 8
-    plain = [m.__name__ for m in modules if "@work(" in inspect.getsource(m)]
+    package = Path(inspect.getfile(NexusApp)).parent
+    plain = [p.name for p in package.glob("*.py") if "@work(" in p.read_text(encoding="utf-8")]
     assert plain == []
+    assert "@background(" in (package / "treepane.py").read_text(encoding="utf-8")  # the scan reads them
     assert failures.FAILURES["search_worker"].words == "/search failed"
 
 
@@ -77,10 +79,21 @@ async def test_a_failing_worker_is_reported_in_words_and_the_app_keeps_running(s
         assert not list(data_dir.rglob("*.importing*"))
         assert app.is_running and app.return_code is None
 
+        # a pane's own worker: its failure reaches the same place (the log pane: not the chat's business)
+        def snapshot_fails():
+            raise MemoryError("no room for the snapshot")
+
+        app.query_one(MemoryTree).run_worker(snapshot_fails, name="_snapshot_worker", thread=True,
+                                             exit_on_error=False)
+        await wait_for(pilot, lambda: "the tree pane was not updated: no room for the snapshot" in log_text(app))
+        assert "no room" not in notices(app)
+        assert app.is_running and app.return_code is None
+
 
 async def test_app_state_is_assigned_on_the_ui_thread_only(server, tmp_path, minilm, data_dir):
     """A session opens, a reply streams and is stored, the model list is fetched (Tab and
-    /model), the session is switched (/new): no attribute of the app is set from another thread."""
+    /model), the session is renamed and switched (/rename, /new): no attribute of the app is set
+    from another thread."""
     off_thread: list[str] = []
 
     class Watched(NexusApp):
@@ -105,6 +118,9 @@ async def test_app_state_is_assigned_on_the_ui_thread_only(server, tmp_path, min
         app.query_one("#prompt").value = ""
         await type_and_send(pilot, app, "/model")
         await wait_for(pilot, lambda: "Available: alpha-model, beta-model" in notices(app))
+        await type_and_send(pilot, app, "/rename harbour")
+        await wait_for(pilot, lambda: "Renamed first to harbour" in notices(app) and app.session is not None
+                       and app.session_path.stem == "harbour" and app.embedder_state == "ready")
         first = app.session
         await type_and_send(pilot, app, "/new")
         await wait_for(pilot, lambda: app.session is not None and app.session is not first
