@@ -206,6 +206,7 @@ class Config:
     sources: list[str] = field(default_factory=list)
 
     def get(self, section: str, key: str):
+        """One raw value (untyped); code reads ``section(name).key`` instead."""
         return self.data[section][key]
 
     def set(self, section: str, key: str, value) -> None:
@@ -224,19 +225,20 @@ class Config:
     # shortcuts
     @property
     def base_url(self) -> str:
-        return str(self.get("server", "base_url")).rstrip("/")
+        return self.section("server").base_url.rstrip("/")
 
     @property
     def api_key(self) -> str:
-        return str(self.get("server", "api_key"))
+        return self.section("server").api_key
 
     @property
     def chat_model(self) -> str:
-        return str(self.get("models", "chat"))
+        return self.section("models").chat
 
     @property
     def memory_model(self) -> str:
-        return str(self.get("models", "memory") or self.get("models", "chat"))
+        models = self.section("models")
+        return models.memory or models.chat
 
 
 def _validate_keys(keys: dict, sources: str) -> None:
