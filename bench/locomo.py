@@ -38,6 +38,7 @@ import os
 import re
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -233,7 +234,7 @@ def cached_finder(synth: PromptSynthesizer, cache: dict) -> None:
     finder = synth._finder
     find = finder.find
     key = tuple(getattr(synth.params, f) for f in CANDIDATE_FIELDS) + (
-        bool(synth.params.neighbour_weight), bool(synth.params.date_weight))
+        bool(synth.params.neighbour_weight), bool(synth.params.date_weight), bool(synth.params.diversity))
 
     def cached(query, *args):
         timings = args[-1]
@@ -280,9 +281,14 @@ CANDIDATE_FIELDS = ("min_relevance", "candidates", "topic_candidates", "common_w
 GRIDS = {
     # signals one at a time, default fusion (exploration)
     "signals": {"prf_weight": (0.0, 0.2, 0.4), "neighbour_relevance": (None, 0.2, 0.1)},
+    # new signals on the best setting of the grid below (exploration)
+    "explore": [dict(keyword=2.0, group_depth=1, neighbour_relevance=0.0, **extra) for extra in (
+        {}, {"diversity": 0.15}, {"diversity": 0.3}, {"prf_weight": 0.3}, {"prf_weight": 0.3, "diversity": 0.15})],
     "small": {"keyword": (2.0, 4.0), "neighbour_weight": (0.3, 0.5)},
-    "full": {"keyword": (2.0, 4.0, 6.0), "neighbour_weight": (0.3, 0.5, 0.7), "neighbour_relevance": (0.1, 0.0),
-             "group_depth": (2, 1)},
+    # keyword 6 and neighbour_weight 0.7 were in an earlier grid and chosen in no fold;
+    # neighbour_relevance below 0.1 lets unrelated neighbours in (issue 15.4)
+    "full": {"keyword": (2.0, 4.0), "neighbour_weight": (0.3, 0.5), "neighbour_relevance": (0.1, 0.2),
+             "group_depth": (1, 2), "diversity": (0.0, 0.15, 0.3)},
 }
 
 
@@ -291,8 +297,9 @@ def grid(kind: str) -> list[SynthesisParams]:
     base = SynthesisParams(max_message_chars=MAX_CHARS)
     out = [base]
     axes = GRIDS.get(kind, {})
-    for values in itertools.product(*axes.values()):
-        change = dict(zip(axes, values))
+    changes = axes if isinstance(axes, list) else [dict(zip(axes, v)) for v in itertools.product(*axes.values())]
+    for change in changes:
+        change = dict(change)
         wd, wk, wb = base.weights
         weights = (wd, change.pop("keyword", wk), change.pop("branch", wb))
         p = dataclasses.replace(base, weights=weights, **change)
@@ -314,6 +321,15 @@ def pooled(values: list[list[float]]) -> float:
     return sum(flat) / len(flat) if flat else 0.0
 
 
+def best_setting(results: dict[int, dict[str, Evaluation]], names: list[str], budgets: Sequence[int]) -> int:
+    """The setting with the best recall on ``names`` (questions pooled, mean over the
+    budgets); ties go to the earlier setting (the defaults come first)."""
+    def score(s: int) -> float:
+        return statistics.mean(pooled([results[s][n].recall[b] for n in names]) for b in budgets)
+
+    return max(results, key=lambda s: (score(s), -s))
+
+
 def leave_one_out(results: dict[int, dict[str, Evaluation]], names: list[str], budgets: Sequence[int]) -> dict:
     """For each conversation, the setting best on the other three (pooled questions, mean
     over budgets), scored on it."""
@@ -321,11 +337,7 @@ def leave_one_out(results: dict[int, dict[str, Evaluation]], names: list[str], b
     for held in names:
         train = [n for n in names if n != held]
 
-        def score(s: int) -> float:
-            return statistics.mean(pooled([results[s][n].recall[b] for n in train]) for b in budgets)
-
-        best = max(results, key=lambda s: (score(s), -s))  # ties: the earlier setting
-        folds[held] = best
+        folds[held] = best_setting(results, train, budgets)
     out = {"folds": folds, "recall": {}, "misses": {}}
     for b in budgets:
         out["recall"][b] = pooled([results[folds[n]][n].recall[b] for n in names])
@@ -362,6 +374,8 @@ def run(data: str, budgets: list[int], grid_kind: str, keep: str | None) -> dict
             # the default first, uncached: its timings are the synthesis figures
             results[s] = {p.conv.name: evaluate(p, params, budgets, caches[p.conv.name] if s else None)
                           for p in preps}
+            print(f"setting {s + 1}/{len(settings)} at {time.perf_counter() - t0:.0f} s: {describe(params)}",
+                  file=sys.stderr, flush=True)
         grid_seconds = time.perf_counter() - t0
         for p in preps:
             p.tree.close()
@@ -371,8 +385,7 @@ def run(data: str, budgets: list[int], grid_kind: str, keep: str | None) -> dict
     allq = [q for p in preps for q in p.questions]
     times = sorted(t for p in preps for t in results[d][p.conv.name].seconds)
     # the setting chosen on all four: what ships as the default
-    best_all = max(results, key=lambda s: (statistics.mean(
-        pooled([results[s][n].recall[b] for n in names]) for b in budgets), -s))
+    best_all = best_setting(results, names, budgets)
     return {
         "conversations": names,
         "questions": n_q,

@@ -1,6 +1,7 @@
 """Nothing without evidence of relevance reaches the memory block (issue 15.4): a
 question unrelated to every exchange gets no branch and no exchange, on a real tree
-with the real MiniLM embedder."""
+with the real MiniLM embedder; what is injected has evidence of its own (cosine from
+``min_relevance``, a shared content word) or sits next to an exchange that has."""
 
 from __future__ import annotations
 
@@ -43,6 +44,10 @@ def test_every_injected_exchange_has_evidence(synth):
         synth.synthesize_prompt(question, None, None, [])
         report = synth.last_report
         assert report.exchanges, question  # a related question still gets its memory
-        floor = synth.params.min_relevance
-        assert all(e.vector >= floor or e.keyword > 0 for e in report.exchanges), question
+        floor, near = synth.params.min_relevance, synth.params.neighbour_relevance
+        own = {e.index for e in report.exchanges if e.vector >= floor or e.keyword > 0}
+        assert own, question
+        # the rest: a conversation neighbour of one with evidence, itself not unrelated
+        assert all(e.index in own or (e.vector >= near and {e.index - 1, e.index + 1} & own)
+                   for e in report.exchanges), question
     assert "Porto" in synth.synthesize_prompt("Where does my sister live?", None, None, [])

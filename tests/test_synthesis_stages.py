@@ -290,3 +290,13 @@ def test_aadd_runs_off_the_event_loop_and_stores_the_exchange(tmp_path, minilm):
     reopened = CTree.open(str(tmp_path / "a.db"), judge="embedding", embed_fn=minilm)
     assert reopened.exchanges[0].user == "I keep bees in my garden."  # on disk when aadd returned
     reopened.close()
+
+
+def test_diversify_moves_a_near_duplicate_below_a_different_fact():
+    from trace_core.synthesis.fusion import diversify
+
+    vecs = np.array([[1.0, 0.0], [0.999, 0.045], [0.0, 1.0]])
+    fused = np.array([1.0, 0.95, 0.8])
+    assert diversify([0, 1, 2], fused, vecs, 0.0, 10) == [0, 1, 2]  # off: the ranking as it was
+    assert diversify([0, 1, 2], fused, vecs, 0.3, 10) == [0, 2, 1]  # the second reading of fact 0 waits
+    assert diversify([0, 1, 2], fused, vecs, 0.3, 2) == [0, 1, 2]  # only the pool is reordered

@@ -33,6 +33,7 @@ class Candidates:
     keyword: np.ndarray  # BM25 of each (0: no shared word)
     topic_dense: dict[str, float]  # topic id -> summary cosine
     topic_keyword: dict[str, float]  # topic id -> BM25 of its name and summary
+    vectors: np.ndarray | None = None  # each candidate's unit vector (when the stage read them)
 
 
 class UnitTable:
@@ -219,7 +220,8 @@ class CandidateFinder:
         if p.prf_weight and conv_index is not None:
             dense = self._feedback(keys, dense, conv_index)
         keyword = np.array([keyword_hits.get(k, 0.0) for k in keys])
-        return Candidates([units[k] for k in keys], keys, dense, keyword, t_dense, t_key)
+        vectors = conv_index.rows(keys) if p.diversity and conv_index is not None else None
+        return Candidates([units[k] for k in keys], keys, dense, keyword, t_dense, t_key, vectors)
 
     def _add_neighbours(self, units, seeds, keyword_hits, all_dense, exchanges, n, live) -> None:
         """Relevant conversation neighbours of the candidates join them (a question's

@@ -93,7 +93,31 @@ def fuse(query: str, cands: Candidates, exchanges: Sequence[MessageNode],
     if params.neighbour_weight:
         fused = neighbour_smoothing(fused, units, params.neighbour_weight)
     ranking = [int(k) for k in np.argsort(-fused, kind="stable")]
+    if params.diversity and cands.vectors is not None:
+        ranking = diversify(ranking, fused, cands.vectors, params.diversity, params.diversity_pool)
     return Scores(topic_score, branch_of, fused, ranking)
+
+
+def diversify(ranking: list[int], fused: np.ndarray, vectors: np.ndarray, weight: float, pool: int) -> list[int]:
+    """Maximal marginal relevance over the best ``pool``: each next message is the one
+    whose score, less ``weight`` times its cosine to the closest message already ranked,
+    is highest. A question about several things gets several things, not ten readings of
+    one (scores are scaled to the best first, so ``weight`` is a share of it)."""
+    head = np.array(ranking[:pool])
+    if len(head) < 3:
+        return ranking
+    score = fused[head] / (fused[head[0]] or 1.0)
+    vecs = vectors[head]
+    closest = np.full(len(head), -1.0)
+    left = np.ones(len(head), dtype=bool)
+    order = []
+    for _ in range(len(head)):
+        gain = np.where(left, score - weight * np.maximum(closest, 0.0), -np.inf)
+        q = int(np.argmax(gain))
+        order.append(int(head[q]))
+        left[q] = False
+        closest = np.maximum(closest, vecs @ vecs[q])
+    return order + ranking[pool:]
 
 
 def queue_order(dense: np.ndarray, ranking: list[int], min_history_similarity: float, top_k_history: int) -> tuple[list[int], set[int]]:

@@ -1,4 +1,6 @@
-"""The synthesizer's parameters, in one frozen dataclass (defaults tuned on LoCoMo dev)."""
+"""The synthesizer's parameters, in one frozen dataclass. Defaults: the setting of
+``bench.locomo``'s grid with the best recall on the four LoCoMo development
+conversations (each fold of its leave-one-conversation-out figure chooses on three)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,10 @@ class SynthesisParams:
     memory_token_budget: int = 1000  # hard cap of the memory block, in estimated tokens
     topic_threshold: float = 0.40  # a branch shows its summary when its topic scored this
     max_message_chars: int = 480  # each injected message is clipped to this
-    weights: tuple[float, float, float] = (1.0, 4.0, 0.3)  # fusion: dense, keyword, branch
+    weights: tuple[float, float, float] = (1.0, 2.0, 0.3)  # fusion: dense, keyword, branch
     neighbour_weight: float = 0.5  # share of a conversation neighbour's score a message gains
     supersede_similarity: float = 0.65  # cosine from which a later update supersedes
-    group_depth: int | None = 2  # entries are grouped under their ancestor at this depth
+    group_depth: int | None = 1  # entries are grouped under their ancestor at this depth
     # evidence of relevance: a message is a candidate only from this cosine (MiniLM puts
     # unrelated sentences at 0.0-0.27) or with a shared content word (BM25)
     min_relevance: float = 0.30
@@ -32,5 +34,9 @@ class SynthesisParams:
     prf_docs: int = 5
     # cosine a conversation neighbour of a strong candidate needs to join (None: min_relevance);
     # being next to a strong hit is the evidence
-    neighbour_relevance: float | None = None
+    neighbour_relevance: float | None = 0.1  # below, an unrelated neighbour gets in
+    # diversity of the ranking (maximal marginal relevance over the best ``diversity_pool``):
+    # a message close to one ranked above it loses this share of that cosine (0: off)
+    diversity: float = 0.15
+    diversity_pool: int = 120
     parallel_from: int = 20_000  # stored messages from which BM25 runs in a thread
