@@ -144,6 +144,15 @@ async def test_inspector_shows_a_topic_and_an_exchange_and_esc_closes_it(server,
         assert [n.node_id for n in d.nearest] == [t.node_id for t in best]
         assert "nearest branches" in text and f"{d.nearest[0].cosine:+.3f}" in text
         assert "fed the last reply" not in text  # no reply yet
+        # drawn over the chat (which keeps its width), right beside the tree pane, also
+        # after the pane is widened
+        chat = app.query_one("#chat")
+        assert chat.region.right == pane.region.x and inspector.region.right == pane.region.x
+        app.query_one("#prompt").focus()
+        await pilot.press("ctrl+right")
+        await wait_for(pilot, lambda: pane.region.x == chat.region.right and inspector.region.right == pane.region.x
+                       and chat.region.right < 150 - 42, what="inspector beside the widened pane")
+        pane.focus()
 
         # an exchange: both messages in full, date, branch, status, sentence parts
         node = first
