@@ -78,26 +78,9 @@ class SessionView:
         path = Path(path)
         self.call_from_thread(self.set_session_path, path)
         self._setup_file_log()
-        early = None  # the newest page, read from the file while the tree loads
-        if path.is_file():
-            try:
-                page, total = newest_from_file(path)
-                early = HistoryPager.after(page, total)
-                self.call_from_thread(self.show_history, early, page)
-            except Exception:  # a file the store refuses: the tree's opening below says why
-                early = None
-        session = ChatSession(self.config, path, self.post_event, self.embed_fn, self.search_fn)
-        try:
-            try:
-                tree = session.open()
-            except (SessionLockedError, SessionNotWritableError) as locked:  # read it, and say so
-                tree = session.open(read_only=True)
-                session.read_only_reason = read_only_reason(locked)
-                self.call_from_thread(self.chat_notice, session.read_only_reason, "warning")
-        except (SessionFileError, Exception) as exc:  # a corrupt file, a foreign file, a mismatched embedder
-            self.call_from_thread(self.chat_notice, f"Cannot open the session: {exc}. The file was left untouched. "
-                                  "Type /new to start a new session, or /open another.", "error")
-            self.post_event(ev.Notice(f"session error: {exc}", "error"))
+        early = self._show_newest_page(path)
+        session = self._open_file(path)
+        if session is None:
             return
         try:
             adopted = self.call_from_thread(self.adopt_session, session)
@@ -107,9 +90,9 @@ class SessionView:
             session.close()
             return
         sessions.remember(path)
+        tree = session.tree
         past = tree.exchanges
-        n = len(past)
-        self.post_event(ev.Notice(f"session {path} ({n} exchanges)"))
+        self.post_event(ev.Notice(f"session {path} ({len(past)} exchanges)"))
         if early is not None and self.history is early:
             early.attach(past)
             self.call_from_thread(self.history_attached)
@@ -118,34 +101,70 @@ class SessionView:
         if announce:
             self.call_from_thread(self.chat_notice, announce)
         self.call_from_thread(self.refresh_tree)
-        # the embedder loads here, in the worker: the first paint did not wait for it
-        try:
-            load = getattr(tree.embed_fn, "load", None)
-            if load:
-                load()
-            embedder = "ready"
-            backend = getattr(tree.embed_fn, "backend", "")
-            self.post_event(ev.Notice(f"embedder ready: {tree.embed_fn.name}" + (f" ({backend})" if backend else "")))
-        except Exception as exc:
-            embedder = "failed"
-            self.post_event(ev.Notice(f"embedder failed to load: {exc}", "error"))
+        embedder = self._load_embedder(tree)  # here, in the worker: the first paint did not wait for it
         self.call_from_thread(self.set_embedder_state, embedder)
         self.call_from_thread(self._probe, "ready")
         self.drain_outbox()  # messages typed while the session opened go now
         if embedder == "ready" and tree.pending_parts():
-            # a session written before sentence indexing (or just imported): catch up in the
-            # background, a batch at a time, so a switch or /quit is not held up
-            stop, done = self.stop_check(), 0
+            self._index_earlier(session)
+
+    def _show_newest_page(self, path: Path) -> HistoryPager | None:
+        """(worker thread) The newest page, read from the file and shown while the tree loads."""
+        if not path.is_file():
+            return None
+        try:
+            page, total = newest_from_file(path)
+        except Exception:  # a file the store refuses: the tree's opening says why
+            return None
+        early = HistoryPager.after(page, total)
+        self.call_from_thread(self.show_history, early, page)
+        return early
+
+    def _open_file(self, path: Path) -> ChatSession | None:
+        """(worker thread) The session over ``path`` (read-only when another process writes
+        it, and said so); None after saying why it cannot be opened."""
+        session = ChatSession(self.config, path, self.post_event, self.embed_fn, self.search_fn)
+        try:
             try:
-                while not stop() and self.session is session:
-                    step = tree.index_pending(max_exchanges=64)
-                    if not step:
-                        break
-                    done += step
-            except Exception as exc:  # retrieval still works on message vectors
-                self.post_event(ev.Notice(f"sentence index not updated: {exc}", "warning"))
-            if done:
-                self.post_event(ev.Notice(f"indexed the sentences of {done} earlier exchanges"))
+                session.open()
+            except (SessionLockedError, SessionNotWritableError) as locked:  # read it, and say so
+                session.open(read_only=True)
+                session.read_only_reason = read_only_reason(locked)
+                self.call_from_thread(self.chat_notice, session.read_only_reason, "warning")
+        except (SessionFileError, Exception) as exc:  # a corrupt file, a foreign file, a mismatched embedder
+            self.call_from_thread(self.chat_notice, f"Cannot open the session: {exc}. The file was left untouched. "
+                                  "Type /new to start a new session, or /open another.", "error")
+            self.post_event(ev.Notice(f"session error: {exc}", "error"))
+            return None
+        return session
+
+    def _load_embedder(self, tree) -> str:
+        """(worker thread) Load the tree's embedder: "ready" or "failed" (said in the log)."""
+        try:
+            load = getattr(tree.embed_fn, "load", None)
+            if load:
+                load()
+            backend = getattr(tree.embed_fn, "backend", "")
+            self.post_event(ev.Notice(f"embedder ready: {tree.embed_fn.name}" + (f" ({backend})" if backend else "")))
+        except Exception as exc:
+            self.post_event(ev.Notice(f"embedder failed to load: {exc}", "error"))
+            return "failed"
+        return "ready"
+
+    def _index_earlier(self, session: ChatSession) -> None:
+        """(worker thread) A session written before sentence indexing (or just imported):
+        catch up a batch at a time, so a switch or /quit is not held up."""
+        stop, done = self.stop_check(), 0
+        try:
+            while not stop() and self.session is session:
+                step = session.tree.index_pending(max_exchanges=64)
+                if not step:
+                    break
+                done += step
+        except Exception as exc:  # retrieval still works on message vectors
+            self.post_event(ev.Notice(f"sentence index not updated: {exc}", "warning"))
+        if done:
+            self.post_event(ev.Notice(f"indexed the sentences of {done} earlier exchanges"))
 
     def _setup_file_log(self) -> None:
         """One rotating, private, text-only log in the log folder (``nexus --paths``)."""
