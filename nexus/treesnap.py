@@ -66,6 +66,7 @@ class TreeSnapshot:
     order: tuple = field(default=(), compare=False, repr=False)  # topic ids depth first, ROOT first
     last: tuple = field(default=(), compare=False, repr=False)  # the newest exchange: (node, its messages)
     remade: int = field(default=0, compare=False)  # rows made for this snapshot (the rest are the last one's)
+    active_ids: tuple = field(default=(), compare=False, repr=False)  # the active path's topic ids
 
     def is_current(self, tree: CTree) -> bool:
         """Nothing added, archived or regrouped at the top since (the caller holds the
@@ -126,44 +127,64 @@ def snapshot_unlocked(tree: CTree) -> TreeSnapshot:
 def _snapshot(tree: CTree, prev: TreeSnapshot | None) -> TreeSnapshot:
     old = prev.topics if prev is not None else {}
     old_nodes = prev.nodes if prev is not None else {}
-    active = {id(t) for t in tree.active_path()}
+    active_path = tree.active_path()
+    active = {id(t) for t in active_path}
     xs = tree.exchange_view()
     last = (xs[-1], xs[-1].messages) if len(xs) else ()
     # The one full walk, top down: a row whose own fields (and node) are the same is kept
     # for now (an undone reorganisation brings back new nodes under the same ids).
     # Depth is not a field of the row: a regrouping near the top moves hundreds of levels
     # one step down without changing what they hold.
+    # (The loop is the cost of a snapshot at 10,000 exchanges: its names are bound locally
+    # and the active flag is compared after it, for the two active paths only.)
     changed: dict[str, tuple] = {}  # topic id -> (node, parent id, depth, children)
     ids: list[str] = []
-    per_level = [0]  # topics per depth (ROOT at 0)
-    fanout = [0]  # topics per number of children
+    push_id = ids.append
+    get_row, get_node = old.get, old_nodes.get
+    per_level = [0] * (len(prev.per_level) + 2 if prev is not None else 16)  # topics per depth (ROOT at 0)
+    fanout = [0] * (2 * tree.max_children + 2)  # topics per number of children
     root = tree.root
     stack: list[tuple[TopicNode, str | None, int]] = [(root, None, 0)]
+    pop, push = stack.pop, stack.append
     limit = 2 * len(xs) + len(old) + 64  # more topics than this: a cycle (checked below)
     while stack:
-        t, pid, depth = stack.pop()
+        t, pid, depth = pop()
         tid = t.node_id
-        ids.append(tid)
+        push_id(tid)
         kids = tuple(t.children)
-        row = old.get(tid)
-        if (row is None or old_nodes.get(tid) is not t or row.children != kids or row.name != t.topic_name or row.summary != t.summary
-                or row.start != t.start_index or row.end != t.end_index or row.parent_id != pid
-                or row.active != (id(t) in active)):
+        row = get_row(tid)
+        if (row is None or row.children != kids or row.end != t.end_index or row.name != t.topic_name
+                or row.summary != t.summary or row.start != t.start_index or row.parent_id != pid
+                or get_node(tid) is not t):
             changed[tid] = (t, pid, depth, kids)
-        if depth >= len(per_level):
-            per_level.append(0)
-        per_level[depth] += 1
-        while len(kids) >= len(fanout):
-            fanout.append(0)
-        fanout[len(kids)] += 1
+        try:
+            per_level[depth] += 1
+        except IndexError:  # deeper than so far
+            per_level.extend([0] * (depth + 1 - len(per_level)))
+            per_level[depth] += 1
+        try:
+            fanout[len(kids)] += 1
+        except IndexError:  # wider than the bound (a tree being repaired)
+            fanout.extend([0] * (len(kids) + 1 - len(fanout)))
+            fanout[len(kids)] += 1
         depth += 1
         for c in reversed(kids):
             if c.is_topic:
-                stack.append((c, tid, depth))
+                push((c, tid, depth))
         if len(ids) > limit:
             break
-    if len(ids) > limit or len(set(ids)) != len(ids):  # a cycle or a shared child: the careful walk names it
+    present = set(ids)
+    if len(ids) > limit or len(present) != len(ids):  # a cycle or a shared child: the careful walk names it
         return _damaged(tree, root)
+    active_ids = tuple(t.node_id for t in active_path)
+    if prev is not None:  # topics that joined or left the active path, their rows otherwise the same
+        for tid in set(active_ids).symmetric_difference(prev.active_ids):
+            if tid in changed or tid not in present or tid not in old:
+                continue
+            t, depth, up = old_nodes[tid], 0, old_nodes[tid].parent
+            while up is not None and depth <= len(ids):
+                depth, up = depth + 1, up.parent
+            changed[tid] = (t, old[tid].parent_id, depth, old[tid].children)
     if prev is not None and last and prev.last and last[0] is prev.last[0] and last[1] is not prev.last[1]:
         parent = last[0].parent  # the newest exchange was replaced in place (same node, new text)
         if parent is not None and parent.node_id in old and parent.node_id not in changed:
@@ -171,6 +192,8 @@ def _snapshot(tree: CTree, prev: TreeSnapshot | None) -> TreeSnapshot:
             changed[parent.node_id] = (parent, r.parent_id, prev.depth_of(parent.node_id), r.children)
     per_level[0] -= 1  # ROOT is not a topic of the conversation
     fanout[len(root.children)] -= 1
+    while len(per_level) > 1 and not per_level[-1]:
+        per_level.pop()
     if prev is not None and not changed and len(ids) == len(old) and prev.exchanges == len(xs) \
             and prev.archived == len(tree.archived) and prev.max_children == tree.max_children \
             and prev.per_level == tuple(per_level[1:]):
@@ -203,14 +226,14 @@ def _snapshot(tree: CTree, prev: TreeSnapshot | None) -> TreeSnapshot:
         nodes[tid] = t
     rows = {**old, **made}
     if len(rows) > len(ids):  # topics gone (merged, emptied): drop their rows
-        for tid in rows.keys() - set(ids):
+        for tid in rows.keys() - present:
             del rows[tid]
             nodes.pop(tid, None)
     while len(per_level) > 1 and not per_level[-1]:
         per_level.pop()
     return TreeSnapshot(rows, root.node_id, len(xs), len(tree.archived), tree.max_children, len(per_level) - 1,
                         tuple(per_level[1:]), {k: n for k, n in enumerate(fanout) if n > 0}, "", nodes,
-                        tuple(root.children), order=tuple(ids), last=last, remade=len(made))
+                        tuple(root.children), order=tuple(ids), last=last, remade=len(made), active_ids=active_ids)
 
 
 def _damaged(tree: CTree, root: TopicNode) -> TreeSnapshot:
