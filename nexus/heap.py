@@ -16,11 +16,15 @@ import gc
 import weakref
 
 _let_go: list[weakref.ref] = []  # trees let go since the last freeze, not known to be collected
+_collect = False  # thawed since the last freeze: collect before freezing again
 
 
 def thaw(tree=None) -> None:
-    """``tree`` (if any) is being let go: make everything collectable again."""
+    """``tree`` is being let go, or a reorganisation dropped nodes of the tree on screen
+    (no ``tree``): make everything collectable again."""
+    global _collect
     gc.unfreeze()
+    _collect = True
     if tree is not None:
         _let_go.append(weakref.ref(tree))
 
@@ -29,7 +33,8 @@ def freeze_loaded(force: bool = False) -> bool:
     """A tree was just loaded and shown: freeze what is alive now (on the UI thread).
     False when a tree let go is still referenced (a worker finishing with it): try again
     a little later; ``force`` freezes anyway (it is then alive, not garbage)."""
-    if _let_go:
+    global _collect
+    if _collect:
         for _ in range(5):  # each pass frees what the last one's weak callbacks released
             if not gc.collect():
                 break
@@ -37,5 +42,6 @@ def freeze_loaded(force: bool = False) -> bool:
         if _let_go and not force:
             return False
         _let_go.clear()
+        _collect = False
     gc.freeze()
     return True

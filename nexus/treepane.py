@@ -165,10 +165,22 @@ class MemoryTree(ReportsFailures, Tree):
         self._marks_at = self.snapshot.exchanges if self.snapshot else -1
         self._reveal = set(marks)  # shown open once the reorganised tree is on screen
         self._relabel()
+        self._refreeze()
 
     def clear_marks(self) -> None:
+        """After ``/undo-reorganize``."""
         self.marks = {}
         self._relabel()
+        self._refreeze()
+
+    def _refreeze(self) -> None:
+        """A reorganisation (or its undo) dropped nodes: they are collected before the heap
+        is frozen again, half a second later (after the pane shows the result)."""
+        if self._frozen_for is not None:
+            heap.thaw()
+            self._frozen_for = None
+            ctree = self.ctree
+            self.set_timer(0.5, lambda: self._freeze(ctree, 0))
 
     def find(self, words: str, expand_at_most: int = 50) -> list[str]:
         """Highlight and expand the topics whose name or summary match; their ids."""

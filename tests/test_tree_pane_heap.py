@@ -15,6 +15,10 @@ from nexus.treepane import MemoryTree
 from trace_core import CTree
 
 
+class Junk:
+    me: object = None
+
+
 class PaneApp(App):
     def compose(self):
         yield MemoryTree(id="tree")
@@ -53,10 +57,22 @@ async def test_a_large_tree_is_frozen_and_freed_when_the_pane_lets_it_go(tmp_pat
         del first
 
         second = session(tmp_path / "b.db", hash_embed, 25)
+        junk = Junk()  # a reference cycle alive at the freeze, dropped after it
+        junk.me = junk
+        dropped = weakref.ref(junk)
         pane.refresh_tree(second)  # the first tree is let go: thawed, collected, then frozen again
         await until(pilot, lambda: pane._frozen_for is second)
         assert gc.get_freeze_count() > 0
         assert gone() is None, "the tree the pane let go is still alive (kept frozen)"
+
+        # a reorganisation drops nodes: thawed, collected, frozen again
+        del junk
+        gc.collect()
+        assert dropped() is not None  # frozen: not collected
+        pane.mark_reorganization({})
+        assert pane._frozen_for is None
+        await until(pilot, lambda: pane._frozen_for is second)
+        assert dropped() is None and gc.get_freeze_count() > 0
 
         small = session(tmp_path / "c.db", hash_embed, 5)
         pane.refresh_tree(small)  # below the size: thawed, not frozen again
