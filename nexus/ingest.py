@@ -199,22 +199,15 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
     return lines
 
 
-def ingest(app, target: str, stop=lambda: False, quitting=lambda: False) -> list[tuple[str, str]]:
-    """The app's entry point: lines go to the chat pane as they happen; chat messages
-    wait while the vision model is loaded (``app.vision_busy``)."""
+def model_manager_for(session, existing, emit, quitting=lambda: False):
+    """The model manager /ingest swaps models through: ``existing`` (kept from the last
+    /ingest) or a new one for the session's server, whose kind is detected first (given up
+    with ``Abandoned`` when Nexus is closing)."""
+    if existing is not None:
+        return existing
     from .models import ModelManager, detect
 
-    session = app.session
-    try:
-        manager = app.model_manager or ModelManager(
-            call_abandonable(detect, session.config.base_url, session.config.section("server").kind,
-                             session.config.section("ingest").load_timeout, give_up=quitting,
-                             name="detect the server kind"), app.post_event)
-        if manager is not app.model_manager:  # kept for the next /ingest, set on the UI thread
-            app.ui(app.keep_model_manager, manager)
-        return ingest_images(session, manager, target, app.post_event,
-                             on_line=lambda text, level: app.ui(app.chat_notice, text, level),
-                             on_progress=lambda text: app.ui(app.show_progress, "ingest", text),
-                             stop=stop, on_vision=lambda busy: app.ui(app.set_vision_busy, busy), quitting=quitting)
-    except Abandoned:  # closing before the models were swapped: nothing was described
-        return [("Ingest stopped: Nexus is closing.", "warning")]
+    kind = call_abandonable(detect, session.config.base_url, session.config.section("server").kind,
+                            session.config.section("ingest").load_timeout, give_up=quitting,
+                            name="detect the server kind")
+    return ModelManager(kind, emit)

@@ -122,9 +122,22 @@ class MemoryCommands:
 
     @background(group="ingest", exclusive=True)
     def ingest_worker(self, target: str) -> None:
-        from .ingest import ingest
+        from .abandon import Abandoned
+        from .ingest import ingest_images, model_manager_for
 
-        lines = ingest(self, target, stop=self.stop_check(), quitting=self.quit_check())
+        session, quitting = self.need_session(), self.quit_check()
+        try:
+            manager = model_manager_for(session, self.model_manager, self.post_event, quitting)
+            if manager is not self.model_manager:  # kept for the next /ingest, set on the UI thread
+                self.ui(self.keep_model_manager, manager)
+            lines = ingest_images(
+                session, manager, target, self.post_event,
+                on_line=lambda text, level: self.ui(self.chat_notice, text, level),
+                on_progress=lambda text: self.ui(self.show_progress, "ingest", text),
+                on_vision=lambda busy: self.ui(self.set_vision_busy, busy),  # chat messages wait meanwhile
+                stop=self.stop_check(), quitting=quitting)
+        except Abandoned:  # closing before the models were swapped: nothing was described
+            lines = [("Ingest stopped: Nexus is closing.", "warning")]
         done = sum(1 for text, _ in lines if text.startswith("Ingested "))
         self.ui(self.end_progress, "ingest", f"/ingest finished: {done} image{'s' if done != 1 else ''} "
                 f"described into memory.", "info" if done else "warning")
