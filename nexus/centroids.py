@@ -114,10 +114,12 @@ class CentroidIndex:
         k = min(k, int(np.isfinite(sims).sum()))
         if k <= 0:
             return []
-        top = np.argpartition(-sims, k - 1)[:k]
-        top = top[np.argsort(-sims[top], kind="stable")]
+        kth = sims[np.argpartition(-sims, k - 1)[k - 1]]
+        top = np.flatnonzero(sims >= kth - 1e-5)  # ties (a group and its only child) kept...
         by_slot = {i: t for t, i in self.slot.items()}
-        return [(by_slot[int(j)], float(sims[j])) for j in top]
+        where = {t: i for i, t in enumerate(snap.order)}.__getitem__ if len(top) > 64 else snap.order.index
+        ranked = sorted((-round(float(sims[j]), 5), where(by_slot[int(j)]), int(j)) for j in top)
+        return [(by_slot[j], float(sims[j])) for _, _, j in ranked[:k]]  # ...and broken by tree order
 
 
 _indexes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tree -> its CentroidIndex
