@@ -103,6 +103,13 @@ class MemoryTree(ReportsFailures, Tree):
             return
         self._frozen_for = self.ctree
         self._warm_worker(weakref.ref(self.ctree))
+        self.set_timer(2.0, lambda: self._freeze_more(ctree))
+
+    def _freeze_more(self, ctree) -> None:
+        """Two seconds after the freeze: what the session's opening left (its history on
+        screen) joins the frozen heap."""
+        if self._frozen_for is ctree and ctree is self.ctree:
+            heap.freeze_more()
 
     @background(group="tree-warm", exclusive=True, description="prepare the inspector's centroids")
     def _warm_worker(self, tree_ref: weakref.ref) -> None:
