@@ -34,7 +34,7 @@ class SynthesisParams:
     prf_docs: int = 5
     # cosine a conversation neighbour of a strong candidate needs to join (None: min_relevance);
     # being next to a strong hit is the evidence
-    neighbour_relevance: float | None = 0.1  # below, an unrelated neighbour gets in
+    neighbour_relevance: float | None = 0.2  # below 0.1, unrelated neighbours get in
     # diversity of the ranking (maximal marginal relevance over the best ``diversity_pool``):
     # a message close to one ranked above it loses this share of that cosine (0: off)
     diversity: float = 0.15
