@@ -281,9 +281,6 @@ CANDIDATE_FIELDS = ("min_relevance", "candidates", "topic_candidates", "common_w
 GRIDS = {
     # signals one at a time, default fusion (exploration)
     "signals": {"prf_weight": (0.0, 0.2, 0.4), "neighbour_relevance": (None, 0.2, 0.1)},
-    # new signals on the best setting of the grid below (exploration)
-    "explore": [dict(keyword=2.0, group_depth=1, neighbour_relevance=0.0, **extra) for extra in (
-        {}, {"diversity": 0.15}, {"diversity": 0.3}, {"prf_weight": 0.3}, {"prf_weight": 0.3, "diversity": 0.15})],
     "small": {"keyword": (2.0, 4.0), "neighbour_weight": (0.3, 0.5)},
     # keyword 6 and neighbour_weight 0.7 were in an earlier grid and chosen in no fold;
     # neighbour_relevance below 0.1 lets unrelated neighbours in (issue 15.4)

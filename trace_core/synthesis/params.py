@@ -13,7 +13,7 @@ class SynthesisParams:
     topic_threshold: float = 0.40  # a branch shows its summary when its topic scored this
     max_message_chars: int = 480  # each injected message is clipped to this
     weights: tuple[float, float, float] = (1.0, 2.0, 0.3)  # fusion: dense, keyword, branch
-    neighbour_weight: float = 0.5  # share of a conversation neighbour's score a message gains
+    neighbour_weight: float = 0.3  # share of a conversation neighbour's score a message gains
     supersede_similarity: float = 0.65  # cosine from which a later update supersedes
     group_depth: int | None = 1  # entries are grouped under their ancestor at this depth
     # evidence of relevance: a message is a candidate only from this cosine (MiniLM puts
@@ -37,6 +37,6 @@ class SynthesisParams:
     neighbour_relevance: float | None = 0.2  # below 0.1, unrelated neighbours get in
     # diversity of the ranking (maximal marginal relevance over the best ``diversity_pool``):
     # a message close to one ranked above it loses this share of that cosine (0: off)
-    diversity: float = 0.15
+    diversity: float = 0.0
     diversity_pool: int = 120
     parallel_from: int = 20_000  # stored messages from which BM25 runs in a thread
