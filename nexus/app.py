@@ -34,6 +34,7 @@ from .replies import Outgoing, Replies
 from .scenario_runner import ScenarioController
 from .session_commands import SessionCommands, human_size
 from .session_view import SessionView, read_only_reason
+from .typeahead import typeahead_lines
 from .widgets import AssistantMessage, EventLog, MemoryTree, Notice, PromptInput
 
 __all__ = ["NexusApp", "NoSession", "Cancelled", "Outgoing", "CommandProvider", "SessionProvider",
@@ -61,9 +62,11 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
                 for k in APP_KEYS]
 
     def __init__(self, config: Config, session_path: Path | None = None, embed_fn=None, search_fn=None,
-                 model_manager=None, on_exit=None) -> None:
+                 model_manager=None, on_exit=None, local_model=None, typeahead: str = "") -> None:
         super().__init__()
         self.config = config
+        self.local_model = local_model  # nexus --local: the bundled server, starting beside the app
+        self.typeahead = typeahead  # typed before Nexus ran: submitted or put in the editor at mount
         self.session_path = Path(session_path) if session_path else sessions.resolve(None)
         self.embed_fn = embed_fn
         self.search_fn = search_fn
@@ -115,8 +118,10 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.watch(self.query_one("#chat"), "scroll_y", self._chat_scrolled, init=False)
         self.update_header()
         self.query_one("#prompt").focus()
+        self.take_typeahead(self.typeahead)
         self.open_session(self.session_path)
-        self.probe_server()
+        if self.local_model is None:  # the bundled server is ours: the session's opening waits for it
+            self.probe_server()
         if self.handle_signals:
             self.install_signal_handlers()
         self.call_after_refresh(self._probe, "first_paint")
@@ -124,10 +129,27 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         if idle > 0:
             self.set_interval(min(idle, 30.0), self.idle_consolidate)
 
+    def take_typeahead(self, typed: str) -> None:
+        """What the user typed before Nexus ran: each line they ended with Enter is
+        submitted as if typed now (a message queues until the session opens); the
+        unfinished rest waits in the editor."""
+        if not typed:
+            return
+        prompt = self.query_one("#prompt", PromptInput)
+        lines, rest = typeahead_lines(typed)
+        for line in lines:
+            prompt.prompts.add(line)  # ↑ recalls it like any prompt
+            self.submitted(PromptInput.Submitted(prompt, line))
+        if rest:
+            prompt.value = rest
+            prompt.move_cursor(prompt.document.end)
+
     def update_header(self) -> None:
         model = (self.session.model if self.session and self.session.model else self.config.chat_model) or "auto"
-        self.sub_title = (f"{self.config.base_url} · {model} · {self.session_path.stem} · "
-                          f"embedder {self.embedder_state}")
+        where = self.config.base_url
+        if self.local_model is not None and not self.local_model.applied:
+            where, model = "starting the bundled llama.cpp server", "gemma-3-270m"
+        self.sub_title = f"{where} · {model} · {self.session_path.stem} · embedder {self.embedder_state}"
 
     # --- messages from workers -----------------------------------------------------------
 

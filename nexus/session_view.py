@@ -79,6 +79,8 @@ class SessionView:
         self.call_from_thread(self.set_session_path, path)
         self._setup_file_log()
         early = self._show_newest_page(path)
+        if not self._wait_for_local_model():
+            return
         session = self._open_file(path)
         if session is None:
             return
@@ -107,6 +109,32 @@ class SessionView:
         self.drain_outbox()  # messages typed while the session opened go now
         if embedder == "ready" and tree.pending_parts():
             self._index_earlier(session)
+
+    def _wait_for_local_model(self) -> bool:
+        """(worker thread) ``nexus --local``: the session is made for the bundled server,
+        so it waits for it (history is on screen meanwhile; typed messages queue). False:
+        Nexus is closing. A server that failed to start is said in words; the session still
+        opens (its memory can be read), and a message then fails and is kept."""
+        local = self.local_model
+        if local is None or local.applied or (local.done.is_set() and local.error):
+            return True
+        if not local.done.is_set():
+            self.post_event(ev.Notice(f"starting {local.label}…"))
+        if not local.wait(self.quit_check()):
+            return False
+        if local.error:
+            self.post_event(ev.Notice(f"{local.label} did not start: {local.error}", "error"))
+            self.call_from_thread(self.chat_notice, f"The bundled model could not start: {local.error}. Your "
+                                  "memory and history are here, but no model answers: restart Nexus, or use "
+                                  "another server with --base-url URL.", "error")
+            return True
+        self.call_from_thread(self.local_model_started)
+        return True
+
+    def local_model_started(self) -> None:
+        self.local_model.apply(self.config)
+        self.post_event(ev.Notice(f"model server: {self.config.base_url} ({self.config.chat_model})"))
+        self.update_header()
 
     def _show_newest_page(self, path: Path) -> HistoryPager | None:
         """(worker thread) The newest page, read from the file and shown while the tree loads."""

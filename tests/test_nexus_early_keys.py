@@ -57,3 +57,51 @@ def test_keys_typed_before_the_first_screen_are_kept(tmp_path):
     stored = [r[0] for r in con.execute("SELECT content FROM messages WHERE role='user'")]
     con.close()
     assert stored == [typed]
+
+
+def test_a_message_sent_before_nexus_runs_is_sent_once_it_does(tmp_path):
+    """Typed and sent with Enter before Python even started: the terminal's line editing
+    holds it (Enter turned into a newline); Nexus reads it and sends it."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    first, draft = "sent before the first screen", "and a draft"
+    with ScriptedServer() as srv:
+        srv.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                    else Reply("Got it."))
+        name = f"nexus-early2-{os.getpid()}"
+        session = tmp_path / "s.db"
+        marker = tmp_path / "started"
+        cmd = (f"cd {ROOT} && touch {marker} && sleep 0.5 && NEXUS_DATA_DIR={tmp_path / 'data'} "
+               f"NEXUS_JUDGE=embedding HF_HUB_OFFLINE=1 XDG_CONFIG_HOME={tmp_path / 'cfg'} TERM=xterm-256color "
+               f"{sys.executable} -m nexus --base-url {srv.base_url} --model test-model --no-web "
+               f"--session {session}; stty -a > {tmp_path / 'stty.txt'}")
+        tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd)
+        try:
+            end = time.time() + 10
+            while not marker.exists():
+                assert time.time() < end, "the shell did not start"
+                time.sleep(0.02)
+            tmux("send-keys", "-t", name, "-l", first)  # the shell still sleeps: no Python yet
+            tmux("send-keys", "-t", name, "Enter")
+            tmux("send-keys", "-t", name, "-l", draft)
+            wait_screen(name, "remembered exchange #0", 120)
+            end = time.time() + 10
+            while draft not in input_box(name):
+                assert time.time() < end, "the unfinished draft was lost:\n" + screen(name)
+                time.sleep(0.2)
+            tmux("send-keys", "-t", name, "C-u")
+            tmux("send-keys", "-t", name, "-l", "/quit")
+            tmux("send-keys", "-t", name, "Enter")
+            end = time.time() + 30
+            while not (tmp_path / "stty.txt").exists():
+                assert time.time() < end, "/quit did not quit:\n" + screen(name)
+                time.sleep(0.2)
+            time.sleep(0.3)
+        finally:
+            tmux("kill-session", "-t", name)
+    con = sqlite3.connect(session)
+    stored = [r[0] for r in con.execute("SELECT content FROM messages WHERE role='user'")]
+    con.close()
+    assert stored == [first]
+    # the terminal is handed back as it was: Enter is a newline again for the shell
+    assert " icrnl" in (tmp_path / "stty.txt").read_text() and "-icrnl" not in (tmp_path / "stty.txt").read_text()

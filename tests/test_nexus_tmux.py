@@ -40,13 +40,20 @@ def test_nexus_local_in_a_real_terminal(tmp_path):
     pytest.importorskip("llama_cpp")
     name = f"nexus-test-{os.getpid()}"
     exit_file = tmp_path / "exit.txt"
-    cmd = (f"cd {ROOT} && NEXUS_DATA_DIR={tmp_path / 'data'} TERM=xterm-256color "
+    started = tmp_path / "started"
+    cmd = (f"cd {ROOT} && touch {started} && NEXUS_DATA_DIR={tmp_path / 'data'} TERM=xterm-256color "
            f"{sys.executable} -m nexus --local --no-web --session {tmp_path / 's.db'}; "
            f"echo EXIT=$? > {exit_file}")
     tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd)
     try:
-        wait_screen(name, "embedder ready", 240)
+        end = time.time() + 10
+        while not started.exists():
+            assert time.time() < end, "the shell did not start"
+            time.sleep(0.02)
+        # typed and sent before Nexus has read the terminal: Enter must stay Enter (not the
+        # terminal's newline), and the message waits for the bundled model
         tmux("send-keys", "-t", name, "Hello! My name is Ada and I like sailing.", "Enter")
+        wait_screen(name, "starting the bundled llama.cpp server", 60)  # on screen before the model is up
         wait_screen(name, "remembered exchange #0", 240)  # the streamed reply finished and was stored
         tmux("send-keys", "-t", name, "/tree", "Enter")
         wait_screen(name, "ROOT [0:0] (2 msgs)", 30)

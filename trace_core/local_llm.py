@@ -30,7 +30,9 @@ def _free_port() -> int:
 
 def _die_with_parent() -> None:
     """Linux: the server gets SIGTERM when the process that started it dies, even by
-    SIGKILL or os._exit (a hung terminal's watchdog), so no server is left running."""
+    SIGKILL or os._exit (a hung terminal's watchdog), so no server is left running.
+    Strictly, when the *thread* that started it ends: start it from a thread that lives
+    as long as the server should."""
     if sys.platform.startswith("linux"):
         import ctypes
         import signal

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-
 GROUP_PREFIX = "g"  # node ids of grouping nodes (see ``TopicNode.is_group``)
 
 

@@ -1,0 +1,67 @@
+"""``nexus --local``: the bundled llama.cpp server, started beside the app rather than
+before it. Loading gemma-3-270m takes 10-20 s; meanwhile Nexus is on screen, the session
+and its history open, and what the user types waits in the editor or the outbox (a line
+typed into a terminal that no app reads yet loses its Enter to the terminal's own line
+editing)."""
+
+from __future__ import annotations
+
+import threading
+
+from trace_core.local_llm import LocalLLMError, LocalLLMServer
+
+from .config import Config
+
+
+class LocalModel:
+    """One start of the bundled server in a daemon thread; ``wait`` for it, ``apply`` it to
+    the config (on the UI thread), ``stop`` it when Nexus ends."""
+
+    label = "the bundled llama.cpp server (gemma-3-270m)"
+
+    def __init__(self, server: LocalLLMServer | None = None, timeout: float = 180) -> None:
+        self.server = server or LocalLLMServer()
+        self.timeout = timeout
+        self.done = threading.Event()
+        self._stopped = threading.Event()
+        self.error: str | None = None  # why it did not start, in words
+        self.applied = False
+
+    def begin(self) -> "LocalModel":
+        threading.Thread(target=self._start, name="local-model", daemon=True).start()
+        return self
+
+    def _start(self) -> None:
+        try:
+            self.server.start(timeout=self.timeout)
+        except LocalLLMError as exc:
+            self.error = str(exc)
+        except Exception as exc:  # stopped while starting (Nexus closing), or an unforeseen failure
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.done.set()
+        # the server dies with the thread that started it (PR_SET_PDEATHSIG follows the
+        # thread, not the process): this thread lives until Nexus stops the server or ends
+        self._stopped.wait()
+
+    def wait(self, give_up=lambda: False) -> bool:
+        """(worker thread) True once the start ended (check ``error``); False if
+        ``give_up()`` became true first."""
+        while not self.done.wait(0.1):
+            if give_up():
+                return False
+        return True
+
+    def apply(self, config: Config) -> None:
+        """Point the config at the started server (its URL, its model, its real context)."""
+        server = self.server
+        config.set("server", "base_url", server.base_url)
+        config.set("server", "kind", "openai")
+        config.set("models", "chat", server.model_name)
+        config.set("models", "memory", server.model_name)
+        config.set("models", "context_tokens", int(server.n_ctx or config.section("models").context_tokens))
+        self.applied = True
+
+    def stop(self) -> None:
+        self.server.stop()
+        self._stopped.set()

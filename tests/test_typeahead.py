@@ -1,0 +1,19 @@
+"""Keys typed before Nexus ran: lines ended by Enter are messages, the rest is a draft;
+escape sequences and control characters typed into no app edit nothing."""
+
+from __future__ import annotations
+
+from nexus.typeahead import typeahead_lines
+
+
+def test_lines_ended_by_enter_and_the_rest():
+    assert typeahead_lines("hello there\nsecond\nunfinished dra") == (["hello there", "second"], "unfinished dra")
+    assert typeahead_lines("only a draft") == ([], "only a draft")
+    assert typeahead_lines("sent\n") == (["sent"], "")
+
+
+def test_carriage_returns_blank_lines_and_escapes():
+    assert typeahead_lines("a\r\n\n  \nb\r") == (["a", "b"], "")
+    # an arrow key, a terminal's colour reply and a bell typed before the app ran
+    assert typeahead_lines("he\x1b[Allo\x1b]11;rgb:0000/0000/0000\x07\x07 you\n") == (["hello you"], "")
+    assert typeahead_lines("tab\tkept\x7f\n") == (["tab\tkept"], "")
