@@ -86,11 +86,8 @@ def take_the_terminal():
         if not sys.stdin.isatty():
             return "", lambda: None
         before = termios.tcgetattr(fd)
-        now = termios.tcgetattr(fd)
-        now[0] &= ~termios.ICRNL
-        peek = termios.tcgetattr(fd)
-        peek[0] &= ~termios.ICRNL
-        peek[3] &= ~termios.ICANON  # a line not yet ended is readable too
+        now = [before[0] & ~termios.ICRNL, *before[1:6], list(before[6])]
+        peek = [*now[:3], now[3] & ~termios.ICANON, *now[4:6], list(now[6])]  # an unended line is readable too
         peek[6][termios.VMIN], peek[6][termios.VTIME] = 0, 0
         termios.tcsetattr(fd, termios.TCSANOW, peek)
         typed = b""

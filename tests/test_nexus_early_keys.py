@@ -19,6 +19,22 @@ from test_nexus_tmux import screen, tmux, wait_screen
 ROOT = Path(__file__).parent.parent
 
 
+def launch(tmp_path, srv, name: str, before: str = "", after: str = "") -> Path:
+    """Nexus in tmux against ``srv``; returns once the shell runs (Python not started yet:
+    ``before`` is shell run ahead of it). The session file is ``tmp_path / "s.db"``."""
+    marker = tmp_path / "started"
+    cmd = (f"cd {ROOT} && touch {marker} {before}&& NEXUS_DATA_DIR={tmp_path / 'data'} NEXUS_JUDGE=embedding "
+           f"HF_HUB_OFFLINE=1 XDG_CONFIG_HOME={tmp_path / 'cfg'} TERM=xterm-256color "
+           f"{sys.executable} -m nexus --base-url {srv.base_url} --model test-model --no-web "
+           f"--session {tmp_path / 's.db'}{after}")
+    tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd)
+    end = time.time() + 10
+    while not marker.exists():
+        assert time.time() < end, "the shell did not start"
+        time.sleep(0.02)
+    return tmp_path / "s.db"
+
+
 def test_keys_typed_before_the_first_screen_are_kept(tmp_path):
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
@@ -27,18 +43,8 @@ def test_keys_typed_before_the_first_screen_are_kept(tmp_path):
         srv.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
                     else Reply("Hello to you."))
         name = f"nexus-early-{os.getpid()}"
-        session = tmp_path / "s.db"
-        marker = tmp_path / "started"
-        cmd = (f"cd {ROOT} && touch {marker} && NEXUS_DATA_DIR={tmp_path / 'data'} NEXUS_JUDGE=embedding "
-               f"HF_HUB_OFFLINE=1 XDG_CONFIG_HOME={tmp_path / 'cfg'} TERM=xterm-256color "
-               f"{sys.executable} -m nexus --base-url {srv.base_url} --model test-model --no-web "
-               f"--session {session}")
-        tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd)
+        session = launch(tmp_path, srv, name)
         try:
-            end = time.time() + 10
-            while not marker.exists():
-                assert time.time() < end, "the shell did not start"
-                time.sleep(0.02)
             tmux("send-keys", "-t", name, "-l", typed)  # Python has not even imported Textual yet
             assert "Message, or /help" not in screen(name), "typed too late to test anything"
             wait_screen(name, "embedder ready", 120)
@@ -69,18 +75,8 @@ def test_a_message_sent_before_nexus_runs_is_sent_once_it_does(tmp_path):
         srv.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
                     else Reply("Got it."))
         name = f"nexus-early2-{os.getpid()}"
-        session = tmp_path / "s.db"
-        marker = tmp_path / "started"
-        cmd = (f"cd {ROOT} && touch {marker} && sleep 0.5 && NEXUS_DATA_DIR={tmp_path / 'data'} "
-               f"NEXUS_JUDGE=embedding HF_HUB_OFFLINE=1 XDG_CONFIG_HOME={tmp_path / 'cfg'} TERM=xterm-256color "
-               f"{sys.executable} -m nexus --base-url {srv.base_url} --model test-model --no-web "
-               f"--session {session}; stty -a > {tmp_path / 'stty.txt'}")
-        tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd)
+        session = launch(tmp_path, srv, name, before="&& sleep 0.5 ", after=f"; stty -a > {tmp_path / 'stty.txt'}")
         try:
-            end = time.time() + 10
-            while not marker.exists():
-                assert time.time() < end, "the shell did not start"
-                time.sleep(0.02)
             tmux("send-keys", "-t", name, "-l", first)  # the shell still sleeps: no Python yet
             tmux("send-keys", "-t", name, "Enter")
             tmux("send-keys", "-t", name, "-l", draft)
