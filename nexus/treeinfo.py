@@ -214,11 +214,11 @@ def _status(tree: CTree, index: int, synth) -> str:
         finder = _finders[tree] = Supersessions(similarity)
     xs = tree.exchange_view()
     try:
-        newer, _ = finder.find([index], xs, tree.exchange_vector)
+        newer = finder.find([index], xs, tree.exchange_vector)
         if newer.get(index):
             return "superseded by " + ", ".join(f"#{j}" for j in newer[index])
         if index and finder.update_cues(xs)[index]:  # it reads as an update: of which?
-            older, _ = finder.find(list(range(index)), xs, tree.exchange_vector)
+            older = finder.find(list(range(index)), xs, tree.exchange_vector)
             updates = sorted(i for i, js in older.items() if index in js)
             if updates:
                 return "updates " + ", ".join(f"#{i}" for i in updates)

@@ -16,8 +16,9 @@ from trace_core.synthesis import SynthesisParams
 from trace_core.synthesis.candidates import CandidateFinder, UnitTable, focused_query_vector, keyword_query
 from trace_core.synthesis.fusion import fuse, neighbour_smoothing, queue_order, topic_scores, z_scores
 from trace_core.synthesis.rendering import BlockLayout, render
-from trace_core.synthesis.selection import Supersessions, select
+from trace_core.synthesis.selection import Supersessions, pair_status, select
 from trace_core.textutil import DocumentFrequency
+from trace_core.tokens import count_tokens
 from trace_core.vectors import VectorIndex
 
 
@@ -142,19 +143,35 @@ def test_supersessions_mark_the_older_fact():
     root, xs = small_tree([("Sarah is allergic to peanuts.", "Noted."),
                            ("Actually Sarah is no longer allergic to peanuts.", "Good news.")])
     vec = {0: np.array([1.0, 0.0]), 1: np.array([0.9, 0.436])}
-    newer, status = Supersessions(0.65).find([0, 1], xs, vec.__getitem__)
-    assert newer == {0: [1]} and status == {0: "superseded", 1: "current"}
-    assert Supersessions(0.99).find([0, 1], xs, vec.__getitem__) == ({}, {})
+    newer = Supersessions(0.65).find([0, 1], xs, vec.__getitem__)
+    assert newer == {0: [1]}
+    assert pair_status({0, 1}, newer) == {0: "superseded", 1: "current"}
+    assert pair_status({0}, newer) == {} and pair_status({1}, newer) == {}  # no tag without its partner
+    assert Supersessions(0.99).find([0, 1], xs, vec.__getitem__) == {}
+    # an update that is no candidate of the question (about something else) supersedes nothing
+    assert Supersessions(0.65).find([0], xs, vec.__getitem__, updates={0}) == {}
 
 
-def test_select_keeps_to_the_budget_and_brings_the_update_along():
+def test_select_keeps_to_the_budget_and_pays_for_the_tags_of_a_pair():
     root, xs = small_tree([("old fact " * 5, "ok"), ("filler " * 40, "filler " * 40), ("update " * 5, "ok")])
     layout = BlockLayout(xs, ancestors, 480, 2)
     queue = [(0, "user"), (1, "user"), (1, "assistant")]
-    chosen = select(queue, 1000, {0: [2]}, {0: "superseded", 2: "current"}, layout)
-    assert chosen[:3] == [(0, "user"), (2, "user"), (2, "assistant")]  # the update follows right after
-    small = select(queue, 40, {}, {}, layout)
+    chosen = select(queue, 1000, {0: [2]}, layout)
+    assert (2, "user") not in chosen  # an update is not pulled in: it earns its place by rank
+    small = select(queue, 40, {}, layout)
     assert small == [(0, "user")]  # the long filler lines do not fit
+    # both of a pair taken: the tags and the note are priced, and what is priced is what renders
+    pair = [(0, "user"), (2, "user")]
+
+    def least_budget(newer):  # the smallest budget that takes both
+        return next(b for b in range(10, 200) if select(pair, b, newer, layout) == pair)
+
+    exact, plain = least_budget({0: [2]}), least_budget({})
+    assert exact > plain  # the tags and the note are priced
+    status = pair_status({0, 2}, {0: [2]})
+    text, _, _ = render(pair, status, exact, 3, {}, {}, layout, lambda t: False, lambda t: "", 0.4)
+    assert "[superseded]" in text and "[current]" in text and count_tokens(text) <= exact
+    assert text.count("\n- ") == 2  # nothing priced was dropped by rendering
 
 
 # --- stage 4: rendering ------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from .synthesis.fusion import fuse, queue_order, z_scores
 from .synthesis.params import SynthesisParams
 from .synthesis.rendering import BlockLayout, clip_text, render, short_date
 from .synthesis.report import InjectedExchange, InjectedPath, RetrievalReport
-from .synthesis.selection import UPDATE_CUES, Supersessions, select
+from .synthesis.selection import UPDATE_CUES, Supersessions, pair_status, select
 from .textutil import DocumentFrequency
 from .tokens import count_tokens
 
@@ -183,16 +183,18 @@ class PromptSynthesizer:
         ranking = [cand[k] for k in scores.ranking]
         queue, pinned = queue_order(cands.dense, scores.ranking, min_history_similarity, top_k_history)
         layout = BlockLayout(exchanges, tree.get_ancestors, self.params.max_message_chars, self.params.group_depth)
-        newer, status = self._supersessions.find([i for i, _ in cand], exchanges, tree.exchange_vector)
+        cand_ex = [i for i, _ in cand]
+        newer = self._supersessions.find(cand_ex, exchanges, tree.exchange_vector, updates=set(cand_ex))
         out = []
         for budget, report in requests:
             report.ranking = list(ranking)
             # stage 3: what fits the budget
-            chosen = select([cand[k] for k in queue], budget, newer, status, layout) if budget > 0 else []
+            chosen = select([cand[k] for k in queue], budget, newer, layout) if budget > 0 else []
             if not chosen:
                 out.append("")
                 continue
             chosen_ex = {i for i, _ in chosen}
+            status = pair_status(chosen_ex, newer)
             report.supersessions = [(i, j) for i in sorted(chosen_ex) for j in newer.get(i, []) if j in chosen_ex]
             # stage 4: the text
             text, shown, paths = render(chosen, status, budget, top_k_docs, scores.topic_score, cands.topic_keyword,
