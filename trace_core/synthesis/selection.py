@@ -24,17 +24,20 @@ UPDATE_CUES = re.compile(
 class Supersessions:
     """Which exchanges were updated by a later one: an exchange that reads as an update
     (a cue such as "actually" or "no longer"), is live, and is similar (cosine ≥
-    ``similarity``). Updates are few; which exchanges are updates, and their vectors,
-    are cached (exchanges never change text)."""
+    ``similarity``). Which exchanges read as updates is cached (exchanges never change
+    text)."""
 
     def __init__(self, similarity: float) -> None:
         self.similarity = similarity
-        self.cues: list[bool] = []  # by exchange index: reads as an update
+        self.cues = np.zeros(0, dtype=bool)  # by exchange index: reads as an update
 
     def update_cues(self, exchanges: Sequence[MessageNode]) -> np.ndarray:
-        for x in exchanges[len(self.cues):]:
-            self.cues.append(bool(UPDATE_CUES.search(f"{x.user} {x.assistant}")))
-        return np.array(self.cues[: len(exchanges)], dtype=bool)
+        """Which exchanges read as updates (a view: new exchanges are read once)."""
+        n = len(exchanges)
+        if n > len(self.cues):
+            new = [bool(UPDATE_CUES.search(f"{x.user} {x.assistant}")) for x in exchanges[len(self.cues):n]]
+            self.cues = np.concatenate([self.cues, np.array(new, dtype=bool)])
+        return self.cues[:n]
 
     def find(self, candidates: list[int], exchanges: Sequence[MessageNode],
              vector_of: Callable[[int], np.ndarray], updates: set[int] | None = None) -> dict[int, list[int]]:
@@ -42,8 +45,9 @@ class Supersessions:
         (``pair_status`` tags the pairs a block shows). With ``updates``, only those can
         be the update: retrieval passes its candidates, since chat is full of "actually"
         and "keep you updated", and an update about something else only spends the budget."""
-        upd = [int(j) for j in np.flatnonzero(self.update_cues(exchanges))
-               if (updates is None or int(j) in updates) and not exchanges[j].archived]
+        cues = self.update_cues(exchanges)
+        among = np.flatnonzero(cues) if updates is None else [j for j in sorted(updates) if cues[j]]
+        upd = [int(j) for j in among if not exchanges[j].archived]
         newer: dict[int, list[int]] = {}
         if upd and candidates:
             updates = np.array([vector_of(j) for j in upd])
