@@ -16,7 +16,7 @@ from trace_core.synthesis import SynthesisParams
 from trace_core.synthesis.candidates import CandidateFinder, UnitTable, focused_query_vector, keyword_query
 from trace_core.synthesis.fusion import fuse, neighbour_smoothing, queue_order, topic_scores, z_scores
 from trace_core.synthesis.rendering import BlockLayout, render
-from trace_core.synthesis.selection import Supersessions, pair_status, select
+from trace_core.synthesis.selection import UPDATE_CUES, Supersessions, pair_status, select
 from trace_core.textutil import DocumentFrequency
 from trace_core.tokens import count_tokens
 from trace_core.vectors import VectorIndex
@@ -150,6 +150,41 @@ def test_supersessions_mark_the_older_fact():
     assert Supersessions(0.99).find([0, 1], xs, vec.__getitem__) == {}
     # an update that is no candidate of the question (about something else) supersedes nothing
     assert Supersessions(0.65).find([0], xs, vec.__getitem__, updates={0}) == {}
+
+
+@pytest.mark.parametrize("text, is_update", [
+    ("Actually, Sarah's test came back negative.", True),
+    ("Sarah is no longer allergic to peanuts.", True),
+    ("I don't eat meat anymore.", True),
+    ("I do not work there any more.", True),
+    ("It turns out I was wrong about the date.", True),
+    ("I changed my mind: we fly on Friday.", True),
+    # chit-chat that used to count as an update (and filled LoCoMo blocks with tags)
+    ("Thanks! I'll keep you updated.", False),
+    ("Not much has changed for me.", False),
+    ("Yeah actually - the tournament is intense!", False),
+    ("Wow! Any more paintings coming up?", False),
+    ("Let me know how it turns out.", False),
+])
+def test_update_cues_are_corrections_not_chit_chat(text, is_update):
+    assert bool(UPDATE_CUES.search(text)) is is_update
+
+
+def test_an_update_must_come_from_the_message_close_to_the_older_one():
+    """The exchange vectors are close, but the message with the cue (the other speaker,
+    on another subject) is not: nothing is superseded."""
+    root, xs = small_tree([("Caroline: I paint landscapes.", "Melanie: Lovely."),
+                           ("Caroline: I paint portraits now.", "Melanie: My old car is no longer running.")])
+    exchange_vec = {0: np.array([1.0, 0.0, 0.0]), 1: np.array([0.95, 0.312, 0.0])}
+    message_vec = {(0, "user"): np.array([1.0, 0.0, 0.0]), (0, "assistant"): np.array([0.8, 0.6, 0.0]),
+                   (1, "user"): np.array([0.9, 0.436, 0.0]), (1, "assistant"): np.array([0.0, 0.0, 1.0])}
+    finder = Supersessions(0.65)
+    assert finder.find([0, 1], xs, exchange_vec.__getitem__) == {0: [1]}  # exchange level alone: a false update
+    assert finder.find([0, 1], xs, exchange_vec.__getitem__,
+                       message_vector=lambda i, r: message_vec[(i, r)]) == {}
+    message_vec[(1, "assistant")] = np.array([0.9, 0.436, 0.0])  # the cue message is about the same thing
+    assert finder.find([0, 1], xs, exchange_vec.__getitem__,
+                       message_vector=lambda i, r: message_vec[(i, r)]) == {0: [1]}
 
 
 def test_select_keeps_to_the_budget_and_pays_for_the_tags_of_a_pair():

@@ -184,7 +184,8 @@ class PromptSynthesizer:
         queue, pinned = queue_order(cands.dense, scores.ranking, min_history_similarity, top_k_history)
         layout = BlockLayout(exchanges, tree.get_ancestors, self.params.max_message_chars, self.params.group_depth)
         cand_ex = [i for i, _ in cand]
-        newer = self._supersessions.find(cand_ex, exchanges, tree.exchange_vector, updates=set(cand_ex))
+        newer = self._supersessions.find(cand_ex, exchanges, tree.exchange_vector, updates=set(cand_ex),
+                                         message_vector=self._message_vector())
         out = []
         for budget, report in requests:
             report.ranking = list(ranking)
@@ -204,6 +205,20 @@ class PromptSynthesizer:
             report.exchanges = self._injected(cands, scores.fused, scores.branch_of, shown, status, pinned, exchanges)
             out.append(text)
         return out
+
+    def _message_vector(self):
+        """(exchange, role) -> the stored message's unit vector, or None (no store)."""
+        index = self.vdb.conversation_index() if self.vdb is not None else None
+        if index is None:
+            return None
+        table = self._finder.table
+        table.follow(index)
+
+        def vector(i: int, role: str):
+            row = table.row_of_unit.get((i, role))
+            return None if row is None else index.rows([row])[0]
+
+        return vector
 
     def _injected(self, cands, fused, branch_of, shown, status, pinned, exchanges) -> list[InjectedExchange]:
         """The report's entries: each shown exchange with its best candidate's scores."""

@@ -13,10 +13,14 @@ from ..nodes import MessageNode
 from ..tokens import count_tokens
 from .rendering import ARCHIVED, BlockLayout
 
-# words that mark a statement as an update of an earlier one
+# words that mark a statement as a correction of an earlier one. Only strong ones: in
+# chat "actually", "any more paintings?", "keep you updated" and "not much has changed"
+# are everywhere, and a wrong [superseded] tells the model to disregard a true fact
+# (the dates on the block's lines still say which of two facts is newer)
 UPDATE_CUES = re.compile(
-    r"\b(actually|anymore|any more|no longer|changed|update|updated|instead|turns out|correction|"
-    r"from now on|can now|now can|not any ?more|no more)\b",
+    r"\b(?:no longer|no more|changed my mind|correction|from now on|actually,)"
+    r"|(?:\bnot|n't)\b[^.!?]{0,40}?\bany ?more\b"
+    r"|\bturn(?:s|ed) out (?:that|i|we|he|she|they|it|my|the)\b",
     re.I,
 )
 
@@ -40,26 +44,62 @@ class Supersessions:
         return self.cues[:n]
 
     def find(self, candidates: list[int], exchanges: Sequence[MessageNode],
-             vector_of: Callable[[int], np.ndarray], updates: set[int] | None = None) -> dict[int, list[int]]:
+             vector_of: Callable[[int], np.ndarray], updates: set[int] | None = None,
+             message_vector: Callable[[int, str], np.ndarray | None] | None = None) -> dict[int, list[int]]:
         """``newer``: exchange -> the later exchanges that updated it, for ``candidates``
         (``pair_status`` tags the pairs a block shows). With ``updates``, only those can
         be the update: retrieval passes its candidates, since chat is full of "actually"
-        and "keep you updated", and an update about something else only spends the budget."""
+        and "keep you updated", and an update about something else only spends the budget.
+        With ``message_vector`` ((exchange, role) -> unit vector or None), the message
+        that holds the cue must itself be close to a message of the older exchange: an
+        exchange's vector mixes two speakers, and one's "actually" updates nothing the
+        other said on another subject."""
         cues = self.update_cues(exchanges)
         among = np.flatnonzero(cues) if updates is None else [j for j in sorted(updates) if cues[j]]
         upd = [int(j) for j in among if not exchanges[j].archived]
         newer: dict[int, list[int]] = {}
-        if upd and candidates:
-            updates = np.array([vector_of(j) for j in upd])
-            olds = sorted(set(candidates))
-            sims = np.array([vector_of(i) for i in olds]) @ updates.T
-            # a later update, similar enough: one comparison over the whole matrix
-            later = np.array(upd)[None, :] > np.array(olds)[:, None]
-            for a, b in zip(*np.nonzero(later & (sims >= self.similarity))):
-                i = olds[int(a)]
-                if not exchanges[i].archived:
-                    newer.setdefault(i, []).append(upd[int(b)])
+        if not upd or not candidates:
+            return newer
+        olds = [i for i in sorted(set(candidates)) if not exchanges[i].archived]
+        if not olds:
+            return newer
+        sims = np.array([vector_of(i) for i in olds]) @ np.array([vector_of(j) for j in upd]).T
+        if message_vector is not None:
+            sims = np.minimum(sims, self._message_sims(olds, upd, exchanges, message_vector, sims))
+        # a later update, similar enough: one comparison over the whole matrix
+        later = np.array(upd)[None, :] > np.array(olds)[:, None]
+        for a, b in zip(*np.nonzero(later & (sims >= self.similarity))):
+            newer.setdefault(olds[int(a)], []).append(upd[int(b)])
         return newer
+
+    @staticmethod
+    def _message_sims(olds: list[int], upd: list[int], exchanges: Sequence[MessageNode],
+                      message_vector: Callable[[int, str], np.ndarray | None], fallback: np.ndarray) -> np.ndarray:
+        """For each (older, update) pair, the best cosine of a cue message of the update to
+        a message of the older exchange (the exchange-level cosine where a vector is missing)."""
+        out = fallback.copy()
+        rows, owner = [], []
+        for a, i in enumerate(olds):
+            for m in exchanges[i].messages:
+                v = message_vector(i, m["role"])
+                if v is not None:
+                    rows.append(v)
+                    owner.append(a)
+        if not rows:
+            return out
+        old_mat, owner_arr = np.array(rows), np.array(owner)
+        for b, j in enumerate(upd):
+            cue_vecs = [v for m in exchanges[j].messages if UPDATE_CUES.search(m.get("content") or "")
+                        for v in [message_vector(j, m["role"])] if v is not None]
+            if not cue_vecs:
+                continue
+            best = (old_mat @ np.array(cue_vecs).T).max(axis=1)
+            col = np.full(len(olds), -1.0)
+            np.maximum.at(col, owner_arr, best)
+            have = np.zeros(len(olds), dtype=bool)
+            have[owner_arr] = True
+            out[have, b] = col[have]
+        return out
 
 
 def pair_status(taken: set[int], newer: dict[int, list[int]]) -> dict[int, str]:
