@@ -187,12 +187,12 @@ def test_an_update_must_come_from_the_message_close_to_the_older_one():
                        message_vector=lambda i, r: message_vec[(i, r)]) == {0: [1]}
 
 
-def test_select_keeps_to_the_budget_and_pays_for_the_tags_of_a_pair():
+def test_select_keeps_to_the_budget_brings_the_correction_and_pays_for_the_tags():
     root, xs = small_tree([("old fact " * 5, "ok"), ("filler " * 40, "filler " * 40), ("update " * 5, "ok")])
     layout = BlockLayout(xs, ancestors, 480, 2)
     queue = [(0, "user"), (1, "user"), (1, "assistant")]
     chosen = select(queue, 1000, {0: [2]}, layout)
-    assert (2, "user") not in chosen  # an update is not pulled in: it earns its place by rank
+    assert chosen[:3] == [(0, "user"), (2, "user"), (2, "assistant")]  # the correction follows right after
     small = select(queue, 40, {}, layout)
     assert small == [(0, "user")]  # the long filler lines do not fit
     # both of a pair taken: the tags and the note are priced, and what is priced is what renders

@@ -120,9 +120,9 @@ def pair_status(taken: set[int], newer: dict[int, list[int]]) -> dict[int, str]:
 def select(queue: list[tuple[int, str]], budget: int, newer: dict[int, list[int]],
            layout: BlockLayout) -> list[tuple[int, str]]:
     """Greedy by rank: take messages while their line (and a new branch header, a new
-    date line) fit. An update is not pulled in after the exchange it updated: it earns
-    its place by its own rank (pulled, chit-chat "updates" took 0.05 of LoCoMo's recall
-    at 500 tokens). When both of a pair are taken, their tags are paid for."""
+    date line) fit. An exchange that was corrected later brings its correction right
+    after it (``newer``: corrections that are candidates of the question); when both of
+    a pair are taken, their tags are paid for."""
     used = count_tokens(prompts.MEMORY_HEADER) + 1
     branches: set[str] = set()
     days: set[tuple[str, str]] = set()  # (branch, date) lines already paid for
@@ -134,6 +134,7 @@ def select(queue: list[tuple[int, str]], budget: int, newer: dict[int, list[int]
         for j in js:
             partners.setdefault(j, set()).add(i)
     tag_cost = count_tokens("[superseded] ")
+    queue = list(queue)
     pos = 0
     misses = 0
     while pos < len(queue) and budget - used >= 12 and misses < 40:
@@ -169,4 +170,6 @@ def select(queue: list[tuple[int, str]], budget: int, newer: dict[int, list[int]
         used += cost
         branches.add(bid)
         days.add(day)
+        follow = [(j, m["role"]) for j in newer.get(i, []) for m in layout.exchanges[j].messages]
+        queue[pos:pos] = [u for u in follow if u not in taken]
     return chosen
