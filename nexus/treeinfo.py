@@ -213,12 +213,14 @@ def _status(tree: CTree, index: int, synth) -> str:
             similarity = SynthesisParams().supersede_similarity
         finder = _finders[tree] = Supersessions(similarity)
     xs = tree.exchange_view()
+    lookup = getattr(synth, "message_vector_lookup", None)
     try:
-        newer = finder.find([index], xs, tree.exchange_vector)
+        vectors = lookup() if lookup is not None else None  # the message-level rule, as retrieval
+        newer = finder.find([index], xs, tree.exchange_vector, message_vector=vectors)
         if newer.get(index):
             return "superseded by " + ", ".join(f"#{j}" for j in newer[index])
         if index and finder.update_cues(xs)[index]:  # it reads as an update: of which?
-            older = finder.find(list(range(index)), xs, tree.exchange_vector)
+            older = finder.find(list(range(index)), xs, tree.exchange_vector, message_vector=vectors)
             updates = sorted(i for i, js in older.items() if index in js)
             if updates:
                 return "updates " + ", ".join(f"#{i}" for i in updates)

@@ -443,3 +443,25 @@ async def test_scenario_with_the_auto_judge(server, tmp_path, minilm, data_dir, 
         assert any(": judge embedding: " in d and "clear-cut" in d for d in decisions)
         judged = [r for r in server.chat_requests() if "New exchange:" in r["messages"][-1]["content"]]
         assert len(judged) == len(asked)
+
+
+def test_exchange_status_names_a_real_correction_not_chit_chat(tmp_path, minilm):
+    """The inspector's "superseded by" follows retrieval's rule: a correction of the
+    same fact counts; "I'll keep you updated" about something else does not."""
+    from nexus.treeinfo import exchange_detail
+    from trace_core import CTree, PromptSynthesizer
+
+    def ex(user, assistant):
+        return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
+    tree.add(ex("My niece Sarah is allergic to peanuts.", "Noted: no peanuts for Sarah."))
+    tree.add(ex("I'm repainting the kitchen this weekend.", "Nice! Keep me updated on the colour."))
+    tree.add(ex("Thanks, I'll keep you updated on the kitchen.", "Please do!"))
+    tree.add(ex("Actually, Sarah is no longer allergic to peanuts.", "Great news: Sarah can eat peanuts now."))
+    with PromptSynthesizer(ctree=tree) as synth:
+        assert exchange_detail(tree, 0, synth).status == "superseded by #3"
+        assert exchange_detail(tree, 3, synth).status == "updates #0"
+        assert exchange_detail(tree, 1, synth).status == ""  # "keep you updated" corrects nothing
+        assert exchange_detail(tree, 2, synth).status == ""
+    tree.close()

@@ -185,7 +185,7 @@ class PromptSynthesizer:
         layout = BlockLayout(exchanges, tree.get_ancestors, self.params.max_message_chars, self.params.group_depth)
         cand_ex = [i for i, _ in cand]
         newer = self._supersessions.find(cand_ex, exchanges, tree.exchange_vector, updates=set(cand_ex),
-                                         message_vector=self._message_vector())
+                                         message_vector=self.message_vector_lookup())
         out = []
         for budget, report in requests:
             report.ranking = list(ranking)
@@ -206,8 +206,9 @@ class PromptSynthesizer:
             out.append(text)
         return out
 
-    def _message_vector(self):
-        """(exchange, role) -> the stored message's unit vector, or None (no store)."""
+    def message_vector_lookup(self):
+        """A function (exchange index, role) -> the stored message's unit vector (None for
+        a message not stored), or None without a store."""
         index = self.vdb.conversation_index() if self.vdb is not None else None
         if index is None:
             return None

@@ -26,9 +26,9 @@ UPDATE_CUES = re.compile(
 
 
 class Supersessions:
-    """Which exchanges were updated by a later one: an exchange that reads as an update
-    (a cue such as "actually" or "no longer"), is live, and is similar (cosine ≥
-    ``similarity``). Which exchanges read as updates is cached (exchanges never change
+    """Which exchanges were corrected by a later one: an exchange that reads as a
+    correction (a cue such as "no longer" or "Actually,"), is live, and is similar
+    (cosine ≥ ``similarity``). Which exchanges read as updates is cached (exchanges never change
     text)."""
 
     def __init__(self, similarity: float) -> None:
