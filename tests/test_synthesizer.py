@@ -99,6 +99,20 @@ def test_shared_ancestors_are_deduplicated(cross_tree, minilm):
     assert len(synth.last_report.paths) == len({p.node_id for p in synth.last_report.paths})
 
 
+def test_each_branch_reports_the_evidence_of_its_own_entries(cross_tree, minilm):
+    """A branch whose topic has no summary yet scores 0 as a topic; the report (and
+    Nexus's log) also gives the best cosine of the entries shown under it."""
+    synth = PromptSynthesizer(ctree=cross_tree, vector_db=cross_tree.vdb)
+    query = "I'm making the Peanut Butter Cake for Sarah's party. Good idea?"
+    synth.synthesize_prompt(query, minilm.embed(query), cross_tree.current_node, [])
+    report = synth.last_report
+    vector = {x.index: x.vector for x in report.exchanges}
+    assert report.paths and sum(len(p.entries) for p in report.paths) == len(report.exchanges)
+    for p in report.paths:
+        assert p.entries and p.best_entry == max(vector[i] for i in p.entries)
+    assert max(p.best_entry for p in report.paths) >= 0.5  # "allergic to peanuts" is shown, and close
+
+
 def test_newer_fact_supersedes_older(tmp_path, minilm):
     tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
     tree.add(ex("Sarah is allergic to peanuts.", "Noted: no peanuts for Sarah."), timestamp="2024-01-01T10:00")

@@ -203,6 +203,9 @@ class PromptSynthesizer:
             report.memory_tokens = count_tokens(text)
             report.paths = paths
             report.exchanges = self._injected(cands, scores.fused, scores.branch_of, shown, status, pinned, exchanges)
+            best = {x.index: x.vector for x in report.exchanges}
+            for path in paths:  # a branch's own evidence: its best entry (its topic may have no summary yet)
+                path.best_entry = max((best.get(i, 0.0) for i in path.entries), default=0.0)
             out.append(text)
         return out
 

@@ -171,7 +171,8 @@ def render(chosen: list[tuple[int, str]], status: dict[int, str], budget: int, t
             continue
         lines += blocks[bid]
         topic = topics[bid]
+        entries = tuple(sorted(i for i in groups[bid] if any((i, r) in shown for r in groups[bid][i])))
         paths.append(InjectedPath(bid, thread_path(topic) if topic is not None else "",
                                   summaries.get(bid, ""), topic_score.get(bid, 0.0), topic_keyword.get(bid, 0.0),
-                                  len(blocks[bid]) - 1))
+                                  len(blocks[bid]) - 1, entries))
     return "\n".join(lines), shown, paths

@@ -25,9 +25,11 @@ class InjectedPath:
     node_id: str
     path: str
     summary: str
-    similarity: float
-    keyword: float
-    exchanges: int
+    similarity: float  # the branch's topic summary to the query (0 for a topic not yet summarised)
+    keyword: float  # BM25 of its name and summary
+    exchanges: int  # lines shown under it
+    entries: tuple[int, ...] = ()  # the exchanges shown under it
+    best_entry: float = 0.0  # the best cosine of those exchanges' messages to the query
 
 
 @dataclass
