@@ -7,13 +7,12 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from scripted_server import Reply, ScriptedServer
-from test_nexus_paste_tmux import input_box
+from test_nexus_paste_tmux import input_box, nexus_command
 from test_nexus_tmux import screen, tmux, wait_screen
 
 ROOT = Path(__file__).parent.parent
@@ -23,16 +22,29 @@ def launch(tmp_path, srv, name: str, before: str = "", after: str = "") -> Path:
     """Nexus in tmux against ``srv``; returns once the shell runs (Python not started yet:
     ``before`` is shell run ahead of it). The session file is ``tmp_path / "s.db"``."""
     marker = tmp_path / "started"
-    cmd = (f"cd {ROOT} && touch {marker} {before}&& NEXUS_DATA_DIR={tmp_path / 'data'} NEXUS_JUDGE=embedding "
-           f"HF_HUB_OFFLINE=1 XDG_CONFIG_HOME={tmp_path / 'cfg'} TERM=xterm-256color "
-           f"{sys.executable} -m nexus --base-url {srv.base_url} --model test-model --no-web "
-           f"--session {tmp_path / 's.db'}{after}")
+    cmd = f"cd {ROOT} && touch {marker} {before}&& {nexus_command(tmp_path, srv.base_url, tmp_path / 's.db')}{after}"
     tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd)
     end = time.time() + 10
     while not marker.exists():
         assert time.time() < end, "the shell did not start"
         time.sleep(0.02)
     return tmp_path / "s.db"
+
+
+def wait_in_input(name: str, text: str, what: str) -> None:
+    """Wait up to 10 s for ``text`` in the input editor; fail saying ``what`` was lost."""
+    end = time.time() + 10
+    while text not in input_box(name):
+        assert time.time() < end, f"{what}; the screen:\n" + screen(name)
+        time.sleep(0.2)
+
+
+def stored_user_messages(session: Path) -> list[str]:
+    con = sqlite3.connect(session)
+    try:
+        return [r[0] for r in con.execute("SELECT content FROM messages WHERE role='user'")]
+    finally:
+        con.close()
 
 
 def test_keys_typed_before_the_first_screen_are_kept(tmp_path):
@@ -48,10 +60,7 @@ def test_keys_typed_before_the_first_screen_are_kept(tmp_path):
             tmux("send-keys", "-t", name, "-l", typed)  # Python has not even imported Textual yet
             assert "Message, or /help" not in screen(name), "typed too late to test anything"
             wait_screen(name, "embedder ready", 120)
-            end = time.time() + 10
-            while typed not in input_box(name):
-                assert time.time() < end, "the early keys were lost; the screen:\n" + screen(name)
-                time.sleep(0.2)
+            wait_in_input(name, typed, "the early keys were lost")
             tmux("send-keys", "-t", name, "Enter")
             wait_screen(name, "remembered exchange #0", 60)
             tmux("send-keys", "-t", name, "-l", "/quit")
@@ -59,10 +68,7 @@ def test_keys_typed_before_the_first_screen_are_kept(tmp_path):
             time.sleep(1)
         finally:
             tmux("kill-session", "-t", name)
-    con = sqlite3.connect(session)
-    stored = [r[0] for r in con.execute("SELECT content FROM messages WHERE role='user'")]
-    con.close()
-    assert stored == [typed]
+    assert stored_user_messages(session) == [typed]
 
 
 def test_a_message_sent_before_nexus_runs_is_sent_once_it_does(tmp_path):
@@ -81,10 +87,7 @@ def test_a_message_sent_before_nexus_runs_is_sent_once_it_does(tmp_path):
             tmux("send-keys", "-t", name, "Enter")
             tmux("send-keys", "-t", name, "-l", draft)
             wait_screen(name, "remembered exchange #0", 120)
-            end = time.time() + 10
-            while draft not in input_box(name):
-                assert time.time() < end, "the unfinished draft was lost:\n" + screen(name)
-                time.sleep(0.2)
+            wait_in_input(name, draft, "the unfinished draft was lost")
             tmux("send-keys", "-t", name, "C-u")
             tmux("send-keys", "-t", name, "-l", "/quit")
             tmux("send-keys", "-t", name, "Enter")
@@ -95,9 +98,6 @@ def test_a_message_sent_before_nexus_runs_is_sent_once_it_does(tmp_path):
             time.sleep(0.3)
         finally:
             tmux("kill-session", "-t", name)
-    con = sqlite3.connect(session)
-    stored = [r[0] for r in con.execute("SELECT content FROM messages WHERE role='user'")]
-    con.close()
-    assert stored == [first]
+    assert stored_user_messages(session) == [first]
     # the terminal is handed back as it was: Enter is a newline again for the shell
     assert " icrnl" in (tmp_path / "stty.txt").read_text() and "-icrnl" not in (tmp_path / "stty.txt").read_text()

@@ -18,6 +18,14 @@ from test_nexus_tmux import screen, tmux, wait_screen
 ROOT = Path(__file__).parent.parent
 
 
+def nexus_command(tmp_path: Path, base_url: str, session: Path) -> str:
+    """The shell command that starts Nexus as a user does, against a scripted server, with
+    its data, config and session under ``tmp_path``."""
+    return (f"NEXUS_DATA_DIR={tmp_path / 'data'} NEXUS_JUDGE=embedding HF_HUB_OFFLINE=1 "
+            f"XDG_CONFIG_HOME={tmp_path / 'cfg'} TERM=xterm-256color "
+            f"{sys.executable} -m nexus --base-url {base_url} --model test-model --no-web --session {session}")
+
+
 def input_box(name: str) -> str:
     """The input editor's part of the screen: from its top border down."""
     shown = screen(name)
@@ -34,10 +42,7 @@ def test_a_pasted_stack_trace_keeps_its_lines(tmp_path):
         name = f"nexus-paste-{os.getpid()}"
         exit_file = tmp_path / "exit.txt"
         session = tmp_path / "s.db"
-        cmd = (f"cd {ROOT} && NEXUS_DATA_DIR={tmp_path / 'data'} NEXUS_JUDGE=embedding HF_HUB_OFFLINE=1 "
-               f"XDG_CONFIG_HOME={tmp_path / 'cfg'} TERM=xterm-256color "
-               f"{sys.executable} -m nexus --base-url {srv.base_url} --model test-model --no-web "
-               f"--session {session}; echo EXIT=$? > {exit_file}")
+        cmd = f"cd {ROOT} && {nexus_command(tmp_path, srv.base_url, session)}; echo EXIT=$? > {exit_file}"
         tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd)
         try:
             wait_screen(name, "embedder ready", 120)
