@@ -41,6 +41,8 @@ from trace_core import CTree, PromptSynthesizer, VectorDatabase
 from trace_core.embedders import MiniLMEmbedder, normalise
 from trace_core.nodes import MessageNode, TopicNode
 from trace_core.store import ConversationVector, message_id
+from trace_core.synthesis import SynthesisParams
+from trace_core.synthesis.candidates import keyword_query
 from trace_core.synthesizer import RetrievalReport
 
 SUBJECTS = [
@@ -129,6 +131,29 @@ def build_session(path: str, n: int, emb, sentences, vecs, rng: random.Random) -
     db.close()
 
 
+CANDIDATES = SynthesisParams().candidates
+KEYWORD_HITS = SynthesisParams().keyword_candidates
+
+
+def shortcut_agreement(tree: CTree, synth: PromptSynthesizer, queries: list[str], qvecs) -> dict[str, float]:
+    """What the two shortcuts of a large session give up, whatever the size: the share of
+    the exact best messages by cosine that the projected first pass finds
+    (``VectorIndex.top``), and the share of FTS5's own best BM25 hits that the numpy
+    scoring returns (``MessagePostings``), for the same keyword queries."""
+    index, vdb = tree.vdb.conversation_index(), tree.vdb
+    found, shared = [], []
+    for q, qv in zip(queries, qvecs):
+        exact = index.similarities(qv)
+        best = set(np.argpartition(-exact, CANDIDATES - 1)[:CANDIDATES].tolist())
+        found.append(len(best & set(index.top(qv, CANDIDATES, approximate_from=0)[0].tolist())) / CANDIDATES)
+        words = keyword_query(q, synth.word_stats, SynthesisParams().common_word_share)
+        fts = {m for m, _ in vdb.fts_ranked_messages(words, KEYWORD_HITS)}
+        ours = {m for m, _ in vdb.postings_search(words, KEYWORD_HITS)}
+        if fts:
+            shared.append(len(fts & ours) / len(fts))
+    return {"projected_found": statistics.mean(found), "bm25_shared": statistics.mean(shared) if shared else 1.0}
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
@@ -177,14 +202,16 @@ def main() -> None:
                 sims = index.similarities(qv)
                 [index.ids[k] for k in np.argpartition(-sims, 24)[:25]]
                 flat.append(time.perf_counter() - t)
+            agree = shortcut_agreement(tree, synth, queries, qvecs)
             tree.vdb.close()
         r = {"exchanges": n, "build_s": build, "open_s_median": statistics.median(opens),
              "synthesis_ms_median": statistics.median(times) * 1000, "synthesis_ms_p95": pct(times, 0.95) * 1000,
-             "flat_dense_ms_median": statistics.median(flat) * 1000, "focused_queries": sum(focused)}
+             "flat_dense_ms_median": statistics.median(flat) * 1000, "focused_queries": sum(focused), **agree}
         results[n] = r
         print(f"{n:>7} exchanges: open {r['open_s_median']:.2f} s; synthesis median {r['synthesis_ms_median']:.1f} ms, "
               f"p95 {r['synthesis_ms_p95']:.1f} ms; flat dense top-25 median {r['flat_dense_ms_median']:.1f} ms "
-              f"(built in {build:.0f} s)", flush=True)
+              f"(built in {build:.0f} s); projected pass found {r['projected_found']:.3f} of the exact best "
+              f"{CANDIDATES}; numpy BM25 shares {r['bm25_shared']:.3f} of FTS5's best {KEYWORD_HITS}", flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)

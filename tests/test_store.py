@@ -220,3 +220,34 @@ def test_bulk_upsert_equals_one_by_one(tmp_path):
     qv = unit(1, 2, 4)
     assert [h["node_id"] for h in a.search_topic_summaries(qv, top_k=10, min_similarity=0)] == \
         [h["node_id"] for h in b.search_topic_summaries(qv, top_k=10, min_similarity=0)]
+
+
+def test_postings_scoring_matches_fts5_and_follows_the_rows(tmp_path, monkeypatch):
+    """BM25 scored in numpy from FTS5's row ids (what a large session uses) ranks as FTS5
+    does where no word repeats, and follows rows added, replaced and archived after it
+    was loaded."""
+    import trace_core.store as store
+    from trace_core.keywords import first_varint
+
+    db = VectorDatabase(str(tmp_path / "p.db"))
+    lines = ["the kayak trip on the lake", "a kayak", "we sold the old kayak and bought a canoe for the lake",
+             "baking sourdough bread", "bread and butter", "the lake was cold"]
+    for k, text in enumerate(lines):
+        db.add_conversation_message(ConversationVector(f"x{k}-user", k, "user", text, unit(1, k), "t", "p"))
+    for query in ("kayak", "lake kayak", "bread", "canoe lake", "sourdough butter"):
+        fts = db.fts_ranked_messages(query, 10)
+        ours = db.postings_search(query, 10)
+        assert [m for m, _ in ours] == [m for m, _ in fts], query
+        assert np.allclose([s for _, s in ours], [s for _, s in fts], rtol=1e-6)
+    # rows written after the sizes were read: added, replaced in place, archived
+    db.add_conversation_message(ConversationVector("x9-user", 9, "user", "a canoe", unit(1, 9), "t", "p", node_id="n9"))
+    db.add_conversation_message(ConversationVector("x1-user", 1, "user", "a paddle", unit(1, 1), "t", "p"))
+    assert [m for m, _ in db.postings_search("canoe", 10)] == [m for m, _ in db.fts_ranked_messages("canoe", 10)]
+    assert "x1-user" not in {m for m, _ in db.postings_search("kayak", 10)}
+    assert [m for m, _ in db.postings_search("paddle", 10)] == ["x1-user"]
+    db.set_exchange_archived("n9", True)
+    assert [m for m, _ in db.postings_search("canoe", 10)] == ["x2-user"]  # archived rows are not returned
+    monkeypatch.setattr(store, "SCORED_FROM", 0)  # a large session's path
+    assert db.keyword_search_messages("bread", 10) == db.postings_search("bread", 10)
+    assert first_varint(bytes([0x81, 0x00])) == 128 and first_varint(bytes([0x0B, 0x00])) == 11
+    db.close()

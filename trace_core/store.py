@@ -36,6 +36,7 @@ from .errors import (
     read_only_uri,
     unwritable_reason,
 )
+from .keywords import SCORED_FROM, MessagePostings
 from .locking import LockBusy, WriterLock
 from .schema import APP_ID, MIGRATIONS, SCHEMA_VERSION, SQLITE_HEADER, inspect_session_file
 from .store_topics import TopicSummaries
@@ -103,6 +104,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
         self._lock = threading.RLock()
         self._depth = 0
         self._conv_index: VectorIndex | None = None
+        self._postings: MessagePostings | None = None  # BM25's row sizes, loaded with the index
         self._topic_index: VectorIndex | None = None
         if read_only:
             self._open_read_only()
@@ -211,7 +213,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
                 self._depth -= 1
                 if self._depth == 0:
                     self.con.execute("ROLLBACK")
-                    self._conv_index = None  # caches may hold rolled-back rows
+                    self._drop_message_caches()  # caches may hold rolled-back rows
                     self._topic_index = None
                 raise
             self._depth -= 1
@@ -265,12 +267,17 @@ class VectorDatabase(TopicSummaries, TreeTables):
                                    (cv.message_id,)).fetchone()
             if old:  # by rowid, never a scan (the FTS row goes with it: schema 7's triggers)
                 self.con.execute("DELETE FROM conversation_vectors WHERE rowid=?", (old[0],))
-            self.con.execute(
+                if self._postings is not None:
+                    self._postings.remove(old[0])
+            rowid = self.con.execute(
                 "INSERT INTO conversation_vectors(message_id, message_index, role, text, embedding,"
                 " timestamp, thread_path, node_id, exchange_index, archived) VALUES(?,?,?,?,?,?,?,?,?,0)",
                 (cv.message_id, cv.message_index, cv.role, cv.text, _blob(emb), cv.timestamp,
                  cv.thread_path, cv.node_id, cv.exchange_index),
-            )
+            ).lastrowid
+            if self._postings is not None and rowid is not None:
+                size = self.con.execute("SELECT sz FROM messages_fts_docsize WHERE id=?", (rowid,)).fetchone()
+                self._postings.add(rowid, cv.message_id, size[0] if size else b"\x00")
             if cv.node_id:
                 self.con.execute("INSERT OR REPLACE INTO thread_paths(node_id, path) VALUES(?, ?)",
                                  (cv.node_id, cv.thread_path or ""))
@@ -281,12 +288,20 @@ class VectorDatabase(TopicSummaries, TreeTables):
         with self._lock:
             if self._conv_index is None:
                 idx = VectorIndex()
-                for mid, blob in self.con.execute(
-                    "SELECT message_id, embedding FROM conversation_vectors WHERE archived=0"
+                live = []
+                for rowid, mid, blob in self.con.execute(
+                    "SELECT rowid, message_id, embedding FROM conversation_vectors WHERE archived=0"
                 ):
                     idx.add(mid, _vec(blob))
+                    live.append((rowid, mid))
+                self._postings = MessagePostings(self.con.execute("SELECT id, sz FROM messages_fts_docsize"), live)
                 self._conv_index = idx
             return self._conv_index
+
+    def _drop_message_caches(self) -> None:
+        """The message index and BM25's row sizes are read again on next use."""
+        self._conv_index = None
+        self._postings = None
 
     def _row_to_cv(self, row: tuple, similarity: float = 0.0) -> ConversationVector:
         mid, midx, role, text, blob, ts, path, node_id, xidx = row
@@ -372,8 +387,33 @@ class VectorDatabase(TopicSummaries, TreeTables):
         return [(i, -score) for i, score in rows]
 
     def keyword_search_messages(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
-        """BM25 over message text: ``(message_id, score)``, higher is better."""
+        """BM25 over message text: ``(message_id, score)``, higher is better. FTS5 ranks
+        them below ``SCORED_FROM`` rows (``fts_ranked_messages``); from there,
+        ``postings_search``."""
+        with self._lock:
+            self._conv()
+            if self._postings is None or self._postings.docs < SCORED_FROM:
+                return self.fts_ranked_messages(text, limit)
+            return self.postings_search(text, limit)
+
+    def fts_ranked_messages(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
+        """BM25 over message text ranked by FTS5 itself (repeated words count)."""
         return self._bm25("messages_fts", "message_id", text, limit)
+
+    def postings_search(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
+        """BM25 over the live messages' text scored by ``MessagePostings``: FTS5 finds the
+        rows of each word, numpy scores them."""
+        terms = query_terms(text)
+        if not terms:
+            return []
+        with self._lock:
+            self._conv()
+            postings = self._postings
+            if postings is None:
+                return []
+            rows = [np.array(self.con.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?",
+                                              (f'"{w}"',)).fetchall(), dtype=np.int64).ravel() for w in terms]
+        return postings.best(rows, limit)
 
     def delete_exchange_rows(self, exchange_index: int, message_ids: list[str]) -> None:
         """Remove one exchange's messages, message vectors (their FTS rows follow) and
@@ -385,14 +425,14 @@ class VectorDatabase(TopicSummaries, TreeTables):
                     f"SELECT rowid FROM conversation_vectors WHERE message_id IN ({q})", chunk)]
                 self.con.executemany("DELETE FROM conversation_vectors WHERE rowid=?", [(r,) for r in rows])
                 self.con.execute(f"DELETE FROM message_parts WHERE message_id IN ({q})", chunk)
-            self._conv_index = None
+            self._drop_message_caches()
 
     def set_exchange_archived(self, node_id: str, archived: bool) -> None:
         with self._lock:
             self.con.execute(
                 "UPDATE conversation_vectors SET archived=? WHERE node_id=?", (1 if archived else 0, node_id)
             )
-            self._conv_index = None
+            self._drop_message_caches()
 
     def update_thread_paths(self, paths: dict[str, str]) -> None:
         """``node_id -> thread path`` after the tree changed shape (only rows that change)."""

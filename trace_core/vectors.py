@@ -4,6 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
+PROJECTED_DIM = 96  # principal axes of the first pass (MiniLM: 90% of the rows' energy)
+SHORTLIST_FACTOR = 10  # rows rescored exactly per row asked for
+BASIS_SAMPLE = 20_000  # rows the principal axes are fitted on
+
+
+def principal_axes(rows: np.ndarray, r: int) -> np.ndarray:
+    """The ``r`` leading axes of the rows' second moment (uncentred: inner products are
+    what is kept), as columns (dim × r)."""
+    step = max(1, len(rows) // BASIS_SAMPLE)
+    sample = np.asarray(rows[::step], dtype=np.float64)
+    _, vecs = np.linalg.eigh(sample.T @ sample)
+    return np.ascontiguousarray(vecs[:, ::-1][:, :r], dtype=np.float32)
+
 
 class VectorIndex:
     def __init__(self, dim: int | None = None) -> None:
@@ -12,6 +25,10 @@ class VectorIndex:
         self._pos: dict[str, int] = {}
         self._matrix = np.zeros((0, dim or 0), dtype=np.float32)
         self.version = 0  # bumped on every change: callers cache what they derive from ids
+        # the rows projected onto their principal axes, made on the first approximate
+        # search and kept up to date after it
+        self._basis: np.ndarray | None = None
+        self._low = np.zeros((0, 0), dtype=np.float32)
 
     @property
     def ids(self) -> list[str]:
@@ -30,6 +47,10 @@ class VectorIndex:
         new = np.zeros((max(need, cap * 2, 64), self.dim), dtype=np.float32)
         new[: len(self._ids)] = self._matrix[: len(self._ids)]
         self._matrix = new
+        if self._basis is not None:
+            low = np.zeros((new.shape[0], self._basis.shape[1]), dtype=np.float32)
+            low[: len(self._ids)] = self._low[: len(self._ids)]
+            self._low = low
 
     def add(self, key: str, vector: np.ndarray) -> None:
         vector = np.asarray(vector, dtype=np.float32).ravel()
@@ -39,13 +60,18 @@ class VectorIndex:
         if vector.shape[0] != self.dim:
             raise ValueError(f"vector has dimension {vector.shape[0]}, the index holds {self.dim}")
         if key in self._pos:
-            self._matrix[self._pos[key]] = vector
+            self._set_row(self._pos[key], vector)
             return
         self.version += 1
         self._grow(len(self._ids) + 1)
-        self._matrix[len(self._ids)] = vector
+        self._set_row(len(self._ids), vector)
         self._pos[key] = len(self._ids)
         self._ids.append(key)
+
+    def _set_row(self, i: int, vector: np.ndarray) -> None:
+        self._matrix[i] = vector
+        if self._basis is not None:
+            self._low[i] = vector @ self._basis
 
     def remove(self, key: str) -> None:
         i = self._pos.pop(key, None)
@@ -55,6 +81,8 @@ class VectorIndex:
         last = len(self._ids) - 1
         if i != last:  # move the last row into the hole
             self._matrix[i] = self._matrix[last]
+            if self._basis is not None:
+                self._low[i] = self._low[last]
             self._ids[i] = self._ids[last]
             self._pos[self._ids[i]] = i
         self._ids.pop()
@@ -79,6 +107,34 @@ class VectorIndex:
         if norm > 0:
             q = q / norm
         return self._matrix[:n] @ q
+
+    def top(self, query: np.ndarray, k: int, approximate_from: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The positions of the ``k`` rows closest to ``query`` (unit) and their cosines,
+        in no order. From ``approximate_from`` rows the pass over every row reads them
+        projected onto their leading axes (a quarter of the memory: at 200,000 rows the
+        exact pass is bound by reading 300 MB), and a shortlist of ``SHORTLIST_FACTOR``
+        × ``k`` rows is rescored exactly; on MiniLM vectors the true best rows are in it
+        (``bench.scale`` measures how many)."""
+        n = len(self._ids)
+        k = min(k, n)
+        if k <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        q = np.asarray(query, dtype=np.float32).ravel()
+        q = q / (np.linalg.norm(q) or 1.0)
+        short = k * SHORTLIST_FACTOR
+        if approximate_from is None or n < max(approximate_from, short) or self.dim is None \
+                or self.dim <= PROJECTED_DIM:
+            sims = self.similarities(q)
+            pos = np.argpartition(sims, n - k)[n - k:] if k < n else np.arange(n)
+            return pos, sims[pos]
+        if self._basis is None:
+            self._basis = principal_axes(self._matrix[:n], PROJECTED_DIM)
+            self._low = np.ascontiguousarray(self._matrix @ self._basis)
+        rough = self._low[:n] @ (self._basis.T @ q)
+        shortlist = np.argpartition(rough, n - short)[n - short:]
+        exact = self._matrix[shortlist] @ q
+        best = np.argpartition(exact, short - k)[short - k:]
+        return shortlist[best], exact[best]
 
     def rows(self, positions) -> np.ndarray:
         """The vectors at these positions (in ``ids`` order)."""

@@ -124,6 +124,38 @@ def topic_dense(index: VectorIndex | None, qvec: np.ndarray, limit: int) -> dict
     return {ids[k]: float(s) for k, s in enumerate(sims)}
 
 
+class MessageCosines:
+    """The query's cosine to the live messages, by row of the ``UnitTable``: every row's
+    at once for a small table, or, from ``approximate_from`` rows of the store's index,
+    the best rows from its projected pass (``VectorIndex.top``) and any other on demand."""
+
+    def __init__(self, qvec: np.ndarray, full: np.ndarray | None = None, index: VectorIndex | None = None,
+                 approximate_from: int | None = None) -> None:
+        self.qvec = np.asarray(qvec, dtype=np.float32)
+        self.full = full
+        self.index = index
+        self.approximate_from = approximate_from
+
+    def __len__(self) -> int:
+        return len(self.full) if self.full is not None else len(self.index)
+
+    def top(self, k: int) -> np.ndarray:
+        """The rows of the ``k`` best cosines, in no order."""
+        if self.full is None:
+            return self.index.top(self.qvec, k, self.approximate_from)[0]
+        m = len(self.full)
+        return np.argpartition(self.full, m - k)[m - k:] if k < m else np.arange(m)
+
+    def of(self, rows) -> np.ndarray:
+        """The cosines of these rows (exact either way)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.full is not None:
+            return self.full[rows].astype(np.float64)
+        if not len(rows):
+            return np.zeros(0)
+        return (self.index.rows(rows) @ (self.qvec / (np.linalg.norm(self.qvec) or 1.0))).astype(np.float64)
+
+
 class CandidateFinder:
     """Stage 1. Handed the store (or ``None``), the word statistics of the conversation,
     the parameters, and an executor for BM25 beside the vector products at scale."""
@@ -143,11 +175,13 @@ class CandidateFinder:
                 dict(self.vdb.keyword_search_topics(words, limit=50)))
 
     def _dense(self, qvec: np.ndarray, index: VectorIndex | None, exchanges: Sequence[MessageNode],
-               vector_of: Callable[[int], np.ndarray]) -> np.ndarray:
-        """Every live message's cosine to the query, in ``self.table`` row order."""
+               vector_of: Callable[[int], np.ndarray]) -> MessageCosines:
+        """The query's cosines to the live messages, in ``self.table`` row order."""
         if index is not None:
             self.table.follow(index)
-            return index.similarities(qvec)  # float32: only candidates are widened
+            if len(index) >= self.params.approximate_from:
+                return MessageCosines(qvec, index=index, approximate_from=self.params.approximate_from)
+            return MessageCosines(qvec, full=index.similarities(qvec))  # float32: candidates are widened
         # no store: each message scored by its exchange's vector
         self.table.from_exchanges(exchanges)
         sims = []
@@ -156,7 +190,7 @@ class CandidateFinder:
             if i != last:
                 s, last = float(vector_of(int(i)) @ qvec), i
             sims.append(s)
-        return np.array(sims)
+        return MessageCosines(qvec, full=np.array(sims))
 
     def find(self, query: str, qvec: np.ndarray, exchanges: Sequence[MessageNode], recent_texts: set[str],
              embed: Callable[[str], np.ndarray], vector_of: Callable[[int], np.ndarray],
@@ -180,6 +214,7 @@ class CandidateFinder:
         topic_index = vdb.topic_index() if vdb is not None else None
         # in a thread beside the vector products only where those take milliseconds: a
         # handoff can wait for the GIL's switch interval (5 ms), more than small sessions gain
+        # (not beside the embedding: torch and SQLite then slow each other down)
         parallel = conv_index is not None and len(conv_index) >= p.parallel_from and self.executor is not None
         job = self.executor.submit(self.keyword_searches, query) if parallel else None
         try:
@@ -196,8 +231,8 @@ class CandidateFinder:
         m = len(ex_of)
         if m == 0:
             return None
-        top = min(p.candidates, m)
-        cand_idx = np.argpartition(all_dense, m - top)[m - top:] if top < m else np.arange(m)
+        cand_idx = all_dense.top(min(p.candidates, m))
+        cand_dense = all_dense.of(cand_idx)
         keyword_hits: dict[int, float] = {}
         for mid, score in msg_hits:
             k = self.table.row_of_id.get(mid)
@@ -205,7 +240,7 @@ class CandidateFinder:
                 keyword_hits[k] = max(keyword_hits.get(k, 0.0), score)
         # evidence of relevance: close in meaning, sharing a content word with the query, or
         # (among the closest by cosine) said on a day the question names
-        seeds = {int(k) for k in cand_idx if all_dense[k] >= p.min_relevance} | set(keyword_hits)
+        seeds = {int(k) for k, c in zip(cand_idx, cand_dense) if c >= p.min_relevance} | set(keyword_hits)
         days = [sp for sp in dates_in(query) if sp.day is not None] if p.date_weight else []
         if days:
             seeds |= {int(k) for k in cand_idx if any(sp.matches(exchanges[int(ex_of[k])].timestamp) for sp in days)}
@@ -216,7 +251,7 @@ class CandidateFinder:
         if p.neighbour_weight:
             self._add_neighbours(units, seeds, keyword_hits, all_dense, exchanges, n, live)
         keys = list(units)
-        dense = self._with_parts(keys, all_dense[keys].astype(np.float64), qvec, qvec2)
+        dense = self._with_parts(keys, all_dense.of(keys), qvec, qvec2)
         if p.prf_weight and conv_index is not None:
             dense = self._feedback(keys, dense, conv_index)
         keyword = np.array([keyword_hits.get(k, 0.0) for k in keys])
@@ -230,17 +265,23 @@ class CandidateFinder:
         reach the block, and each costs time at scale."""
         p = self.params
         ex_of, by_unit = self.table.exchange_of, self.table.row_of_unit
-        strongest = sorted(seeds, key=lambda k: (k not in keyword_hits, -all_dense[k]))
+        seed_list = list(seeds)
+        seed_dense = dict(zip(seed_list, all_dense.of(seed_list)))
+        strongest = sorted(seed_list, key=lambda k: (k not in keyword_hits, -seed_dense[k]))
         floor = p.min_relevance if p.neighbour_relevance is None else p.neighbour_relevance
+        near: dict[int, tuple[int, str]] = {}
         for k in strongest[: p.neighbour_seeds]:
             i = int(ex_of[k])
             for j in (i - 1, i, i + 1):
                 if 0 <= j < n and live(j):
                     for msg in exchanges[j].messages:
                         kk = by_unit.get((j, msg["role"]))
-                        if kk is not None and kk not in units and (
-                                all_dense[kk] >= floor or kk in keyword_hits):
-                            units[kk] = (j, msg["role"])
+                        if kk is not None and kk not in units:
+                            near[kk] = (j, msg["role"])
+        rows = list(near)
+        for kk, c in zip(rows, all_dense.of(rows)):
+            if c >= floor or kk in keyword_hits:
+                units[kk] = near[kk]
 
     def _feedback(self, keys: list[int], dense: np.ndarray, index: VectorIndex) -> np.ndarray:
         """Rocchio feedback: the best candidates say what the question is about in the

@@ -41,3 +41,6 @@ class SynthesisParams:
     diversity: float = 0.0
     diversity_pool: int = 120
     parallel_from: int = 20_000  # stored messages from which BM25 runs in a thread
+    # stored messages from which the cosine pass reads them projected onto their leading
+    # axes and rescores a shortlist exactly (``VectorIndex.top``); below it, every row exactly
+    approximate_from: int = 50_000
