@@ -251,3 +251,17 @@ def test_postings_scoring_matches_fts5_and_follows_the_rows(tmp_path, monkeypatc
     assert db.keyword_search_messages("bread", 10) == db.postings_search("bread", 10)
     assert first_varint(bytes([0x81, 0x00])) == 128 and first_varint(bytes([0x0B, 0x00])) == 11
     db.close()
+
+
+def test_postings_search_leaves_out_a_stem_found_in_most_rows(tmp_path):
+    """Callers drop common words by their own word counts; FTS5 matches stems, so
+    "plans" finds every "plan" too. The postings path counts the stem's rows first."""
+    db = VectorDatabase(str(tmp_path / "s.db"))
+    texts = [f"can you help me plan day {k}" for k in range(80)] + ["the wedding is in May", "wedding cake"]
+    for k, text in enumerate(texts):
+        db.add_conversation_message(ConversationVector(f"x{k}-user", k, "user", text, unit(1, k), "t", "p"))
+    everything = {m for m, _ in db.postings_search("wedding plans", 100)}
+    assert len(everything) == 82  # "plans" matched every "plan"
+    kept = {m for m, _ in db.postings_search("wedding plans", 100, max_share=0.2)}
+    assert kept == {"x80-user", "x81-user"}  # the stem in 80 of 82 rows is left out
+    db.close()

@@ -386,23 +386,26 @@ class VectorDatabase(TopicSummaries, TreeTables):
             ).fetchall()
         return [(i, -score) for i, score in rows]
 
-    def keyword_search_messages(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
+    def keyword_search_messages(self, text: str, limit: int = 50, max_share: float = 1.0) -> list[tuple[str, float]]:
         """BM25 over message text: ``(message_id, score)``, higher is better. FTS5 ranks
         them below ``SCORED_FROM`` rows (``fts_ranked_messages``); from there,
-        ``postings_search``."""
+        ``postings_search`` (``max_share``: see there)."""
         with self._lock:
             self._conv()
             if self._postings is None or self._postings.docs < SCORED_FROM:
                 return self.fts_ranked_messages(text, limit)
-            return self.postings_search(text, limit)
+            return self.postings_search(text, limit, max_share)
 
     def fts_ranked_messages(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
         """BM25 over message text ranked by FTS5 itself (repeated words count)."""
         return self._bm25("messages_fts", "message_id", text, limit)
 
-    def postings_search(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
+    def postings_search(self, text: str, limit: int = 50, max_share: float = 1.0) -> list[tuple[str, float]]:
         """BM25 over the live messages' text scored by ``MessagePostings``: FTS5 finds the
-        rows of each word, numpy scores them."""
+        rows of each word, numpy scores them. A word whose stem is in more than
+        ``max_share`` of the rows is left out (counted first, which costs a fifth of
+        fetching them): callers drop common words by their own counts, but FTS5 matches
+        stems, and "plans" also finds every "plan"."""
         terms = query_terms(text)
         if not terms:
             return []
@@ -412,8 +415,19 @@ class VectorDatabase(TopicSummaries, TreeTables):
             if postings is None:
                 return []
             rows = [np.array(self.con.execute("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?",
-                                              (f'"{w}"',)).fetchall(), dtype=np.int64).ravel() for w in terms]
+                                              (f'"{w}"',)).fetchall(), dtype=np.int64).ravel()
+                    for w in self.rare_stems("messages_fts", terms, max_share, postings.docs)]
         return postings.best(rows, limit)
+
+    def rare_stems(self, table: str, terms: list[str], max_share: float, rows: int) -> list[str]:
+        """The ``terms`` whose stem FTS5 finds in at most ``max_share`` of ``rows`` rows (at
+        least 50). Counting a word's rows costs a fifth of fetching them."""
+        if max_share >= 1.0:
+            return terms
+        most = max(max_share * rows, 50)
+        with self._lock:
+            return [w for w in terms if self.con.execute(
+                f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", (f'"{w}"',)).fetchone()[0] <= most]
 
     def delete_exchange_rows(self, exchange_index: int, message_ids: list[str]) -> None:
         """Remove one exchange's messages, message vectors (their FTS rows follow) and

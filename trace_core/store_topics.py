@@ -8,6 +8,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .blobs import chunks, from_blob, now_iso, to_blob
+from .keywords import SCORED_FROM
+from .textutil import query_terms
 from .vectors import VectorIndex
 
 
@@ -122,5 +124,11 @@ class TopicSummaries:
             if nid in rows
         ]
 
-    def keyword_search_topics(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
+    def keyword_search_topics(self, text: str, limit: int = 50, max_share: float = 1.0) -> list[tuple[str, float]]:
+        """BM25 over topic names and summaries. From ``SCORED_FROM`` topics, a word whose
+        stem is in more than ``max_share`` of them is left out (FTS5's rank reads every
+        matching row; "plans" also matches each summary with "plan")."""
+        n = len(self._topics())
+        if n >= SCORED_FROM and max_share < 1.0:
+            text = " ".join(self.rare_stems("topics_fts", query_terms(text), max_share, n))
         return self._bm25("topics_fts", "node_id", text, limit)

@@ -171,8 +171,8 @@ class CandidateFinder:
         """BM25 over messages and over topic summaries (SQLite and numpy both release the
         GIL, and there are two cores to use)."""
         words = keyword_query(query, self.words, self.params.common_word_share)
-        return (self.vdb.keyword_search_messages(words, limit=self.params.keyword_candidates),
-                dict(self.vdb.keyword_search_topics(words, limit=50)))
+        return (self.vdb.keyword_search_messages(words, self.params.keyword_candidates, self.params.common_word_share),
+                dict(self.vdb.keyword_search_topics(words, 50, self.params.common_word_share)))
 
     def _dense(self, qvec: np.ndarray, index: VectorIndex | None, exchanges: Sequence[MessageNode],
                vector_of: Callable[[int], np.ndarray]) -> MessageCosines:
