@@ -175,9 +175,9 @@ def test_fuse_ranks_keyword_and_named_date():
     cands = Candidates([(0, "user"), (1, "user"), (2, "user")], [0, 1, 2], np.array([0.5, 0.4, 0.3]),
                        np.array([0.0, 5.0, 0.0]), {}, {})
     p = SynthesisParams(neighbour_weight=0.0)
-    s = fuse("what happened?", cands, xs, ancestors, p)
+    s = fuse("what happened?", cands, xs, p)
     assert s.ranking[0] == 1  # the keyword match wins over a slightly better cosine
-    s = fuse("what happened on October 13, 2023?", cands, xs, ancestors, dataclasses.replace(p, weights=(1, 0, 0), date_weight=3.0))
+    s = fuse("what happened on October 13, 2023?", cands, xs, dataclasses.replace(p, weights=(1, 0, 0), date_weight=3.0))
     assert s.ranking[0] == 2 and s.fused.min() == 0.0  # the named day lifts exchange 2; scores non-negative
     order, pinned = queue_order(np.array([0.6, 0.2, 0.55]), [1, 2, 0], 0.5, 1)
     assert order == [0, 1, 2] and pinned == {0}  # a recalled past message is tried first

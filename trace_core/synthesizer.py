@@ -178,7 +178,7 @@ class PromptSynthesizer:
         if cands is None:
             return [""] * len(requests)
         # stage 2: scores and ranking
-        scores = fuse(query, cands, exchanges, tree.get_ancestors, self.params)
+        scores = fuse(query, cands, exchanges, self.params)
         cand = cands.units
         ranking = [cand[k] for k in scores.ranking]
         queue, pinned = queue_order(cands.dense, scores.ranking, min_history_similarity, top_k_history)

@@ -113,15 +113,13 @@ def keyword_query(query: str, words: DocumentFrequency, common_word_share: float
 
 
 def topic_dense(index: VectorIndex | None, qvec: np.ndarray, limit: int) -> dict[str, float]:
-    """Summary cosine of the best ``limit`` topics (the rest score 0: far below the best)."""
+    """Summary cosine of the best ``limit`` topics (the rest score 0: far below the best).
+    Every topic exactly: the best 500 are a fifth of 25,000, too many for a shortlist."""
     if index is None:
         return {}
-    sims = index.similarities(qvec)
+    rows, sims = index.top(qvec, limit)
     ids = index.ids
-    if len(sims) > limit:
-        top = np.argpartition(sims, len(sims) - limit)[len(sims) - limit:]
-        return {ids[k]: float(sims[k]) for k in top}
-    return {ids[k]: float(s) for k, s in enumerate(sims)}
+    return {ids[k]: float(s) for k, s in zip(rows.tolist(), sims.tolist())}
 
 
 class MessageCosines:

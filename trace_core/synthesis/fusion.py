@@ -8,7 +8,7 @@ neighbours lend each other a share of their score.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,22 +41,25 @@ def topic_scores(topic_dense: dict[str, float], topic_keyword: dict[str, float])
     return {nid: s + 0.25 * topic_keyword.get(nid, 0.0) / best for nid, s in topic_dense.items()}
 
 
-def branch_scores(units: list[tuple[int, str]], exchanges: Sequence[MessageNode], topic_score: dict[str, float],
-                  ancestors: Callable[[TopicNode], list[TopicNode]]) -> dict[int, float]:
-    """The best topic score above each candidate's exchange (candidates share topics:
-    each ancestry is walked once)."""
+def branch_scores(units: list[tuple[int, str]], exchanges: Sequence[MessageNode],
+                  topic_score: dict[str, float]) -> dict[int, float]:
+    """The best topic score above each candidate's exchange (0 at least: the root scores
+    0). Candidates share ancestors: each topic is climbed past once per query."""
     out: dict[int, float] = {}
-    by_parent: dict[str, float] = {}
+    above: dict[str, float] = {}  # topic id -> best score of it and its ancestors
     for i, _ in units:
-        if i not in out:
-            parent = exchanges[i].parent
-            if not topic_score or parent is None:
-                out[i] = 0.0
-                continue
-            if parent.node_id not in by_parent:
-                by_parent[parent.node_id] = max(
-                    (topic_score.get(t.node_id, 0.0) for t in ancestors(parent)), default=0.0)
-            out[i] = by_parent[parent.node_id]
+        if i in out:
+            continue
+        chain: list[TopicNode] = []
+        cur = exchanges[i].parent
+        while cur is not None and cur.node_id not in above:
+            chain.append(cur)
+            cur = cur.parent
+        best = above[cur.node_id] if cur is not None else 0.0
+        for t in reversed(chain):
+            best = max(best, topic_score.get(t.node_id, 0.0))
+            above[t.node_id] = best
+        out[i] = best
     return out
 
 
@@ -74,12 +77,11 @@ def neighbour_smoothing(fused: np.ndarray, units: list[tuple[int, str]], weight:
     return out
 
 
-def fuse(query: str, cands: Candidates, exchanges: Sequence[MessageNode],
-         ancestors: Callable[[TopicNode], list[TopicNode]], params: SynthesisParams) -> Scores:
+def fuse(query: str, cands: Candidates, exchanges: Sequence[MessageNode], params: SynthesisParams) -> Scores:
     """Stage 2: the fused score of every candidate and the ranking."""
     units = cands.units
     topic_score = topic_scores(cands.topic_dense, cands.topic_keyword)
-    branch_of = branch_scores(units, exchanges, topic_score, ancestors)
+    branch_of = branch_scores(units, exchanges, topic_score)
     branch = np.array([branch_of[i] for i, _ in units])
     wd, wk, wb = params.weights
     keyword = cands.keyword

@@ -42,5 +42,6 @@ class SynthesisParams:
     diversity_pool: int = 120
     parallel_from: int = 20_000  # stored messages from which BM25 runs in a thread
     # stored messages from which the cosine pass reads them projected onto their leading
-    # axes and rescores a shortlist exactly (``VectorIndex.top``); below it, every row exactly
-    approximate_from: int = 50_000
+    # axes and rescores a shortlist exactly (``VectorIndex.top``); below it, every row
+    # exactly (LoCoMo's conversations hold 2,000 messages)
+    approximate_from: int = 20_000
