@@ -133,6 +133,28 @@ def test_projected_top_follows_added_replaced_and_removed_rows():
     assert idx.ids[pos[0]] == "x7-user"
 
 
+def test_rows_added_while_the_projection_is_made_are_found():
+    """A writer adds rows while a reader's first approximate search makes the projection:
+    every row added is then found as its own best match."""
+    vecs = spread_vectors(4000)
+    idx = VectorIndex()
+    for k, v in enumerate(vecs[:2000]):
+        idx.add(f"x{k}-user", v)
+
+    def writer():
+        for k in range(2000, 4000):
+            idx.add(f"x{k}-user", vecs[k])
+
+    t = threading.Thread(target=writer)
+    t.start()
+    while t.is_alive():
+        idx.top(vecs[0], 5, approximate_from=0)
+    t.join()
+    for k in range(2000, 4000, 97):
+        pos, cos = idx.top(vecs[k], 5, approximate_from=0)
+        assert idx.ids[pos[np.argmax(cos)]] == f"x{k}-user"
+
+
 def test_candidates_include_keyword_hits_and_answering_neighbours(tmp_path, minilm):
     tree = CTree.open(str(tmp_path / "c.db"), judge="embedding", embed_fn=minilm)
     talk = [("How is your garden?", "The tomatoes are growing well."),
