@@ -265,3 +265,23 @@ def test_postings_search_leaves_out_a_stem_found_in_most_rows(tmp_path):
     kept = {m for m, _ in db.postings_search("wedding plans", 100, max_share=0.2)}
     assert kept == {"x80-user", "x81-user"}  # the stem in 80 of 82 rows is left out
     db.close()
+
+
+def test_the_message_index_survives_a_file_without_fts_sizes(tmp_path):
+    """BM25's row sizes are read with the cosine index; a file without them (damaged
+    FTS5 tables) still gives the cosine index, and keyword search falls back to FTS5."""
+    path = str(tmp_path / "d.db")
+    db = VectorDatabase(path)
+    db.add_conversation_message(ConversationVector("x0-user", 0, "user", "a kayak", unit(1, 0), "t", "p"))
+    db.close()
+    con = sqlite3.connect(path)
+    con.execute("DROP TABLE messages_fts_docsize")
+    con.commit()
+    con.close()
+    db = VectorDatabase(path)
+    assert db.conversation_index().ids == ["x0-user"]
+    try:
+        db.keyword_search_messages("kayak")
+    except sqlite3.DatabaseError:
+        pass  # FTS5's own answer to its missing table: not the cosine index's concern
+    db.close()

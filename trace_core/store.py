@@ -294,9 +294,17 @@ class VectorDatabase(TopicSummaries, TreeTables):
                 ):
                     idx.add(mid, _vec(blob))
                     live.append((rowid, mid))
-                self._postings = MessagePostings(self.con.execute("SELECT id, sz FROM messages_fts_docsize"), live)
+                self._postings = self._load_postings(live)
                 self._conv_index = idx
             return self._conv_index
+
+    def _load_postings(self, live: list[tuple[int, str]]) -> MessagePostings | None:
+        """BM25's row sizes; ``None`` (FTS5 then ranks) where the file has no size table:
+        the cosine index must not fail with it."""
+        try:
+            return MessagePostings(self.con.execute("SELECT id, sz FROM messages_fts_docsize"), live)
+        except sqlite3.DatabaseError:
+            return None
 
     def _drop_message_caches(self) -> None:
         """The message index and BM25's row sizes are read again on next use."""
