@@ -60,8 +60,9 @@ class MessagePostings:
         self.message_of[rowid] = message_id
 
     def remove(self, rowid: int) -> None:
-        """A row deleted from the table (its FTS row goes with it)."""
-        if self.message_of.pop(rowid, None) is not None and rowid < len(self.length):
+        """A row deleted from the table (its FTS row goes with it, archived or not)."""
+        live = self.message_of.pop(rowid, None) is not None
+        if rowid < len(self.length) and (live or self.length[rowid] > 0):
             self.docs -= 1
             self.total -= self.length[rowid]
             self.length[rowid] = 0
