@@ -129,20 +129,20 @@ class MessageCosines:
 
     def __init__(self, qvec: np.ndarray, full: np.ndarray | None = None, index: VectorIndex | None = None,
                  approximate_from: int | None = None) -> None:
-        self.qvec = np.asarray(qvec, dtype=np.float32)
+        q = np.asarray(qvec, dtype=np.float32)
+        self.qvec = q / (np.linalg.norm(q) or 1.0)
         self.full = full
         self.index = index
         self.approximate_from = approximate_from
 
-    def __len__(self) -> int:
-        return len(self.full) if self.full is not None else len(self.index)
-
-    def top(self, k: int) -> np.ndarray:
-        """The rows of the ``k`` best cosines, in no order."""
+    def top(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of the ``k`` best cosines, in no order, and their cosines."""
         if self.full is None:
-            return self.index.top(self.qvec, k, self.approximate_from)[0]
+            rows, cos = self.index.top(self.qvec, k, self.approximate_from)
+            return rows, cos.astype(np.float64)
         m = len(self.full)
-        return np.argpartition(self.full, m - k)[m - k:] if k < m else np.arange(m)
+        rows = np.argpartition(self.full, m - k)[m - k:] if k < m else np.arange(m)
+        return rows, self.full[rows].astype(np.float64)
 
     def of(self, rows) -> np.ndarray:
         """The cosines of these rows (exact either way)."""
@@ -151,7 +151,7 @@ class MessageCosines:
             return self.full[rows].astype(np.float64)
         if not len(rows):
             return np.zeros(0)
-        return (self.index.rows(rows) @ (self.qvec / (np.linalg.norm(self.qvec) or 1.0))).astype(np.float64)
+        return (self.index.rows(rows) @ self.qvec).astype(np.float64)
 
 
 class CandidateFinder:
@@ -229,8 +229,7 @@ class CandidateFinder:
         m = len(ex_of)
         if m == 0:
             return None
-        cand_idx = all_dense.top(min(p.candidates, m))
-        cand_dense = all_dense.of(cand_idx)
+        cand_idx, cand_dense = all_dense.top(min(p.candidates, m))
         keyword_hits: dict[int, float] = {}
         for mid, score in msg_hits:
             k = self.table.row_of_id.get(mid)
