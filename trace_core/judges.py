@@ -18,7 +18,7 @@ import numpy as np
 
 from . import prompts
 from .llm import JSONLLM, LLMError
-from .textutil import DocumentFrequency, clean_name, extractive_name, extractive_summary
+from .textutil import DocumentFrequency, clean_name, exchange_sides, extractive_name, extractive_summary
 
 
 @dataclass
@@ -124,10 +124,10 @@ class EmbeddingJudge:
         )
 
     def name_for(self, ctx: PlacementContext) -> str:
-        return extractive_name(f"{ctx.user}\n{ctx.assistant}", df=self.doc_freq)
+        return extractive_name(exchange_sides([(ctx.user, ctx.assistant)]), df=self.doc_freq)
 
     def name_topic(self, texts: list[tuple[str, str]]) -> str:
-        return extractive_name("\n".join(f"{u}\n{a}" for u, a in texts), df=self.doc_freq)
+        return extractive_name(exchange_sides(texts), df=self.doc_freq)
 
     def summarize(self, texts: list[tuple[str, str]]) -> str:
         # sentence weights hold while the word counts do (no exchange added meanwhile)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 
 # words that carry no subject: dropped from search queries (a keyword match then means a
 # shared content word) ...
@@ -34,6 +35,7 @@ STOPWORDS = FUNCTION_WORDS | frozenset(
     know think going want one two lot things thing something anything make made much many well
     sounds sound glad love awesome amazing totally definitely absolutely maybe actually pretty
     tell told say said see seen way time day days still even back right
+    however additionally furthermore moreover therefore overall instead certainly indeed perhaps probably
     """.split()
 )
 
@@ -104,21 +106,37 @@ class DocumentFrequency:
         return math.log((self.docs + 1) / (self.counts.get(word, 0) + 1)) + 1.0
 
 
-def salient_words(text: str, n: int = 3, df: DocumentFrequency | None = None) -> list[str]:
+# how much more a word of the user's side counts in a name: the user's message says what
+# the exchange is about; a reply elaborates, often at length and in its own words
+USER_WEIGHT = 2.0
+
+
+def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: DocumentFrequency | None = None) -> list[str]:
     """The ``n`` most salient words: frequent, long, capitalised words that are not
-    stopwords, weighted by rarity across the conversation when ``df`` is given."""
+    stopwords, weighted by rarity across the conversation when ``df`` is given. ``text``
+    is one text or (text, weight) pairs: a word's count is the sum of its texts' weights."""
+    parts = [(text, 1.0)] if isinstance(text, str) else list(text)
     counts: Counter[str] = Counter()
     display: dict[str, str] = {}
     first: dict[str, int] = {}
-    text = _MARK_LINE.sub("", text)
-    for i, w in enumerate(t.strip("'-") for t in _TOKEN.findall(text) if t[0].isalpha()):
-        low = w.lower()
-        if len(low) < (2 if _ideographic(low) else 3) or low in STOPWORDS:
-            continue
-        counts[low] += 1
-        first.setdefault(low, i)
-        if w[0].isupper() or low not in display:
-            display[low] = w
+    proper: set[str] = set()  # seen capitalised
+    i = 0
+    for part, weight in parts:
+        part = _MARK_LINE.sub("", part)
+        for m in _TOKEN.finditer(part):
+            w = m.group().strip("'-")
+            if not w or not w[0].isalpha():
+                continue
+            low = w.lower()
+            i += 1
+            if len(low) < (2 if _ideographic(low) else 3) or low in STOPWORDS:
+                continue
+            counts[low] += weight
+            first.setdefault(low, i)
+            if w[0].isupper():
+                proper.add(low)
+                display[low] = w
+            display.setdefault(low, w)
     if not counts:
         return []
 
@@ -132,7 +150,7 @@ def salient_words(text: str, n: int = 3, df: DocumentFrequency | None = None) ->
                 del counts[w]
 
     def score(low: str) -> float:
-        cap = 1.5 if display[low][0].isupper() else 1.0
+        cap = 1.5 if low in proper else 1.0
         rarity = df.idf(low) if df is not None and df.docs >= 20 else 1.0
         return (1 + math.log(counts[low])) * cap * min(len(low), 10) / 10 * rarity
 
@@ -141,7 +159,12 @@ def salient_words(text: str, n: int = 3, df: DocumentFrequency | None = None) ->
     return [display[w] for w in best]
 
 
-def extractive_name(text: str, n: int = 3, df: DocumentFrequency | None = None) -> str:
+def exchange_sides(exchanges: Sequence[tuple[str, str]]) -> list[tuple[str, float]]:
+    """The (text, weight) pairs a name of these (user, assistant) exchanges is made of."""
+    return [p for u, a in exchanges for p in ((u, USER_WEIGHT), (a, 1.0))]
+
+
+def extractive_name(text: str | Sequence[tuple[str, float]], n: int = 3, df: DocumentFrequency | None = None) -> str:
     words = salient_words(text, n, df)
     if len(words) < 2:
         words = (words + ["Conversation", "Notes"])[:2]
