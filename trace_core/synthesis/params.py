@@ -13,8 +13,8 @@ class SynthesisParams:
     memory_token_budget: int = 1000  # hard cap of the memory block, in estimated tokens
     topic_threshold: float = 0.40  # a branch shows its summary when its topic scored this
     max_message_chars: int = 480  # each injected message is clipped to this
-    weights: tuple[float, float, float] = (1.0, 4.0, 0.3)  # fusion: dense, keyword, branch
-    neighbour_weight: float = 0.5  # share of a conversation neighbour's score a message gains
+    weights: tuple[float, float, float] = (1.0, 2.0, 0.3)  # fusion: dense, keyword, branch
+    neighbour_weight: float = 0.3  # share of a conversation neighbour's score a message gains
     supersede_similarity: float = 0.65  # cosine from which a later update supersedes
     group_depth: int | None = 1  # entries are grouped under their ancestor at this depth
     # evidence of relevance: a message is a candidate only from this cosine (MiniLM puts
