@@ -5,6 +5,7 @@ from __future__ import annotations
 from textual.actions import SkipAction
 
 from .inspector import NodeInspector
+from .treepane import MemoryTree
 from .widgets import SELECTABLE, AssistantMessage, EventLog, message_text
 
 
@@ -21,6 +22,13 @@ class KeyActions:
         self._on_main_screen()
         t = self.query_one("#tree")
         t.display = not t.display
+
+    def action_focus_tree(self) -> None:
+        """Into the tree pane from the keyboard (shown if hidden): the arrows move, Space
+        opens a branch, Enter inspects; Esc comes back to the input."""
+        self._on_main_screen()
+        self.query_one("#tree").display = True
+        self.query_one(MemoryTree).focus()
 
     def action_toggle_log(self) -> None:
         self._on_main_screen()

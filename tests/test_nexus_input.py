@@ -260,6 +260,11 @@ async def test_every_readme_key_works_with_the_input_focused(server, tmp_path, m
         assert isinstance(app.focused, AssistantMessage)
         await pilot.press("ctrl+o")
         assert app.focused is prompt
+        # Ctrl+B goes into the tree pane; Esc comes back
+        await press("ctrl+b")
+        assert app.focused is app.query_one(MemoryTree)
+        await pilot.press("escape")
+        assert app.focused is prompt
         tested.add("ctrl+down")
         tested.add("ctrl+o")
         await pilot.press("ctrl+up")
@@ -290,7 +295,7 @@ async def test_ctrl_q_quits_with_the_input_focused(server, tmp_path, minilm, dat
 async def test_keys_remapped_from_the_config(server, tmp_path, minilm, data_dir):
     cfg = make_config(server.base_url, tmp_path)
     cfg.set("keys", "toggle_tree", "f2")
-    cfg.set("keys", "copy_code", "ctrl+b")
+    cfg.set("keys", "copy_code", "f5")
     cfg.set("keys", "newline", "ctrl+n")
     app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -300,14 +305,14 @@ async def test_keys_remapped_from_the_config(server, tmp_path, minilm, data_dir)
         assert tree.display is True  # no longer bound
         await pilot.press("f2")
         assert tree.display is False
-        await pilot.press("ctrl+b")
+        await pilot.press("f5")
         await wait_for(pilot, lambda: "No code block to copy." in str([n.message for n in app._notifications]))
         prompt = app.query_one("#prompt", PromptInput)
         await pilot.press("a", "ctrl+n", "b", "ctrl+j", "c")
         assert prompt.text == "a\nbc"  # the prompt's own keys follow the keymap too
         prompt.value = "/help"
         await pilot.press("enter")
-        await wait_for(pilot, lambda: "f2: tree" in notices(app) and "ctrl+b: copy code" in notices(app))
+        await wait_for(pilot, lambda: "f2: tree" in notices(app) and "f5: copy code" in notices(app))
 
 
 def test_bad_keys_are_named():

@@ -181,6 +181,27 @@ async def test_inspector_shows_a_topic_and_an_exchange_and_esc_closes_it(server,
         assert app.session is not None
 
 
+async def test_the_keyboard_reaches_the_tree_and_the_inspector(server, tmp_path, minilm, data_dir, session_file):
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        inspector = app.query_one(NodeInspector)
+        prompt = app.query_one("#prompt")
+        await pilot.press("ctrl+t")  # hidden: Ctrl+B shows it too
+        await wait_for(pilot, lambda: not app.query_one("#tree").display, what="tree hidden")
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: app.focused is pane and app.query_one("#tree").display, what="tree focused")
+        await pilot.press("down", "enter")  # the first branch under ROOT
+        await wait_for(pilot, lambda: inspector.display and inspector.detail is not None, what="inspector open")
+        first = topic_nodes(pane)[0]
+        assert inspector.detail.node_id == first.data
+        await pilot.press("escape")  # the inspector first, then back to the input
+        await wait_for(pilot, lambda: not inspector.display, what="inspector closed")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.focused is prompt, what="back at the input")
+
+
 async def test_click_inspects_and_esc_closes_the_inspector_before_cancelling_a_reply(server, tmp_path, minilm,
                                                                                   data_dir, session_file):
     def respond(req):
