@@ -169,13 +169,13 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             return
         pane.add(text, level)
 
-    def chat_notice(self, text: str, level: str = "info") -> None:
+    def chat_notice(self, text: str, level: str = "info", body=None) -> None:
         try:
             chat = self.query_one("#chat")
         except NoMatches:  # shutting down
             log.info("notice: %s", text)
             return
-        chat.mount(Notice(text, level))
+        chat.mount(Notice(text, level, body))
 
     # --- commands -----------------------------------------------------------------------------------
 

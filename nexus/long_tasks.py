@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import time
 
-from rich.text import Text
 from textual.worker import get_current_worker
 
-from .widgets import Notice, safe
+from .widgets import Notice
 
 
 class Cancelled(Exception):
@@ -42,7 +41,7 @@ class LongTasks:
         """One line per long task in the chat pane, updated in place."""
         line = self._progress.get(task)
         if line is not None and line.is_attached:
-            line.update(Text(safe(text)))
+            line.say(text)
             return
         line = self._progress[task] = Notice(text)
         self.query_one("#chat").mount(line)

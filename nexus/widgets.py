@@ -55,8 +55,17 @@ class UserMessage(Static):
 
 
 class Notice(Static):
-    def __init__(self, text: str, level: str = "info") -> None:
-        super().__init__(Text(safe(text)), classes=f"notice {level}")
+    """A note in the chat. ``body``: a Rich renderable drawn instead of ``text`` (a table
+    that wraps by column); ``plain`` is the text either way."""
+
+    def __init__(self, text: str, level: str = "info", body=None) -> None:
+        super().__init__(Text(safe(text)) if body is None else body, classes=f"notice {level}")
+        self.plain = text
+
+    def say(self, text: str) -> None:
+        """Change the text in place (a progress line)."""
+        self.plain = text
+        self.update(Text(safe(text)))
 
 
 class PastExchangeView(Widget):

@@ -60,7 +60,7 @@ def log_text(app) -> str:
 
 
 def notices(app) -> str:
-    return "\n".join(str(n.render()) for n in app.query(Notice))
+    return "\n".join(n.plain for n in app.query(Notice))
 
 
 @pytest.fixture
@@ -109,6 +109,27 @@ async def test_the_header_names_the_model_the_server_lists_once_it_answered(serv
         await type_and_send(pilot, app, "Hi there.")
         await wait_for(pilot, lambda: app.session.tree and len(app.session.tree.exchanges) == 1)
         await wait_for(pilot, lambda: " · qwen2.5-7b-instruct · " in app.sub_title)
+
+
+async def test_help_wraps_each_description_under_itself(server, tmp_path, minilm, data_dir):
+    import os
+
+    from rich.console import Console
+
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/help")
+        await wait_for(pilot, lambda: "Commands:" in notices(app))
+        note = [n for n in app.query(Notice) if "Commands:" in n.plain][-1]
+        console = Console(width=70, color_system=None, record=True, file=open(os.devnull, "w"))
+        console.print(note.content)  # the table, as Rich draws it
+        lines = console.export_text().splitlines()
+        row = next(i for i, line in enumerate(lines) if line.lstrip().startswith("/delete <name>"))
+        column = lines[row].index("delete a session")
+        follow = lines[row + 1]  # "...never the open one)" goes on in the description's column
+        assert follow[:column].strip() == "" and follow[column:].strip(), lines[row:row + 2]
+        assert any(line.strip().startswith("ctrl+b") for line in lines)  # the keys, one a line
 
 
 async def test_markup_and_escape_sequences_are_shown_as_text(server, tmp_path, minilm, data_dir):

@@ -71,7 +71,7 @@ def log_text(app) -> str:
 
 
 def notices(app) -> str:
-    return "\n".join(str(n.render()) for n in app.query(Notice))
+    return "\n".join(n.plain for n in app.query(Notice))
 
 
 def inspector_text(app) -> str:
@@ -285,7 +285,7 @@ async def test_check_reports_health_and_names_a_corrupted_node(server, tmp_path,
         b.children.append(x)
         await command(pilot, app, "/check")
         await wait_for(pilot, lambda: "Tree check FAILED" in notices(app), what="violation")
-        failed = [n for n in app.query(Notice) if "FAILED" in str(n.render())][-1]
+        failed = [n for n in app.query(Notice) if "FAILED" in n.plain][-1]
         assert "error" in failed.classes
         assert f"{x.node_id} is a child of {b.topic_name}" in str(failed.render())
         b.children.remove(x)

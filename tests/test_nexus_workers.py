@@ -65,7 +65,7 @@ async def test_a_failing_worker_is_reported_in_words_and_the_app_keeps_running(s
         emb.fail = True
         await type_and_send(pilot, app, "/search lighthouses")
         await wait_for(pilot, lambda: "/search failed: the embedder crashed" in notices(app))
-        said = [n for n in app.query(Notice) if "/search failed" in str(n.render())][-1]
+        said = [n for n in app.query(Notice) if "/search failed" in n.plain][-1]
         assert "error" in said.classes
         assert "/search failed: the embedder crashed" in log_text(app)
         assert app.is_running and app.return_code is None

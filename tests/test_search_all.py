@@ -32,7 +32,7 @@ def config(server_url: str, tmp_path):
 
 
 def notices(app) -> str:
-    return "\n".join(str(n.render()) for n in app.query(Notice))
+    return "\n".join(n.plain for n in app.query(Notice))
 
 
 async def wait_for(pilot, cond, timeout: float = 30.0) -> None:
