@@ -1,8 +1,9 @@
 """An app's own marks on a line of their own ("[reply cancelled]") are not words of the
-conversation: topic names and summaries are made without them."""
+conversation: topic names, summaries and the model's prompt are made without them."""
 
 from __future__ import annotations
 
+from trace_core import CTree, PromptSynthesizer
 from trace_core.textutil import extractive_name, extractive_summary
 
 CUT = ("My name is Ada and I live in Porto.", "Lovely, Porto is\n\n[reply cancelled]")
@@ -22,3 +23,16 @@ def test_a_mark_line_is_not_summarised():
 def test_brackets_inside_text_still_count():
     assert "Postgres" in extractive_name("See [the Postgres docs](http://x) about indexes")
     assert "Checklist" in extractive_name("[x] Checklist item for the Postgres upgrade")
+
+
+def test_the_model_is_not_shown_a_mark_as_its_own_words(tmp_path, minilm):
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
+    tree.add([{"role": "user", "content": CUT[0]}, {"role": "assistant", "content": CUT[1]}])
+    tree.add([{"role": "user", "content": "Anything new about the weather?"},
+              {"role": "assistant", "content": "Sunny.\n\n[reply cut at max_tokens]"}])
+    with PromptSynthesizer(ctree=tree, vector_db=tree.vdb) as synth:
+        recent = [dict(m) for m in tree.exchanges[-1].messages]
+        prompt = synth.synthesize_prompt("Where do I live?", recent_messages=recent)
+    assert "Porto" in prompt and "Sunny." in prompt  # the memory block and the recent window
+    assert "[reply cancelled]" not in prompt and "[reply cut at max_tokens]" not in prompt
+    assert "[reply cancelled]" in tree.exchanges[0].assistant  # stored as it was

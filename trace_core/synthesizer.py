@@ -39,7 +39,7 @@ from .synthesis.params import SynthesisParams
 from .synthesis.rendering import BlockLayout, clip_text, render, short_date
 from .synthesis.report import InjectedExchange, InjectedPath, RetrievalReport
 from .synthesis.selection import UPDATE_CUES, Supersessions, pair_status, select
-from .textutil import DocumentFrequency
+from .textutil import DocumentFrequency, without_marks
 from .tokens import count_tokens
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ class PromptSynthesizer:
         if recent_messages:
             lines = [prompts.RECENT_HEADER]
             for m in recent_messages:
-                lines.append(f"{m.get('role', 'user').capitalize()}: {m.get('content', '')}")
+                lines.append(f"{m.get('role', 'user').capitalize()}: {without_marks(m.get('content', ''))}")
             recent = "\n".join(lines)
             report.recent_tokens = count_tokens(recent)
             parts.append(recent)

@@ -44,10 +44,16 @@ _INNER = re.compile(r"['\-]")
 # what stands in for the missing side of an exchange (a transcript turn without a partner)
 PLACEHOLDERS = frozenset({"(no message)", "(no reply)"})
 # a line that is only a short bracketed note is the app's mark ("[reply cancelled]"),
-# not conversation text: names and summaries are made without it
+# not conversation text: names, summaries and what the model is shown are made without it
 _MARK_LINE = re.compile(r"^[ \t]*\[[^\[\]\n]{1,40}\][ \t]*$", re.M)
 # a sentence ends at . ! ? and a space, or at a full-width 。！？ (no space follows in CJK)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*")
+
+
+def without_marks(text: str) -> str:
+    """The text without the app's mark lines: the model is not shown "[reply cancelled]"
+    as words of its own (a small model then repeats it)."""
+    return _MARK_LINE.sub("", text).strip() if "[" in text else text
 
 
 def tokens(text: str) -> list[str]:

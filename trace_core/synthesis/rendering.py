@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from .. import prompts
 from ..nodes import MessageNode, TopicNode
-from ..textutil import PLACEHOLDERS, speaker_label
+from ..textutil import PLACEHOLDERS, speaker_label, without_marks
 from ..tokens import count_tokens
 from .fusion import ROLE_ORDER
 from .report import InjectedPath
@@ -52,8 +52,8 @@ class BlockLayout:
         return self._texts[key]
 
     def _text(self, i: int, role: str) -> str:
-        content = self.exchanges[i].role_text(role)
-        if content in PLACEHOLDERS:
+        content = without_marks(self.exchanges[i].role_text(role))
+        if not content or content in PLACEHOLDERS:
             return ""
         content = clip_text(content, self.max_message_chars)
         if speaker_label(content):
