@@ -6,7 +6,7 @@ from . import commands as C
 from .chat import ChatSession
 from .failures import background
 from .keys import ALL_KEYS, key_for
-from .widgets import PromptInput
+from .widgets import PromptInput, two_columns
 
 
 class ChatCommands:
@@ -17,7 +17,7 @@ class ChatCommands:
         keys = [("Enter", "send")] + [(key_for(k.action, self.keymap), k.description) for k in ALL_KEYS.values()]
         plain = "\n".join(["Commands:"] + [f"  {u:<38} {h}" for u, h in commands]
                           + ["Keys (remap in [keys]): " + ", ".join(f"{k}: {d}" for k, d in keys)])
-        self.chat_notice(plain, body=help_table([("Commands", commands), ("Keys (remap them in [keys])", keys)]))
+        self.chat_notice(plain, body=two_columns([("Commands", commands), ("Keys (remap them in [keys])", keys)]))
 
     def cmd_web(self, args: list[str]) -> None:
         usage = C.BY_NAME["web"].usage
@@ -133,21 +133,3 @@ class ChatCommands:
         self._models_fetching = False  # the next Tab asks again
         self.log_line(text, "debug")
 
-
-def help_table(sections: list[tuple[str, list[tuple[str, str]]]]):
-    """/help as two-column grids: a long description wraps in its own column, under
-    itself, instead of under the commands."""
-    from rich.console import Group
-    from rich.padding import Padding
-    from rich.table import Table
-    from rich.text import Text
-
-    parts = []
-    for title, rows in sections:
-        grid = Table.grid(padding=(0, 2, 0, 0))
-        grid.add_column(max_width=46, overflow="fold")
-        grid.add_column(ratio=1)
-        for left, right in rows:  # Text: "[name]" in a usage is no markup
-            grid.add_row(Text(left), Text(right))
-        parts += [Text(title, style="bold"), Padding(grid, (0, 0, 0, 2))]
-    return Group(*parts)

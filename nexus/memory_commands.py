@@ -6,7 +6,7 @@ from . import commands as C
 from .abandon import Abandoned, call_abandonable
 from .failures import TaskFailed, background
 from .treeinfo import check_health
-from .widgets import MemoryTree
+from .widgets import MemoryTree, two_columns
 
 
 class MemoryCommands:
@@ -35,11 +35,11 @@ class MemoryCommands:
         if not hits:
             self.call_from_thread(self.chat_notice, f"Nothing in memory matches {query!r}.")
             return
-        lines = [f"Memory search: {query}"]
-        for h in hits:
-            lines.append(f"  {h.similarity:.2f}  {h.thread_path}  #{h.exchange_index} {h.role}: "
-                         f"{' '.join(h.text.split())[:120]}")
-        self.call_from_thread(self.chat_notice, "\n".join(lines))
+        title = f"Memory search: {query}"
+        rows = [(f"{h.similarity:.2f}", f"{h.thread_path}  #{h.exchange_index} {h.role}: "
+                 f"{' '.join(h.text.split())[:120]}") for h in hits]
+        self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}" for a, b in rows]),
+                              "info", two_columns([(title, rows)]))
 
     def search_all_worker(self, query: str) -> None:
         """``/search --all``: every session (the others read-only, never blocking their writer)."""
@@ -50,13 +50,13 @@ class MemoryCommands:
             res = search_sessions(s.tree, s.path, query, k=12)
         except Exception as exc:
             raise TaskFailed("/search --all failed") from exc
-        lines = [f"Memory search in every session: {query}" if res.hits else
-                 f"Nothing in any session matches {query!r}."]
-        for h in res.hits:
-            lines.append(f"  {h.score:.2f}  [{h.session}]  {h.branch}  #{h.exchange} {h.role}: "
-                         f"{' '.join(h.text.split())[:120]}")
-        lines += [f"  (not searched: {why})" for why in res.skipped]
-        self.call_from_thread(self.chat_notice, "\n".join(lines))
+        title = (f"Memory search in every session: {query}" if res.hits else
+                 f"Nothing in any session matches {query!r}.")
+        rows = [(f"{h.score:.2f}", f"[{h.session}]  {h.branch}  #{h.exchange} {h.role}: "
+                 f"{' '.join(h.text.split())[:120]}") for h in res.hits]
+        rows += [("", f"(not searched: {why})") for why in res.skipped]
+        self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}".rstrip() for a, b in rows]),
+                              "info", two_columns([(title, rows)]))
 
     def cmd_reorganize(self, args: list[str]) -> None:
         usage = C.BY_NAME["reorganize"].usage

@@ -68,6 +68,24 @@ class Notice(Static):
         self.update(Text(safe(text)))
 
 
+def two_columns(sections: list[tuple[str, list[tuple[str, str]]]]):
+    """Titled two-column grids for a notice (/help, /search): a long right-hand text
+    wraps in its own column, under itself, instead of under the left one."""
+    from rich.console import Group
+    from rich.padding import Padding
+    from rich.table import Table
+
+    parts = []
+    for title, rows in sections:
+        grid = Table.grid(padding=(0, 2, 0, 0))
+        grid.add_column(max_width=46, overflow="fold")
+        grid.add_column(ratio=1)
+        for left, right in rows:  # Text: "[name]" in a usage is no markup
+            grid.add_row(Text(safe(left)), Text(safe(right)))
+        parts += [Text(safe(title), style="bold"), Padding(grid, (0, 0, 0, 2))]
+    return Group(*parts)
+
+
 class PastExchangeView(Widget):
     """A stored exchange shown when a session opens (nexus.history): its date, the
     message, the reply as Markdown; an archived exchange is dimmed. One widget drawn by

@@ -136,6 +136,24 @@ async def test_help_wraps_each_description_under_itself(server, tmp_path, minilm
         assert any(line.strip().startswith("ctrl+b") for line in lines)  # the keys, one a line
 
 
+def test_search_results_wrap_under_their_own_text():
+    import os
+
+    from rich.console import Console
+
+    from nexus.widgets import two_columns
+
+    long = "ROOT → Training Marathon October  #6 user: How should I taper before the marathon? \x1b[31m"
+    console = Console(width=50, color_system=None, record=True, file=open(os.devnull, "w"))
+    console.print(two_columns([("Memory search: taper", [("0.71", long), ("0.55", "short")])]))
+    text = console.export_text()
+    lines = text.splitlines()
+    assert lines[0].strip() == "Memory search: taper"
+    column = lines[1].index("ROOT")
+    assert lines[1].lstrip().startswith("0.71") and lines[2][:column].strip() == ""  # wrapped under itself
+    assert "␛[31m" in text and "\x1b" not in text  # escapes shown, not sent
+
+
 async def test_markup_and_escape_sequences_are_shown_as_text(server, tmp_path, minilm, data_dir):
     evil = "[bold red]not markup[/] \x1b[31mred\x1b[0m \x1b]0;title\x07 done"
     server.respond(chat_reply(evil))
