@@ -23,3 +23,35 @@ def test_the_judge_names_a_new_topic_from_both_sides():
     judge = EmbeddingJudge()
     assert judge.name_topic([(USER, REPLY)]) == extractive_name(exchange_sides([(USER, REPLY)]), df=judge.doc_freq)
     assert "Ingrid" in judge.name_topic([(USER, REPLY)])
+
+
+def test_weights_say_how_much_of_the_topic_each_part_is():
+    judge = EmbeddingJudge()
+    parts = [("Unrelated Australia Canberra", ""), ("Sourdough Starter Baking", "")]
+    assert set(judge.name_topic(parts).split()) & {"Unrelated", "Australia", "Canberra"}
+    assert not set(judge.name_topic(parts, [1, 8]).split()) & {"Unrelated", "Australia", "Canberra"}
+
+
+def test_a_group_is_named_after_the_bulk_of_its_exchanges(minilm, tmp_path):
+    """The inspector fixture's last group: sourdough (4 exchanges), marathon (4) and a
+    one-exchange aside about Canberra, which used to name the whole group
+    "Unrelated Australia Canberra"."""
+    from test_nexus_inspect import TALK, build_session
+
+    from trace_core import CTree
+
+    build_session(tmp_path / "s.db", minilm, TALK)
+    tree = CTree.open(str(tmp_path / "s.db"), embed_fn=minilm)
+    aside = {"Unrelated", "Australia", "Canberra"}
+    groups = [t for t in tree.structure.root.iter_topics()
+              if t.is_group and any(set(c.topic_name.split()) & aside for c in t.topic_children)]
+    assert groups, "the fixture no longer makes a group holding the aside"
+    for g in groups:
+        assert g.message_count >= 4 and not set(g.topic_name.split()) & aside, g.topic_name
+
+
+def test_possessives_and_adverbs_name_nothing():
+    name = extractive_name("Should I listen to Coltrane's ballads? I play them regularly and exclusively.")
+    assert "Coltrane" in name.split(), name
+    for word in ("Coltrane's", "Regularly", "Exclusively"):
+        assert word not in name.split(), name

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -126,8 +126,11 @@ class EmbeddingJudge:
     def name_for(self, ctx: PlacementContext) -> str:
         return extractive_name(exchange_sides([(ctx.user, ctx.assistant)]), df=self.doc_freq)
 
-    def name_topic(self, texts: list[tuple[str, str]]) -> str:
-        return extractive_name(exchange_sides(texts), df=self.doc_freq)
+    def name_topic(self, texts: list[tuple[str, str]], weights: Sequence[float] | None = None) -> str:
+        sides = exchange_sides(texts)
+        if weights is not None:  # each exchange gives two sides
+            sides = [(t, w * weights[k // 2]) for k, (t, w) in enumerate(sides)]
+        return extractive_name(sides, df=self.doc_freq)
 
     def summarize(self, texts: list[tuple[str, str]]) -> str:
         # sentence weights hold while the word counts do (no exchange added meanwhile)
@@ -306,8 +309,12 @@ class Judges:
                 self.on_llm_failure(task, exc.problem)
         return fallback()
 
-    def name_topic(self, texts: list[tuple[str, str]]) -> str:
-        return self._llm_or("name", lambda: self.llm.name_topic(texts), lambda: self.embedding.name_topic(texts))
+    def name_topic(self, texts: list[tuple[str, str]], weights: Sequence[float] | None = None) -> str:
+        """A name for these texts; ``weights`` (one per text, e.g. a subtopic's exchange
+        count) say how much of the topic each is. The LLM reads the heaviest first."""
+        ordered = texts if weights is None else [t for _, t in sorted(zip(weights, texts), key=lambda p: -p[0])]
+        return self._llm_or("name", lambda: self.llm.name_topic(ordered),
+                            lambda: self.embedding.name_topic(texts, weights))
 
     def summarize(self, texts: list[tuple[str, str]]) -> str:
         return self._llm_or("summary", lambda: self.llm.summarize(texts), lambda: self.embedding.summarize(texts))

@@ -36,11 +36,16 @@ STOPWORDS = FUNCTION_WORDS | frozenset(
     sounds sound glad love awesome amazing totally definitely absolutely maybe actually pretty
     tell told say said see seen way time day days still even back right
     however additionally furthermore moreover therefore overall instead certainly indeed perhaps probably
+    usually generally typically normally mostly often sometimes exclusively especially particularly
+    basically simply exactly fully completely entirely deeply gradually quickly slowly easily nearly
+    slightly likely possibly hopefully honestly seriously literally obviously clearly currently recently
     """.split()
 )
 
 _TOKEN = re.compile(r"[^\W_][\w'\-]*")
 _INNER = re.compile(r"['\-]")
+# "Coltrane's" names Coltrane (the tokenizer keeps the apostrophe inside words)
+_POSSESSIVE = re.compile(r"'s$", re.I)
 # what stands in for the missing side of an exchange (a transcript turn without a partner)
 PLACEHOLDERS = frozenset({"(no message)", "(no reply)"})
 # a line that is only a short bracketed note is the app's mark ("[reply cancelled]"),
@@ -117,6 +122,16 @@ class DocumentFrequency:
 USER_WEIGHT = 2.0
 
 
+# English nouns that end like adverbs
+_LY_NOUNS = frozenset("assembly anomaly butterfly monopoly dragonfly firefly".split())
+
+
+def _is_adverb(word: str) -> bool:
+    """An English "-ly" adverb (or adjective: "friendly", "monthly") of seven letters
+    or more: such words say how, not what, so they name no topic."""
+    return len(word) >= 7 and word.endswith("ly") and word not in _LY_NOUNS
+
+
 def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: DocumentFrequency | None = None) -> list[str]:
     """The ``n`` most salient words: frequent, long, capitalised words that are not
     stopwords, weighted by rarity across the conversation when ``df`` is given. ``text``
@@ -126,11 +141,12 @@ def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: Docum
     display: dict[str, str] = {}
     first: dict[str, int] = {}
     proper: set[str] = set()  # seen capitalised
+    lower: set[str] = set()  # seen in lower case (so not only a name)
     i = 0
     for part, weight in parts:
         part = _MARK_LINE.sub("", part)
         for m in _TOKEN.finditer(part):
-            w = m.group().strip("'-")
+            w = _POSSESSIVE.sub("", m.group()).strip("'-")
             if not w or not w[0].isalpha():
                 continue
             low = w.lower()
@@ -142,7 +158,11 @@ def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: Docum
             if w[0].isupper():
                 proper.add(low)
                 display[low] = w
+            else:
+                lower.add(low)
             display.setdefault(low, w)
+    for low in [w for w in counts if w in lower and _is_adverb(w)]:
+        del counts[low]  # "regularly", "exclusively": how, not what
     if not counts:
         return []
 

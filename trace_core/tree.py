@@ -163,14 +163,26 @@ class CTree(TreeReading):
 
     def _name_group(self, group: list[Node]) -> str:
         """A name for a new grouping topic: from its subtopics' names (short texts: this
-        runs for every group the fan-out creates), or from its exchanges."""
+        runs for every group the fan-out creates), or from its exchanges. A subtopic
+        counts by its exchanges, and the name is made of the largest parts that hold two
+        thirds of them: a one-exchange aside does not name a group of eight."""
         texts: list[tuple[str, str]] = []
+        weights: list[float] = []
         for n in group:
             if n.is_topic:
                 texts.append((n.topic_name, ""))
+                weights.append(float(max(1, n.message_count)))
             else:
                 texts.append((n.user, n.assistant))
-        return self.judges.name_topic(texts)
+                weights.append(1.0)
+        keep, held = set(), 0.0
+        for k in sorted(range(len(texts)), key=lambda k: -weights[k]):
+            if held >= sum(weights) * 2 / 3:
+                break
+            keep.add(k)
+            held += weights[k]
+        kept = sorted(keep)  # conversation order: the earlier word wins a tie
+        return self.judges.name_topic([texts[k] for k in kept], [weights[k] for k in kept])
 
     # --- adding an exchange -----------------------------------------------------------------
 
