@@ -161,18 +161,28 @@ def _run(args: argparse.Namespace, typed: str = "") -> int | None:
     return int(code or 0)
 
 
+EXIT_WAIT_SECONDS = 10.0
+
+
 def _exit_now(code: int) -> None:
     """The app has stored and closed everything: end the process without the interpreter's
     teardown of the loaded libraries (0.6–1.9 s measured, most of a /quit). Threads that are
-    not daemons are still waited for, as a normal exit would; abandoned calls (daemon
-    threads, nexus/abandon.py) are not."""
+    not daemons are still waited for, as a normal exit would, but for at most
+    ``EXIT_WAIT_SECONDS``: an idle thread that only a normal exit would wake (a thread
+    pool's worker) must not keep a quit Nexus alive. Abandoned calls (daemon threads,
+    nexus/abandon.py) are not waited for. Everything acknowledged is stored by now, in
+    whole SQLite transactions."""
     import logging
     import os
     import threading
+    import time
 
+    deadline = time.monotonic() + EXIT_WAIT_SECONDS
     for t in threading.enumerate():
         if t is not threading.current_thread() and not t.daemon:
-            t.join()
+            t.join(max(0.0, deadline - time.monotonic()))
+            if t.is_alive():
+                logging.getLogger("nexus").warning("exit: thread %r still running; not waiting for it", t.name)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:

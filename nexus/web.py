@@ -7,11 +7,11 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 from trace_core import prompts
+
+from .abandon import Abandoned, call_abandonable
 
 BEGIN, END = "<<<WEB RESULTS (untrusted)>>>", "<<<END WEB RESULTS>>>"
 
@@ -167,7 +167,6 @@ class WebSearch:
         self.timeout = timeout
         self.backend = backend
         self.cache: dict[str, list[WebResult]] = {}
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="web")
 
     def search(self, query: str) -> tuple[list[WebResult], float, bool]:
         """``(results, seconds, cached)``; raises ``WebSearchError``."""
@@ -175,10 +174,13 @@ class WebSearch:
         if key in self.cache:
             return self.cache[key], 0.0, True
         started = time.perf_counter()
-        fut = self._pool.submit(self.search_fn, query, self.max_results, self.timeout, self.backend)
+        deadline = time.monotonic() + self.timeout + 1
         try:
-            raw = fut.result(timeout=self.timeout + 1)
-        except FutureTimeout:
+            # a daemon thread: a search that hangs past its time is left behind, and never
+            # holds the process open at exit (a pool's idle worker did, after any search)
+            raw = call_abandonable(self.search_fn, query, self.max_results, self.timeout, self.backend,
+                                   give_up=lambda: time.monotonic() > deadline, name="web search")
+        except Abandoned:
             raise WebSearchError(f"web search took longer than {self.timeout:.0f} s") from None
         except WebSearchError:
             raise

@@ -188,3 +188,31 @@ def test_results_reach_the_prompt_and_the_sources(server, tmp_path, minilm):
     s.web_enabled = False
     s.send("What is the latest version of Python?")
     assert not [e for e in seen if isinstance(e, ev.WebRouted)][-1].search
+
+
+def test_a_search_leaves_no_thread_that_holds_the_exit():
+    """Nexus ends with ``_exit_now``, which waits for threads that are not daemons: the
+    search pool's idle worker kept a quit Nexus alive after any search."""
+    import threading
+
+    WebSearch(lambda *a: []).search("anything")
+    ws = WebSearch(lambda *a: time.sleep(3) or [], timeout=0.2)
+    with pytest.raises(WebSearchError):
+        ws.search("slow")
+    held = [t.name for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
+    assert not [n for n in held if "web" in n], held
+
+
+def test_exit_does_not_wait_for_ever_on_an_idle_thread(tmp_path):
+    """``_exit_now`` waits a bounded time for threads that are not daemons, then ends."""
+    import subprocess
+    import sys
+
+    code = ("import threading, nexus.__main__ as m\n"
+            "m.EXIT_WAIT_SECONDS = 0.5\n"
+            "threading.Thread(target=threading.Event().wait, name='idle').start()\n"
+            "m._exit_now(3)\n")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert time.monotonic() - started < 30  # it would never end: the bound is what is tested
