@@ -33,7 +33,6 @@ class Replies:
         text = event.value
         if not text.strip():
             return
-        event.input.value = ""
         editing, self.editing = self.editing, None
         if text.strip().startswith("/"):
             self.run_command(text.strip())

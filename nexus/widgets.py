@@ -258,9 +258,13 @@ class PromptInput(TextArea):
 
     def action_submit(self) -> None:
         text = self.text
-        if text.strip():
-            self.prompts.add(text)
+        if not text.strip():
+            return
+        self.prompts.add(text)
         self.prompts.reset()
+        # emptied now, not when the app reads the message: keys typed meanwhile (fast
+        # typing, a terminal's burst) start the next prompt instead of joining this one
+        self.value = ""
         self.post_message(self.Submitted(self, text))
 
     def action_newline(self) -> None:
