@@ -6,6 +6,7 @@ manager, and reports through ``emit(event)``. The Textual app calls it from work
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,17 @@ from .session_settings import SessionSettings, parse_setting
 from .streaming import stream_reply
 from .turn import Turn, reply_problem, store_problem, strip_think
 from .web import RouteDecision, WebRouter, WebSearch, WebSearchError, results_block
+
+UNSENT_KEY = "nexus.unsent"  # the session file's meta row of messages kept for Ctrl+R
+
+
+def load_kept(db) -> list[str]:
+    """The messages a session kept unsent (an unreadable row keeps none, and opens)."""
+    try:
+        raw = json.loads(db.get_meta(UNSENT_KEY) or "[]")
+    except (ValueError, TypeError):
+        return []
+    return [t for t in raw if isinstance(t, str) and t.strip()] if isinstance(raw, list) else []
 
 
 class ChatSession:
@@ -67,6 +79,7 @@ class ChatSession:
         tree.on_event(self.emit)
         self.tree = tree
         self.settings = SessionSettings.load(tree.vdb)
+        self.kept = load_kept(tree.vdb)
         self.synth = PromptSynthesizer(ctree=tree, vector_db=tree.vdb,
                                        memory_token_budget=mem.memory_token_budget)
         self.recent = self.recent_from_tree()
@@ -239,6 +252,8 @@ class ChatSession:
             self.emit(ev.ReplyFinished(reply, False, sources, turn.id, note=note))
         if text in self.kept:  # answered now (a resend)
             self.kept.remove(text)
+        if self._kept_in_file(text):
+            self.save_kept()
         try:
             self.remember(text, reply, index=False, replace=turn.replace)
         except Exception as exc:  # kept in the app for Ctrl+R; the app keeps running
@@ -269,9 +284,33 @@ class ChatSession:
         return self.kept[-1] if self.kept else None
 
     def _keep(self, text: str) -> None:
-        if text in self.kept:
-            self.kept.remove(text)
-        self.kept.append(text)
+        self.keep_unsent([text])
+
+    def keep_unsent(self, texts: list[str]) -> None:
+        """Messages without an answer (a failed reply, or queued when Nexus closed): kept
+        for Ctrl+R, in the session file so a restart keeps them too. Never stored as
+        exchanges: an unanswered message is not memory."""
+        for text in texts:
+            if text in self.kept:
+                self.kept.remove(text)
+            self.kept.append(text)
+        self.save_kept()
+
+    def _kept_in_file(self, text: str) -> bool:
+        return self.tree is not None and self.tree.vdb is not None and text in load_kept(self.tree.vdb)
+
+    def take_kept(self) -> str | None:
+        """The newest kept message, to send again. The file keeps it until it is answered
+        (or kept again): a crash while it is resent loses nothing."""
+        return self.kept.pop() if self.kept else None
+
+    def save_kept(self) -> None:
+        if self.tree is None or self.tree.vdb is None or self.read_only:
+            return
+        try:
+            self.tree.vdb.set_meta(UNSENT_KEY, json.dumps(self.kept))
+        except Exception as exc:  # the message is still on screen and in the prompt history
+            self.emit(ev.Notice(f"the unsent message could not be kept in the session file: {exc}", "warning"))
 
     def _stream(self, turn: Turn, model: str, system: str, text: str, max_tokens: int) -> str | None:
         """The reply streamed into ``turn.partial`` (nexus/streaming.py): its finish reason, or None when cancelled."""

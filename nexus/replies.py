@@ -14,6 +14,7 @@ from .failures import TaskFailed, background
 from .widgets import AssistantMessage, PromptInput, UserMessage
 
 log = logging.getLogger("nexus")
+UNSENT_STATE = "not answered — kept to send again"
 
 
 @dataclass
@@ -205,19 +206,24 @@ class Replies:
 
     @staticmethod
     def store_unsent(session: ChatSession | None, items: list[Outgoing]) -> int:
-        """Leaving with messages still queued: store each with its reply marked not sent,
-        so nothing typed is lost. (Blocking: a thread, or the last moments.)"""
-        if session is None or session.tree is None:
+        """Leaving with messages still queued: each is kept unsent in the session file,
+        shown again and sent with Ctrl+R when the session reopens. (Not an exchange: a
+        message nobody answered is not memory, and filing it could ask the memory model.)"""
+        if session is None or session.tree is None or not items:
             return 0
-        done = 0
-        for item in items:
-            try:
-                session.remember(item.text, "[not sent: Nexus was closed before this message was sent]",
-                                 index=False)
-                done += 1
-            except Exception as exc:
-                log.error("a queued message could not be stored: %s", exc)
-        return done
+        session.keep_unsent([item.text for item in items])
+        return len(items)
+
+    def show_unsent(self, texts: list[str]) -> None:
+        """(UI thread, on open) Messages the session kept unsent: shown under the history."""
+        chat = self.query_one("#chat")
+        for text in texts:
+            shown = UserMessage(text)
+            chat.mount(shown)
+            shown.set_state(UNSENT_STATE)
+        more = " (press it again for the one before)" if len(texts) > 1 else ""
+        self.chat_notice(f"{len(texts)} message(s) above got no answer before the last time Nexus closed: "
+                         f"press {self.resend_key()} to send the newest{more}.", "warning")
 
     def action_resend(self) -> None:
         """Ctrl+R: an exchange whose storing failed is stored again (the model is not asked
@@ -227,7 +233,11 @@ class Replies:
         if s is not None and s.unstored:
             self.store_again_worker(s)
         elif s is not None and s.kept:
-            self.send(s.kept.pop())  # kept again if this one fails too
+            text = s.take_kept()  # kept again if this one fails too
+            for old in self.query(UserMessage):
+                if old.text == text and old.state == UNSENT_STATE:
+                    old.remove()  # shown again below, as it is sent
+            self.send(text)
         else:
             self.chat_notice("Nothing to resend.")
 

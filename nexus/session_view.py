@@ -102,6 +102,8 @@ class SessionView:
             self.call_from_thread(self.show_history, HistoryPager(past))
         if announce:
             self.call_from_thread(self.chat_notice, announce)
+        if session.kept:
+            self.call_from_thread(self.show_unsent, list(session.kept))
         self.call_from_thread(self.refresh_tree)
         embedder = self._load_embedder(tree)  # here, in the worker: the first paint did not wait for it
         self.call_from_thread(self.set_embedder_state, embedder)

@@ -12,6 +12,8 @@ from scripted_server import Reply
 from test_nexus_app import chat_reply, log_text, make_config, notices, ready, type_and_send, wait_for
 
 from nexus.app import NexusApp
+from nexus.chat import load_kept
+from nexus.replies import UNSENT_STATE
 from nexus.widgets import AssistantMessage, UserMessage
 from trace_core.embedders import MiniLMEmbedder
 from trace_core.tokens import count_tokens
@@ -265,11 +267,50 @@ async def test_leaving_while_a_reply_streams_stores_the_message_and_the_partial_
         await pilot.press("ctrl+q")
     tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
     xs = tree.exchanges
-    assert [x.user for x in xs] == ["count slowly", "and this one is still queued"]
+    assert [x.user for x in xs] == ["count slowly"]  # the queued one is no exchange: nobody answered it
     assert "delta0" in xs[0].assistant and "[reply cancelled]" in xs[0].assistant
     assert "delta299" not in xs[0].assistant
-    assert "not sent" in xs[1].assistant
     tree.vdb.close()
+    # reopened, the queued message is shown unanswered, and Ctrl+R sends it
+    server.respond(chat_only(lambda req: Reply("Sent at last.")))
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: any(m.text == "and this one is still queued" and m.state == UNSENT_STATE
+                                          for m in app.query(UserMessage)))
+        assert "got no answer" in notices(app)
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+        assert app.session.tree.exchanges[1].user == "and this one is still queued"
+        assert [m.text for m in app.query(UserMessage)].count("and this one is still queued") == 1
+        assert user_of(chats(server)[-1]) == "and this one is still queued"
+    tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
+    assert load_kept(tree.vdb) == []  # answered: no longer kept
+    tree.vdb.close()
+
+
+async def test_a_failed_message_is_still_kept_after_a_restart(tmp_path, minilm, data_dir):
+    from scripted_server import ScriptedServer
+
+    srv = ScriptedServer()
+    port = srv.port
+    srv.httpd.server_close()  # nothing listens
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(f"http://127.0.0.1:{port}/v1", tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Are you there?")
+        await wait_for(pilot, lambda: "No reply" in notices(app))
+        await pilot.press("ctrl+q")
+    with ScriptedServer(port=port) as up:
+        up.respond(chat_only(lambda req: Reply("Yes.")))
+        app = NexusApp(make_config(up.base_url, tmp_path), path, embed_fn=minilm)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await ready(app, pilot)
+            await wait_for(pilot, lambda: app.session.pending == "Are you there?")
+            await pilot.press("ctrl+r")
+            await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+            assert app.session.pending is None
 
 
 async def test_a_session_switch_first_stores_the_reply_in_flight(server, tmp_path, minilm, data_dir):
