@@ -61,7 +61,8 @@ class ChatSession:
         self.web_enabled = web.enabled
         self.web = WebSearch(**({"search_fn": search_fn} if search_fn else {}), max_results=web.max_results,
                              timeout=web.timeout, backend=web.backend)
-        self.router = WebRouter(self._ask_router)
+        # judge "embedding" means no memory-model calls at all: the router keeps to its rules
+        self.router = WebRouter(None if config.section("memory").judge == "embedding" else self._ask_router)
         self.last_activity = time.monotonic()
         self._lock = threading.Lock()
 

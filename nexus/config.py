@@ -204,6 +204,7 @@ def _read_toml(path: Path) -> dict:
 class Config:
     data: dict = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
+    chosen: set[tuple[str, str]] = field(default_factory=set)  # (section, key) set other than by the defaults
 
     def get(self, section: str, key: str):
         """One raw value (untyped); code reads ``section(name).key`` instead."""
@@ -213,6 +214,7 @@ class Config:
         """A value set at run time (``--local``'s server, tests), validated like any layer."""
         value = _checked({section: {key: value}}, "a run-time setting")[section][key]
         self.data.setdefault(section, {})[key] = value
+        self.chosen.add((section, key))
 
     def section(self, name: str):
         """The typed, frozen view of one section (``config.section("memory").judge``)."""
@@ -259,10 +261,13 @@ def load_config(flags: dict | None = None, env: dict | None = None, user_file: P
             raise ConfigError(f"{DEFAULTS_FILE} lacks {', '.join(f'{name}.{k}' for k in sorted(missing))}")
     data = copy.deepcopy(defaults)
     sources = [str(DEFAULTS_FILE)]
+    chosen: set[tuple[str, str]] = set()
     path = user_file if user_file is not None else user_config_path()
     if path.exists():
-        _merge(data, _checked(_read_toml(path), str(path)))
+        user = _checked(_read_toml(path), str(path))
+        _merge(data, user)
         sources.append(str(path))
+        chosen |= {(section, key) for section, body in user.items() if section in SECTIONS for key in body}
     environ = dict(os.environ if env is None else env)
     dotenv = (cwd or Path.cwd()) / ".env"
     if env is None and dotenv.exists():
@@ -279,8 +284,10 @@ def load_config(flags: dict | None = None, env: dict | None = None, user_file: P
             except ValueError:
                 raise ConfigError(f"{var}={environ[var]!r} is not a valid {section}.{key} ({want.__name__})") from None
             data[section][key] = _checked({section: {key: value}}, f"the environment variable {var}")[section][key]
+            chosen.add((section, key))
     for (section, key), value in (flags or {}).items():
         if value is not None:
             data[section][key] = _checked({section: {key: value}}, f"the command line ({section}.{key})")[section][key]
+            chosen.add((section, key))
     _validate_keys(data.get("keys", {}), ", ".join(sources))
-    return Config(data, sources)
+    return Config(data, sources, chosen)

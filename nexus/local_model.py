@@ -6,11 +6,14 @@ editing)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from trace_core.local_llm import LocalLLMError, LocalLLMServer
 
 from .config import Config
+
+log = logging.getLogger("nexus")
 
 
 class LocalModel:
@@ -60,6 +63,13 @@ class LocalModel:
         config.set("models", "chat", server.model_name)
         config.set("models", "memory", server.model_name)
         config.set("models", "context_tokens", int(server.n_ctx or config.section("models").context_tokens))
+        if ("memory", "judge") not in config.chosen:
+            # gemma-270m answered 1 of 20 placement questions usably (bench/add-llm-results.json),
+            # and web routing less precisely than the rules alone, at seconds a call: the tree
+            # and the router do without it unless a judge is chosen
+            config.set("memory", "judge", "embedding")
+            log.info("--local: memory.judge = embedding (the bundled model's answers about the tree are "
+                     "rarely usable); set memory.judge to change it")
         self.applied = True
 
     def stop(self) -> None:

@@ -28,3 +28,23 @@ async def test_a_bundled_server_that_cannot_start_is_said_and_the_session_opens(
             assert "did not start" in log_text(app)
     finally:
         local.stop()
+
+
+@pytest.mark.parametrize("user_toml, judge", [("", "embedding"), ('[memory]\njudge = "auto"\n', "auto")])
+def test_local_places_by_embeddings_unless_a_judge_is_chosen(tmp_path, user_toml, judge):
+    """gemma-270m's tree and routing answers are rarely usable (bench/add-llm-results.json):
+    ``--local`` turns to the embedding judge, and the router to its rules, unless the user
+    chose a judge."""
+    from nexus.chat import ChatSession
+    from nexus.config import load_config
+
+    user = tmp_path / "nexus.toml"
+    user.write_text(user_toml)
+    cfg = load_config(env={}, user_file=user)
+    server = LocalLLMServer()
+    server.port = 8081  # not started: apply() reads where it would listen
+    LocalModel(server).apply(cfg)
+    assert cfg.section("memory").judge == judge
+    assert cfg.base_url == "http://127.0.0.1:8081/v1"
+    session = ChatSession(cfg, tmp_path / "s.db")
+    assert (session.router.ask_llm is None) == (judge == "embedding")
