@@ -16,24 +16,37 @@ log = logging.getLogger("nexus")
 
 
 def server_models(base_url: str, api_key: str, timeout: float = 2.0) -> tuple[str | None, list[str]]:
-    """``GET {base_url}/models``: (why it fails, in words, or None; the model ids listed)."""
-    import httpx
+    """``GET {base_url}/models``: (why it fails, in words, or None; the model ids listed).
 
+    The standard library's HTTP, not httpx: this runs in a worker while another opens
+    the session, and openai 3 reads ``sys.modules["httpx"]`` unlocked — an httpx import
+    half done here made the session fail to open ("partially initialized module")."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(base_url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {api_key}"})
     try:
-        r = httpx.get(base_url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {api_key}"},
-                      timeout=timeout)
-    except httpx.ConnectError:
-        return "nothing is listening there (connection refused)", []
-    except httpx.TimeoutException:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, body = r.status, r.read(4_000_000)
+    except urllib.error.HTTPError as exc:
+        return f"it answered HTTP {exc.code} to GET /models", []
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ConnectionRefusedError):
+            return "nothing is listening there (connection refused)", []
+        if isinstance(exc.reason, TimeoutError):
+            return f"no answer within {timeout:g} s", []
+        return f"{type(exc.reason).__name__}: {exc.reason}", []
+    except TimeoutError:
         return f"no answer within {timeout:g} s", []
-    except httpx.HTTPError as exc:
+    except (OSError, ValueError) as exc:  # a reset connection, a malformed URL
         return f"{type(exc).__name__}: {exc}", []
-    if r.status_code != 200:
-        return f"it answered HTTP {r.status_code} to GET /models", []
+    if status != 200:
+        return f"it answered HTTP {status} to GET /models", []
     try:
-        models = r.json().get("data") or []
+        models = json.loads(body).get("data") or []
         ids = [str(m["id"]) for m in models if isinstance(m, dict) and m.get("id")]
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, TypeError):
         return "it did not answer GET /models with JSON (not an OpenAI-compatible endpoint?)", []
     return (None, ids) if models else ("it lists no models: load one first", [])
 

@@ -128,14 +128,22 @@ def ask_memory_model(llm, question: str) -> bool:
     return search
 
 
-def ddgs_search(query: str, max_results: int, timeout: float, backend: str) -> list[dict]:
-    """The real adapter. "No results" is an empty list (ddgs raises on it); any other
-    failure (no network, rate limit) raises ``WebSearchError``."""
+def load_ddgs():
+    """Import ddgs (and the HTTP stack under it). Done before a search's thread starts: a
+    thread given up on mid-import would leave half-imported modules that other threads
+    then find (``partially initialized module 'httpx'``)."""
     try:
         from ddgs import DDGS
         from ddgs.exceptions import DDGSException
     except ImportError as exc:
         raise WebSearchError("the ddgs package is not installed") from exc
+    return DDGS, DDGSException
+
+
+def ddgs_search(query: str, max_results: int, timeout: float, backend: str) -> list[dict]:
+    """The real adapter. "No results" is an empty list (ddgs raises on it); any other
+    failure (no network, rate limit) raises ``WebSearchError``."""
+    DDGS, DDGSException = load_ddgs()
     try:
         return list(DDGS(timeout=timeout).text(query, max_results=max_results, backend=backend) or [])
     except DDGSException as exc:
@@ -144,6 +152,9 @@ def ddgs_search(query: str, max_results: int, timeout: float, backend: str) -> l
         raise WebSearchError(f"web search failed: {_without_urls(exc)}") from exc
     except Exception as exc:  # network errors of the HTTP layer
         raise WebSearchError(f"web search failed: {type(exc).__name__}: {_without_urls(exc)}") from exc
+
+
+ddgs_search.prepare = load_ddgs  # type: ignore[attr-defined]
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x1b]")
@@ -174,6 +185,9 @@ class WebSearch:
         if key in self.cache:
             return self.cache[key], 0.0, True
         started = time.perf_counter()
+        prepare = getattr(self.search_fn, "prepare", None)
+        if prepare is not None:
+            prepare()  # imports, in this thread: never abandoned half-done
         deadline = time.monotonic() + self.timeout + 1
         try:
             # a daemon thread: a search that hangs past its time is left behind, and never

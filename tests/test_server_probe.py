@@ -1,0 +1,56 @@
+"""The start-up probe of the model server (``GET /models``): what it says in words, and
+that it never imports httpx in a worker (openai 3 reads ``sys.modules["httpx"]`` without
+the import lock: a half-done import there made the session fail to open)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+from scripted_server import ScriptedServer
+
+from nexus.lifecycle import server_models
+
+
+def serve(status: int, body: bytes):
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    httpd = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, f"http://127.0.0.1:{httpd.server_port}/v1"
+
+
+def test_the_probe_lists_the_models_or_says_why_not():
+    with ScriptedServer() as srv:
+        assert server_models(srv.base_url, "k") == (None, ["test-model"])
+    dead = ScriptedServer()
+    dead.httpd.server_close()
+    problem, ids = server_models(f"http://127.0.0.1:{dead.port}/v1", "k")
+    assert problem == "nothing is listening there (connection refused)" and ids == []
+    for status, body, words in [(500, b"oops", "HTTP 500"), (200, b"<html>hi</html>", "did not answer GET /models with JSON"),
+                                (200, json.dumps({"data": []}).encode(), "lists no models")]:
+        httpd, url = serve(status, body)
+        try:
+            problem, ids = server_models(url, "k")
+        finally:
+            httpd.shutdown()
+        assert words in problem and ids == [], problem
+
+
+def test_the_probe_does_not_import_httpx():
+    with ScriptedServer() as srv:
+        code = ("import sys; from nexus.lifecycle import server_models; "
+                f"print(server_models({srv.base_url!r}, 'k')[1], 'httpx' in sys.modules)")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["['test-model']", "False"], out.stdout + out.stderr
