@@ -14,7 +14,9 @@ class ChatCommands:
 
     def cmd_help(self, args: list[str]) -> None:
         commands = [(c.usage, c.help) for c in C.COMMANDS]
-        keys = [("Enter", "send")] + [(key_for(k.action, self.keymap), k.description) for k in ALL_KEYS.values()]
+        keys = ([("Enter", "send"), ("↑ / ↓", "earlier / later prompts (from the first / last line)"),
+                 (self.COMMAND_PALETTE_BINDING, "command palette")]
+                + [(key_for(k.action, self.keymap), k.description) for k in ALL_KEYS.values()])
         plain = "\n".join(["Commands:"] + [f"  {u:<38} {h}" for u, h in commands]
                           + ["Keys (remap in [keys]): " + ", ".join(f"{k}: {d}" for k, d in keys)])
         self.chat_notice(plain, body=two_columns([("Commands", commands), ("Keys (remap them in [keys])", keys)]))

@@ -70,12 +70,7 @@ class Replies:
             return
         if not self.outbox or self._leaving:
             return
-        if self.turn is not None or self.session is None or self.embedder_state == "loading" or self.vision_busy:
-            why = ("waiting — /ingest is using the vision model; sent when the text model is back"
-                   if self.vision_busy else "queued — sent when the reply before it ends" if self.turn is not None
-                   else "queued — sent when the session is open")
-            for item in self.outbox:
-                item.shown.set_state(why)
+        if self.mark_outbox():
             return
         item = self.outbox.pop(0)
         item.shown.set_state("")
@@ -92,6 +87,20 @@ class Replies:
         for rest in self.outbox:
             rest.shown.set_state("queued — sent when the reply before it ends")
         self.reply_worker(self.session, turn)
+
+    def mark_outbox(self) -> bool:
+        """(UI thread) Mark each queued message with what it waits for; False when nothing
+        stops the next one from going."""
+        if self.turn is None and self.session is not None and self.embedder_state != "loading" \
+                and not self.vision_busy:
+            return False
+        why = ("waiting — /ingest is using the vision model; sent when the text model is back"
+               if self.vision_busy else "queued — sent when the reply before it ends" if self.turn is not None
+               else "queued — sent when the session is open" if self.session is None
+               else "queued — sent when the embedding model has loaded")
+        for item in self.outbox:
+            item.shown.set_state(why)
+        return True
 
     @background(group="reply")
     def reply_worker(self, session: ChatSession, turn: Turn) -> None:

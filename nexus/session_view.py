@@ -59,6 +59,7 @@ class SessionView:
         if self._leaving:
             return False
         self.session = session
+        self.mark_outbox()  # queued messages now say what they wait for (the embedder)
         return True
 
     def set_session_path(self, path: Path) -> None:

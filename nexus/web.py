@@ -27,8 +27,11 @@ _URL = re.compile(r"\b(https?://[^/\s'\")]+)[^\s'\")]*")
 
 
 def _without_urls(text: str, limit: int = 200) -> str:
-    """An error message with each URL cut to its host (no path, no query)."""
+    """An error message with each URL cut to its host (no path, no query), and without
+    the library's debug structures (``Query { name: …, query_type: A, … }``): one line a
+    user can read."""
     text = _URL.sub(lambda m: m.group(1), " ".join(str(text).split()))
+    text = text.split(" {", 1)[0].rstrip(" :,(")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 # fast rules: words that mean "now" or things that change

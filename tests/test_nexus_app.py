@@ -126,6 +126,7 @@ async def test_help_wraps_each_description_under_itself(server, tmp_path, minilm
         await type_and_send(pilot, app, "/help")
         await wait_for(pilot, lambda: "Commands:" in notices(app))
         note = [n for n in app.query(Notice) if "Commands:" in n.plain][-1]
+        assert "ctrl+p: command palette" in note.plain and "earlier / later prompts" in note.plain
         console = Console(width=70, color_system=None, record=True, file=open(os.devnull, "w"))
         console.print(note.content)  # the table, as Rich draws it
         lines = console.export_text().splitlines()

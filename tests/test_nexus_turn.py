@@ -68,6 +68,9 @@ async def test_a_message_typed_before_the_session_opens_is_shown_queued_then_sen
         assert app.query_one("#prompt").value == ""
         await pilot.pause(0.3)
         assert not chats(server)
+        # the session's file is open; the message says it now waits for the embedder
+        await wait_for(pilot, lambda: app.session is not None)
+        await wait_for(pilot, lambda: "embedding model" in shown[0].state)
         slow.gate.set()  # the session opens now
         await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None
                        and len(app.session.tree.exchanges) == 1)
