@@ -163,8 +163,10 @@ class Replies:
             log.error("while leaving: %s", e.problem)
             return
         reply = self.reply_widget(e.turn)
-        if reply is not None:
-            await reply.finish(e.partial, "reply interrupted" if e.partial else "no reply")
+        if reply is not None and e.partial:
+            await reply.finish(e.partial, "reply interrupted")
+        elif reply is not None:
+            await reply.remove()  # an empty reply box: the notice below says what happened
         if e.kept:
             self.chat_notice(f"No reply: {e.problem}. Your message is kept — press {self.resend_key()} to send "
                              "it again.", "error")

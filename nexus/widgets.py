@@ -14,6 +14,8 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, RichLog, Static, TextArea
 
+from trace_core.textutil import without_marks
+
 from .completion import Completer
 from .keys import PROMPT_KEYS, key_for
 from .prompt_history import PromptHistory
@@ -187,6 +189,8 @@ class AssistantMessage(Vertical):
         self.text = text
         thoughts = [t.strip() for t in THINK.findall(text) if t.strip()]
         answer = THINK.sub("", text).strip()
+        if note:  # the note says it ("reply cut at the max_tokens limit"): the stored mark need not
+            answer = without_marks(answer)
         if thoughts and self._thoughts is not None:  # both kinds: one folded section
             self.reasoning += "\n\n" + "\n\n".join(thoughts)
             self._thoughts.update(Text(safe(self.reasoning)))

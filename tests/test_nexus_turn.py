@@ -354,3 +354,22 @@ async def test_a_reply_with_a_lone_surrogate_is_shown_and_kept_and_the_app_runs_
             assert "could not be stored" in notices(app)
         else:
             assert "ends here" in app.session.tree.exchanges[0].assistant
+
+
+async def test_a_cut_reply_says_so_once_and_a_failed_one_leaves_no_empty_box(server, tmp_path, minilm, data_dir):
+    server.respond(chat_only(lambda req: Reply("Bees make honey and", finish="length")))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Tell me about bees")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await pilot.pause(0.2)
+        reply = app.query(AssistantMessage).last()
+        assert "[reply cut at max_tokens]" in app.session.tree.exchanges[0].assistant  # stored with its mark
+        assert "max_tokens limit" in reply.note and "[reply cut" not in reply.body.source  # shown once, as the note
+        boxes = len(app.query(AssistantMessage))
+        server.respond(chat_only(lambda req: Reply("", status=500, body="upstream exploded")))
+        await type_and_send(pilot, app, "And wasps?")
+        await wait_for(pilot, lambda: "No reply" in notices(app))
+        await pilot.pause(0.2)
+        assert len(app.query(AssistantMessage)) == boxes  # no empty "no reply" box above the notice
