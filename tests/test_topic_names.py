@@ -55,3 +55,27 @@ def test_possessives_and_adverbs_name_nothing():
     assert "Coltrane" in name.split(), name
     for word in ("Coltrane's", "Regularly", "Exclusively"):
         assert word not in name.split(), name
+
+
+def test_a_group_that_loses_a_part_to_a_merge_is_named_again(minilm, tmp_path):
+    """After /reorganize the fixture's last group held only the Canberra aside, still
+    named after the sourdough and marathon parts merged away."""
+    from test_nexus_inspect import TALK, build_session
+
+    from trace_core import CTree
+
+    build_session(tmp_path / "s.db", minilm, TALK)
+    tree = CTree.open(str(tmp_path / "s.db"), embed_fn=minilm, judge="embedding")
+    res = tree.reorganize(similarity_threshold=0.5)
+    assert res["merged"]
+    for t in tree.structure.root.iter_topics():
+        if t.is_group:
+            parts = set()
+            for c in t.topic_children:
+                parts |= set(c.topic_name.split())
+            assert set(t.topic_name.split()) & parts, (t.topic_name, [c.topic_name for c in t.topic_children])
+    tree.vdb.close()
+    reopened = CTree.open(str(tmp_path / "s.db"), embed_fn=minilm, judge="embedding")  # the names are stored
+    assert sorted(t.topic_name for t in reopened.structure.root.iter_topics()) == \
+        sorted(t.topic_name for t in tree.structure.root.iter_topics())
+    reopened.vdb.close()

@@ -278,6 +278,7 @@ class Reorganizer:
                 state.before = Before.of(model)
             path = set(model.active_path())
             live = set(model.root.iter_topics())
+            left: dict[str, TopicNode] = {}  # groups a merge took a part from
             for older, newer, sim, judge, why in approved:
                 older = find(older)
                 if older in path or newer in path or older not in live or newer not in live:
@@ -292,13 +293,21 @@ class Reorganizer:
                     older.add_child(c)
                 old_parent.remove_child(newer)
                 live.discard(newer)
-                model.prune_empty(old_parent)
+                gone = model.prune_empty(old_parent)
+                live.difference_update(gone)
+                if old_parent.is_group and old_parent not in gone:
+                    left[old_parent.node_id] = old_parent
                 state.touched.append(older)  # sorted once in _settle, not per merge
                 state.absorbers.add(older.node_id)
                 merged += 1
                 res.merges.append(MergeRecord(older.node_id, newer.node_id, older.topic_name, newer.topic_name,
                                               sim, judge, why))
             res.merged += merged
+            for group in left.values():
+                if group in live:
+                    # named after its parts: a part merged away must not name it any more
+                    group.topic_name = self.balancer.name_for(list(group.children))
+                    state.touched.append(group)
             if merged:
                 self._settle(state.touched)
         return merged
