@@ -171,8 +171,11 @@ class MemoryCommands:
             return
         shown = [pane.snapshot.path(t)[-1].name for t in found[:10]] if pane.snapshot else []
         more = f" and {len(found) - 10} more" if len(found) > 10 else ""
-        self.chat_notice(f"/find {' '.join(args)}: {len(found)} topics match" +
-                         (f" (highlighted in the tree): {', '.join(shown)}{more}" if found else "."))
+        words = " ".join(args)
+        self.chat_notice(f"/find {words}: {len(found)} topics match" +
+                         (f" (highlighted in the tree): {', '.join(shown)}{more}" if found else
+                          f" by name or summary (a topic still open has no summary yet); /search {words} "
+                          "searches the messages."))
 
     def cmd_scenario(self, args: list[str]) -> None:
         self.scenarios.command(args)

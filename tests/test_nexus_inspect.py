@@ -318,7 +318,9 @@ async def test_find_highlights_and_expands_matching_topics(server, tmp_path, min
             assert all(pane._topic_nodes[a.node_id].is_expanded for a in tree.get_ancestors(t)[:-1])
             assert any(s.style == "bold black on yellow" for s in node.label.spans)
         await command(pilot, app, "/find zeppelin")
-        await wait_for(pilot, lambda: "/find zeppelin: 0 topics match." in notices(app), what="no match")
+        await wait_for(pilot, lambda: "/find zeppelin: 0 topics match by name or summary" in notices(app),
+                       what="no match")
+        assert "/search zeppelin searches the messages" in notices(app)
         assert not pane.found
 
 
