@@ -231,7 +231,7 @@ class ChatSession:
         sources = tuple((r.title, r.url) for r in results)
         if turn.cancelled.is_set():
             turn.outcome = "cancelled"
-            if not turn.partial and not turn.keep:  # nothing came yet: nothing to store, kept for resend
+            if not strip_think(turn.partial):  # no answer came: nothing to store, kept for resend (in the file)
                 self._keep(text)
                 self.emit(ev.ReplyFinished("", True, sources, turn.id, note="cancelled before the first word: "
                                            "your message is kept — Ctrl+R sends it again"))
@@ -281,8 +281,8 @@ class ChatSession:
 
     @property
     def pending(self) -> str | None:
-        """The last message kept for resend (a failed, empty or early-cancelled reply)."""
-        return self.kept[-1] if self.kept else None
+        """The message Ctrl+R sends next: the oldest kept (a failed, empty or early-cancelled reply)."""
+        return self.kept[0] if self.kept else None
 
     def _keep(self, text: str) -> None:
         self.keep_unsent([text])
@@ -301,9 +301,10 @@ class ChatSession:
         return self.tree is not None and self.tree.vdb is not None and text in load_kept(self.tree.vdb)
 
     def take_kept(self) -> str | None:
-        """The newest kept message, to send again. The file keeps it until it is answered
-        (or kept again): a crash while it is resent loses nothing."""
-        return self.kept.pop() if self.kept else None
+        """The oldest kept message, to send again (several go in the order they were
+        written). The file keeps it until it is answered (or kept again): a crash while
+        it is resent loses nothing."""
+        return self.kept.pop(0) if self.kept else None
 
     def save_kept(self) -> None:
         if self.tree is None or self.tree.vdb is None or self.read_only:

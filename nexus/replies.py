@@ -232,13 +232,13 @@ class Replies:
             shown = UserMessage(text)
             chat.mount(shown)
             shown.set_state(UNSENT_STATE)
-        more = " (press it again for the one before)" if len(texts) > 1 else ""
+        more = " (press it again for the next)" if len(texts) > 1 else ""
         self.chat_notice(f"{len(texts)} message(s) above got no answer before the last time Nexus closed: "
-                         f"press {self.resend_key()} to send the newest{more}.", "warning")
+                         f"press {self.resend_key()} to send the first{more}.", "warning")
 
     def action_resend(self) -> None:
         """Ctrl+R: an exchange whose storing failed is stored again (the model is not asked
-        again); otherwise the last message without an answer is sent again."""
+        again); otherwise the oldest message without an answer is sent again."""
         self._on_main_screen()
         s = self.session
         if s is not None and s.unstored:

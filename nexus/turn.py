@@ -33,7 +33,7 @@ class Turn:
     id: int = field(default_factory=lambda: next(_turn_ids))
     cancelled: threading.Event = field(default_factory=threading.Event)
     settled: threading.Event = field(default_factory=threading.Event)  # over, and stored or kept
-    keep: bool = False  # cancelled by leaving: store the message even with no reply text
+    keep: bool = False  # cancelled by leaving (quit, a session switch): no idle work after it
     replace: bool = False  # /retry, /edit: the reply replaces the newest exchange in memory
     partial: str = ""
     outcome: str = ""  # answered | cancelled | failed | empty | refused | unstored

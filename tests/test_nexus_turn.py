@@ -168,17 +168,18 @@ async def test_failures_are_reported_in_words_kept_and_never_stored(server, tmp_
             text = f"message number {i}"
             await type_and_send(pilot, app, text)
             await wait_for(pilot, lambda: app.turn is None and not app.outbox)
-            reply = list(app.query(AssistantMessage))[-1]
             new = notices(app)[len(before):]
             if words is None:
+                reply = list(app.query(AssistantMessage))[-1]
                 assert reply.note == "(no answer — Ctrl+R to retry)", reply.note
             else:
                 assert "No reply" in new and "kept" in new, new
                 for w in words:
                     assert w in new, (w, new)
-            assert app.session.pending == text
+            assert app.session.kept[-1] == text and app.session.pending == "message number 0"  # oldest first
             assert len(app.session.tree.exchanges) == 0  # a failure is never stored as an answer
-        assert "half a sentence" in list(app.query(AssistantMessage))[1].text  # the partial was shown
+        # the partial was shown; a failure with no text leaves no empty reply box
+        assert "half a sentence" in list(app.query(AssistantMessage))[0].text
         # a good reply after all that: stored, and nothing like "(empty reply)" reached memory
         server.respond(chat_reply("A real answer."))
         await type_and_send(pilot, app, "one more try")
@@ -373,3 +374,21 @@ async def test_a_cut_reply_says_so_once_and_a_failed_one_leaves_no_empty_box(ser
         await wait_for(pilot, lambda: "No reply" in notices(app))
         await pilot.pause(0.2)
         assert len(app.query(AssistantMessage)) == boxes  # no empty "no reply" box above the notice
+
+
+async def test_quitting_before_the_first_token_keeps_the_message_unanswered(server, tmp_path, minilm, data_dir):
+    """Ctrl+Q (or a closed terminal) while the model has said nothing: no exchange whose
+    reply is only "[reply cancelled]"; the message is kept to send again."""
+    from trace_core import CTree
+
+    server.respond(chat_only(lambda req: Reply("too late", delay=8.0)))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "And what about Athens?")
+        await wait_for(pilot, lambda: app.turn is not None and "working" in app.current_reply.waiting_text)
+        await pilot.press("ctrl+q")
+    tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
+    assert tree.exchanges == [] and load_kept(tree.vdb) == ["And what about Athens?"]
+    tree.vdb.close()
