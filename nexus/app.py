@@ -194,7 +194,10 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         except C.UsageError as exc:
             self.chat_notice(f"Usage: {exc or parsed.command.usage}", "warning")
         except NoSession as exc:
-            self.chat_notice(f"/{parsed.command.name} needs a session: {exc}.", "warning")
+            if self.session_opening:
+                self.defer_command(line)
+            else:
+                self.chat_notice(f"/{parsed.command.name} needs a session: {exc}.", "warning")
         except Exception as exc:  # a command never crashes the app
             self.chat_notice(f"/{parsed.command.name} failed: {exc}", "error")
             self.log_line(f"/{parsed.command.name} failed: {exc!r}", "error")
@@ -218,6 +221,11 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
     @on(MemoryTree.NodeSelected, "#tree")
     def tree_node_selected(self, event: MemoryTree.NodeSelected) -> None:
         self.inspect_node(event)
+
+    @property
+    def session_opening(self) -> bool:
+        """A session is being opened (its worker runs and has not handed it over yet)."""
+        return self.session is None and any(w.group == "session" and not w.is_finished for w in self.workers)
 
     def need_session(self) -> ChatSession:
         if self.session is None:

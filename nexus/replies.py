@@ -24,6 +24,7 @@ class Outgoing:
     forced_query: str | None
     shown: UserMessage
     replace: bool = False  # /retry, /edit: the reply replaces the newest exchange in memory
+    command: bool = False  # a slash command typed while the session opened: run in its turn
 
 
 class Replies:
@@ -73,6 +74,11 @@ class Replies:
         if self.mark_outbox():
             return
         item = self.outbox.pop(0)
+        if item.command:  # its place in the queue kept the order it was typed in
+            item.shown.remove()
+            self.run_command(item.text)
+            self.drain_outbox()
+            return
         item.shown.set_state("")
         turn = Turn(item.text, item.forced_query, replace=item.replace)
         self.turn = turn
@@ -88,6 +94,14 @@ class Replies:
             rest.shown.set_state("queued — sent when the reply before it ends")
         self.reply_worker(self.session, turn)
 
+    def defer_command(self, line: str) -> None:
+        """A command that needs the session, typed while it opens: queued with the
+        messages, in order, and run when the session is open."""
+        shown = UserMessage(line)
+        self.query_one("#chat").mount(shown)
+        self.outbox.append(Outgoing(line, None, shown, command=True))
+        self.drain_outbox()
+
     def mark_outbox(self) -> bool:
         """(UI thread) Mark each queued message with what it waits for; False when nothing
         stops the next one from going."""
@@ -99,7 +113,7 @@ class Replies:
                else "queued — sent when the session is open" if self.session is None
                else "queued — sent when the embedding model has loaded")
         for item in self.outbox:
-            item.shown.set_state(why)
+            item.shown.set_state(why.replace("sent when", "runs when") if item.command else why)
         return True
 
     @background(group="reply")
@@ -222,8 +236,9 @@ class Replies:
         message nobody answered is not memory, and filing it could ask the memory model.)"""
         if session is None or session.tree is None or not items:
             return 0
-        session.keep_unsent([item.text for item in items])
-        return len(items)
+        texts = [item.text for item in items if not item.command]  # a command not run yet is not a message
+        session.keep_unsent(texts)
+        return len(texts)
 
     def show_unsent(self, texts: list[str]) -> None:
         """(UI thread, on open) Messages the session kept unsent: shown under the history."""

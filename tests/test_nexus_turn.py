@@ -392,3 +392,33 @@ async def test_quitting_before_the_first_token_keeps_the_message_unanswered(serv
     tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
     assert tree.exchanges == [] and load_kept(tree.vdb) == ["And what about Athens?"]
     tree.vdb.close()
+
+
+async def test_a_command_typed_while_the_session_opens_runs_in_its_turn(server, tmp_path, minilm, data_dir):
+    """`/set max_tokens 30` then a message, typed while the session waits for the bundled
+    model: the command waits in the queue (it was refused, "no session is open"), then
+    runs before the message goes."""
+    from nexus.local_model import LocalModel
+    from trace_core.local_llm import LocalLLMError, LocalLLMServer
+
+    gate = threading.Event()
+
+    class SlowToFail(LocalLLMServer):  # the bundled server, starting slowly, then failing
+        def start(self, timeout: float = 120) -> LocalLLMServer:
+            gate.wait(30)
+            raise LocalLLMError("the local llama.cpp server exited with code 1")
+
+    server.respond(chat_only(lambda req: Reply("Bees make honey.")))
+    local = LocalModel(SlowToFail()).begin()
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm, local_model=local)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await type_and_send(pilot, app, "/set max_tokens 30")
+        await type_and_send(pilot, app, "Tell me about bees")
+        assert app.session is None and app.session_opening
+        queued = [m for m in app.query(UserMessage) if m.text == "/set max_tokens 30"]
+        assert queued and "runs when the session is open" in queued[0].state
+        gate.set()
+        await wait_for(pilot, lambda: app.session is not None and len(app.session.tree.exchanges) == 1)
+        assert chats(server)[-1]["max_tokens"] == 30
+        assert "needs a session" not in notices(app)
+        assert not [m for m in app.query(UserMessage) if m.text == "/set max_tokens 30"]  # ran: no longer queued
