@@ -6,14 +6,11 @@ editing)."""
 
 from __future__ import annotations
 
-import logging
 import threading
 
 from trace_core.local_llm import LocalLLMError, LocalLLMServer
 
 from .config import Config
-
-log = logging.getLogger("nexus")
 
 
 class LocalModel:
@@ -55,8 +52,10 @@ class LocalModel:
                 return False
         return True
 
-    def apply(self, config: Config) -> None:
-        """Point the config at the started server (its URL, its model, its real context)."""
+    def apply(self, config: Config) -> list[str]:
+        """Point the config at the started server (its URL, its model, its real context).
+        Returns what it decided for the user to read (the log pane shows it)."""
+        notes: list[str] = []
         server = self.server
         config.set("server", "base_url", server.base_url)
         config.set("server", "kind", "openai")
@@ -68,9 +67,10 @@ class LocalModel:
             # and web routing less precisely than the rules alone, at seconds a call: the tree
             # and the router do without it unless a judge is chosen
             config.set("memory", "judge", "embedding")
-            log.info("--local: memory.judge = embedding (the bundled model's answers about the tree are "
-                     "rarely usable); set memory.judge to change it")
+            notes.append("--local: memory.judge = embedding (the bundled model's answers about the tree are "
+                         "rarely usable; no memory-model calls); set memory.judge to change it")
         self.applied = True
+        return notes
 
     def stop(self) -> None:
         self.server.stop()

@@ -135,7 +135,8 @@ class SessionView:
         return True
 
     def local_model_started(self) -> None:
-        self.local_model.apply(self.config)
+        for note in self.local_model.apply(self.config):
+            self.post_event(ev.Notice(note))
         self.post_event(ev.Notice(f"model server: {self.config.base_url} ({self.config.chat_model})"))
         self.update_header()
 

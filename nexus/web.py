@@ -152,9 +152,22 @@ def ddgs_search(query: str, max_results: int, timeout: float, backend: str) -> l
     except DDGSException as exc:
         if "no results" in str(exc).lower():
             return []
-        raise WebSearchError(f"web search failed: {_without_urls(exc)}") from exc
+        raise WebSearchError(f"web search failed: {network_problem(exc)}") from exc
     except Exception as exc:  # network errors of the HTTP layer
-        raise WebSearchError(f"web search failed: {type(exc).__name__}: {_without_urls(exc)}") from exc
+        raise WebSearchError(f"web search failed: {network_problem(exc)}") from exc
+
+
+def network_problem(exc: BaseException) -> str:
+    """A network failure of the search in words (the HTTP layer's own message chains
+    its internals: "error sending request > error resolving DNS > … Query { … }")."""
+    name, text = type(exc).__name__, str(exc)
+    if "DNS" in name or "resolv" in text.lower() or "name or service not known" in text.lower():
+        return "no network: the search engine's address could not be looked up (DNS)"
+    if "timeout" in name.lower() or "timed out" in text.lower():
+        return "the search engine did not answer in time"
+    if "connect" in name.lower() or "connection refused" in text.lower():
+        return "could not connect to the search engine"
+    return f"{name}: {_without_urls(exc)}"
 
 
 ddgs_search.prepare = load_ddgs  # type: ignore[attr-defined]
@@ -202,7 +215,7 @@ class WebSearch:
         except WebSearchError:
             raise
         except Exception as exc:
-            raise WebSearchError(f"web search failed: {_without_urls(exc)}") from exc
+            raise WebSearchError(f"web search failed: {network_problem(exc)}") from exc
         results = [WebResult(_clean(r.get("title", ""), 200), _clean(r.get("href") or r.get("url", ""), 300),
                              _clean(r.get("body") or r.get("snippet", ""), 500)) for r in raw if isinstance(r, dict)]
         self.cache[key] = results

@@ -43,8 +43,9 @@ def test_local_places_by_embeddings_unless_a_judge_is_chosen(tmp_path, user_toml
     cfg = load_config(env={}, user_file=user)
     server = LocalLLMServer()
     server.port = 8081  # not started: apply() reads where it would listen
-    LocalModel(server).apply(cfg)
+    notes = LocalModel(server).apply(cfg)
     assert cfg.section("memory").judge == judge
+    assert any("memory.judge = embedding" in n for n in notes) == (judge == "embedding")  # said in the log pane
     assert cfg.base_url == "http://127.0.0.1:8081/v1"
     session = ChatSession(cfg, tmp_path / "s.db")
     assert (session.router.ask_llm is None) == (judge == "embedding")

@@ -146,7 +146,7 @@ def test_the_real_adapter_fails_soft_offline(caplog):
     with pytest.raises(WebSearchError):
         ddgs_search("latest python version", 3, 3, "auto")
     assert "?" not in str(err.value) and "latest+python" not in str(err.value), str(err.value)
-    assert "{" not in str(err.value), str(err.value)  # no resolver internals in the one log line
+    assert "{" not in str(err.value) and " > " not in str(err.value), str(err.value)  # no HTTP-layer internals
     library = [r for r in caplog.records if not r.name.startswith(("nexus", "trace_core"))]
     assert not [r.getMessage()[:120] for r in library if r.levelno >= logging.INFO or "http" in r.getMessage()]
 
@@ -217,3 +217,15 @@ def test_exit_does_not_wait_for_ever_on_an_idle_thread(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3, done.stderr
     assert time.monotonic() - started < 30  # it would never end: the bound is what is tested
+
+
+@pytest.mark.parametrize("exc, words", [
+    (OSError("error sending request > error resolving DNS > no records found for Query { name: x }"), "(DNS)"),
+    (TimeoutError("timed out"), "did not answer in time"),
+    (ConnectionRefusedError("Connection refused"), "could not connect"),
+    (ValueError("bad https://x.example/q?secret=1 thing"), "ValueError: bad https://x.example thing"),
+])
+def test_a_search_failure_is_said_in_words(exc, words):
+    from nexus.web import network_problem
+
+    assert words in network_problem(exc)
