@@ -53,12 +53,12 @@ class SessionCommands:
         self.switch_session(path, f"Opened {path.stem}.")
 
     def cmd_rename(self, args: list[str]) -> None:
-        if len(args) != 1:
+        if not args:
             raise C.UsageError(C.BY_NAME["rename"].usage)
         self.need_session()
         if self.refused_while_busy():
             return
-        self.rename_worker(args[0])
+        self.rename_worker(" ".join(args))  # "my chat" becomes the file name my-chat
 
     @background(group="session", exclusive=True)
     def rename_worker(self, new_name: str) -> None:

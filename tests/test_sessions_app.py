@@ -152,18 +152,18 @@ async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, dat
         await type_and_send(pilot, app, "/open nosuchsession")
         await wait_for(pilot, lambda: "No session named 'nosuchsession'" in notices(app))
         # /rename: the open session's files move; it reopens under the new name with its history
-        await type_and_send(pilot, app, "/rename bikes")
-        await wait_for(pilot, lambda: "Renamed first to bikes" in notices(app))
+        await type_and_send(pilot, app, "/rename bike trips")
+        await wait_for(pilot, lambda: "Renamed first to bike-trips" in notices(app))
         await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None)
-        assert app.session_path.name == "bikes.db" and not first.exists()
+        assert app.session_path.name == "bike-trips.db" and not first.exists()
         assert len(app.session.tree.exchanges) == 1 and len(shown_indexes(app)) == 1
         assert sessions.last_session() == app.session_path
         # the palette lists sessions
         from nexus.app import SessionProvider
 
         provider = SessionProvider(app.screen)
-        hits = [h async for h in provider.search("bikes")]
-        assert any("open session bikes" in str(h.text) for h in hits)
+        hits = [h async for h in provider.search("bike-trips")]
+        assert any("open session bike-trips" in str(h.text) for h in hits)
 
 
 async def test_new_then_restart_resumes_the_new_one_and_the_old_stays_reachable(server, tmp_path, minilm,
