@@ -37,6 +37,20 @@ def normalise(matrix: np.ndarray) -> np.ndarray:
     return matrix / norms
 
 
+# How much more the user's message counts than the reply in an exchange's vector (where
+# it is placed, its topic's centroid). The user's message says what the exchange is
+# about; a reply that echoes the prompt or says "I don't know." says nothing of it, and
+# with equal weights four unrelated questions with such replies were one topic (2 was
+# not enough, 3 separates them: tests/test_placement_by_subject.py). On LoCoMo it moved
+# nothing beyond noise (README).
+EXCHANGE_USER_WEIGHT = 3.0
+
+
+def exchange_vector(user: np.ndarray, assistant: np.ndarray) -> np.ndarray:
+    """An exchange's unit vector from its two sides' vectors."""
+    return normalise(EXCHANGE_USER_WEIGHT * np.asarray(user, dtype=np.float32) + np.asarray(assistant, dtype=np.float32))
+
+
 class Embedder:
     """Base class: subclasses implement ``_encode(texts) -> (n, dim) array``."""
 

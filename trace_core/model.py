@@ -12,7 +12,7 @@ from typing import overload
 
 import numpy as np
 
-from .embedders import Embedder, normalise
+from .embedders import Embedder, exchange_vector, normalise
 from .nodes import MessageNode, Node, TopicNode
 from .rows import BrokenRowsError, NodeRow, node_rows, rebuild
 
@@ -58,7 +58,7 @@ class VectorCache:
         vec = self._vectors.get(index)
         if vec is None:
             x = self._exchanges[index]
-            vec = normalise(self._embedder().embed_batch([x.user, x.assistant]).mean(axis=0))
+            vec = exchange_vector(*self._embedder().embed_batch([x.user, x.assistant]))
             self._vectors[index] = vec
         return vec
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .embedders import Embedder, normalise
+from .embedders import Embedder, exchange_vector, normalise
 from .model import TreeModel
 from .nodes import MessageNode, Node, TopicNode
 from .rows import BrokenRowsError, NodeRow
@@ -213,11 +213,12 @@ class TreeStore:
         self.model.vectors.replace_exchanges(self._exchange_vectors())
 
     def _exchange_vectors(self) -> dict[int, np.ndarray]:
-        sums: dict[int, np.ndarray] = {}
+        sides: dict[int, dict[str, np.ndarray]] = {}
         for xidx, role, v in self.db.message_vectors():
             if role in ("user", "assistant"):
-                sums[xidx] = sums[xidx] + v if xidx in sums else v.copy()
-        return {k: normalise(v) for k, v in sums.items()}
+                sides.setdefault(xidx, {})[role] = v
+        return {k: exchange_vector(s["user"], s["assistant"]) if len(s) == 2 else normalise(next(iter(s.values())))
+                for k, s in sides.items()}
 
 
 # --- JSON export / import -------------------------------------------------------------------

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import events as ev
 from .archive import Archive
-from .embedders import Embedder, EmbedFnLike, as_embedder, normalise
+from .embedders import Embedder, EmbedFnLike, as_embedder, exchange_vector
 from .exchange_input import storable, validate_exchange
 from .fanout import FanoutBalancer
 from .judges import EmbeddingJudge, Judges, LLMJudge
@@ -200,7 +200,7 @@ class CTree(TreeReading):
             if self._vdb is not None and index == 0:
                 self._check_embedder()
             role_vecs = dict(zip([m["role"] for m in msgs], vecs))
-            vector = normalise(role_vecs["user"] + role_vecs["assistant"])
+            vector = exchange_vector(role_vecs["user"], role_vecs["assistant"])
             placed = self.placer.place(node, vector)
             placement, topic, frozen = placed.placement, placed.topic, placed.frozen
             if self._store is not None:
@@ -371,7 +371,7 @@ class CTree(TreeReading):
                 raise ValueError(f"exchange #{node.index} is archived: restore it before replacing it")
             vecs = self.embed_fn.embed_batch([m["content"] for m in msgs])
             role_vecs = dict(zip([m["role"] for m in msgs], vecs))
-            vector = normalise(role_vecs["user"] + role_vecs["assistant"])
+            vector = exchange_vector(role_vecs["user"], role_vecs["assistant"])
             old_ids = [message_id(node.index, m["role"]) for m in node.messages]
             first = self.structure.replace_last(msgs, vector, timestamp or datetime.now(UTC).isoformat(timespec="seconds"))
             if self._store is not None:
