@@ -3,6 +3,7 @@ newlines; ↑ recalls it. Nexus runs as a user starts it, against the scripted s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sqlite3
@@ -26,6 +27,31 @@ def nexus_command(tmp_path: Path, base_url: str, session: Path) -> str:
             f"{sys.executable} -m nexus --base-url {base_url} --model test-model --no-web --session {session}")
 
 
+@contextlib.contextmanager
+def nexus_in_tmux(tmp_path: Path, srv: ScriptedServer, name: str, session: Path):
+    """Nexus started as a user does, in a tmux session ``name`` (120 × 40), until the
+    embedder is ready; yields the file its exit status is written to; kills the session."""
+    exit_file = tmp_path / "exit.txt"
+    cmd = f"cd {ROOT} && {nexus_command(tmp_path, srv.base_url, session)}; echo EXIT=$? > {exit_file}"
+    tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd)
+    try:
+        wait_screen(name, "embedder ready", 120)
+        yield exit_file
+    finally:
+        tmux("kill-session", "-t", name)
+
+
+def quit_and_wait(name: str, exit_file: Path) -> None:
+    """/quit typed, and Nexus gone within 30 s with status 0."""
+    tmux("send-keys", "-t", name, "-l", "/quit")
+    tmux("send-keys", "-t", name, "Enter")
+    end = time.time() + 30
+    while time.time() < end and not exit_file.exists():
+        time.sleep(0.3)
+    assert exit_file.exists(), "/quit did not quit; the screen:\n" + screen(name)
+    assert exit_file.read_text().strip() == "EXIT=0"
+
+
 def input_box(name: str) -> str:
     """The input editor's part of the screen: from its top border down."""
     shown = screen(name)
@@ -40,12 +66,8 @@ def test_a_pasted_stack_trace_keeps_its_lines(tmp_path):
         srv.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
                     else Reply("Divide by something else."))
         name = f"nexus-paste-{os.getpid()}"
-        exit_file = tmp_path / "exit.txt"
         session = tmp_path / "s.db"
-        cmd = f"cd {ROOT} && {nexus_command(tmp_path, srv.base_url, session)}; echo EXIT=$? > {exit_file}"
-        tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd)
-        try:
-            wait_screen(name, "embedder ready", 120)
+        with nexus_in_tmux(tmp_path, srv, name, session) as exit_file:
             subprocess.run(["tmux", "set-buffer", "-b", name, pasted], check=True)
             subprocess.run(["tmux", "paste-buffer", "-p", "-b", name, "-t", name], check=True)
             shown = wait_screen(name, "ZeroDivisionError: division by zero", 20)
@@ -67,15 +89,7 @@ def test_a_pasted_stack_trace_keeps_its_lines(tmp_path):
             tmux("send-keys", "-t", name, "-l", "second line")
             tmux("send-keys", "-t", name, "Enter")
             wait_screen(name, "remembered exchange #1", 60)
-            tmux("send-keys", "-t", name, "-l", "/quit")
-            tmux("send-keys", "-t", name, "Enter")
-            end = time.time() + 30
-            while time.time() < end and not exit_file.exists():
-                time.sleep(0.3)
-            assert exit_file.exists(), "/quit did not quit; the screen:\n" + screen(name)
-            assert exit_file.read_text().strip() == "EXIT=0"
-        finally:
-            tmux("kill-session", "-t", name)
+            quit_and_wait(name, exit_file)
         sent = [r for r in srv.chat_requests() if not r.get("response_format")]
         assert sent[0]["messages"][-1]["content"] == pasted
     con = sqlite3.connect(session)

@@ -17,7 +17,7 @@ import time
 
 import pytest
 from scripted_server import Reply, ScriptedServer
-from test_nexus_paste_tmux import input_box, nexus_command
+from test_nexus_paste_tmux import input_box, nexus_in_tmux, quit_and_wait
 from test_nexus_tmux import screen, tmux, wait_screen
 
 from nexus.paste_guard import PASTE_END, PASTE_START, PasteCleaner
@@ -40,12 +40,8 @@ def test_fast_typing_after_a_command_and_a_dirty_paste(tmp_path):
         srv.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
                     else Reply("Noted."))
         name = f"nexus-bytes-{os.getpid()}"
-        exit_file = tmp_path / "exit.txt"
         session = tmp_path / "s.db"
-        cmd = f"{nexus_command(tmp_path, srv.base_url, session)}; echo EXIT=$? > {exit_file}"
-        tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", cmd)
-        try:
-            wait_screen(name, "embedder ready", 120)
+        with nexus_in_tmux(tmp_path, srv, name, session) as exit_file:
             # one burst: the command, Enter, the message, Enter
             tmux("send-keys", "-t", name, "/set max_tokens 50", "Enter", "What is propolis?", "Enter")
             wait_screen(name, "remembered exchange #0", 60)
@@ -59,14 +55,7 @@ def test_fast_typing_after_a_command_and_a_dirty_paste(tmp_path):
                 time.sleep(0.3)
             tmux("send-keys", "-t", name, "Enter")
             wait_screen(name, "remembered exchange #1", 60)
-            tmux("send-keys", "-t", name, "-l", "/quit")
-            tmux("send-keys", "-t", name, "Enter")
-            end = time.time() + 30
-            while time.time() < end and not exit_file.exists():
-                time.sleep(0.3)
-            assert exit_file.exists(), "/quit did not quit; the screen:\n" + screen(name)
-        finally:
-            tmux("kill-session", "-t", name)
+            quit_and_wait(name, exit_file)
         sent = [r for r in srv.chat_requests() if not r.get("response_format")]
         assert sent[0]["messages"][-1]["content"] == "What is propolis?"
         assert sent[0]["max_tokens"] == 50  # the command ran too
