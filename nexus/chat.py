@@ -52,6 +52,7 @@ class ChatSession:
         self.synth: PromptSynthesizer | None = None
         self.turn: Turn | None = None  # the request in flight
         self.kept: list[str] = []  # messages without an answer (failed, empty, cancelled early): resend with a key
+        self._kept_saved: list[str] = []
         self.unstored: list[tuple[str, str]] = []  # exchanges whose storing failed: store again with a key
         self.settings = SessionSettings()  # /system, /set: read from the session file when it opens
         self.recent: list[dict] = []
@@ -81,6 +82,7 @@ class ChatSession:
         self.tree = tree
         self.settings = SessionSettings.load(tree.vdb)
         self.kept = load_kept(tree.vdb)
+        self._kept_saved = list(self.kept)  # what the file holds: written only when it differs
         self.synth = PromptSynthesizer(ctree=tree, vector_db=tree.vdb,
                                        memory_token_budget=mem.memory_token_budget)
         self.recent = self.recent_from_tree()
@@ -253,7 +255,7 @@ class ChatSession:
             self.emit(ev.ReplyFinished(reply, False, sources, turn.id, note=note))
         if text in self.kept:  # answered now (a resend)
             self.kept.remove(text)
-        if self._kept_in_file(text):
+        if self.kept != self._kept_saved:  # a resent message answered: the file lets it go
             self.save_kept()
         try:
             self.remember(text, reply, index=False, replace=turn.replace)
@@ -297,9 +299,6 @@ class ChatSession:
             self.kept.append(text)
         self.save_kept()
 
-    def _kept_in_file(self, text: str) -> bool:
-        return self.tree is not None and self.tree.vdb is not None and text in load_kept(self.tree.vdb)
-
     def take_kept(self) -> str | None:
         """The oldest kept message, to send again (several go in the order they were
         written). The file keeps it until it is answered (or kept again): a crash while
@@ -311,6 +310,7 @@ class ChatSession:
             return
         try:
             self.tree.vdb.set_meta(UNSENT_KEY, json.dumps(self.kept))
+            self._kept_saved = list(self.kept)
         except Exception as exc:  # the message is still on screen and in the prompt history
             self.emit(ev.Notice(f"the unsent message could not be kept in the session file: {exc}", "warning"))
 
