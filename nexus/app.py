@@ -35,7 +35,7 @@ from .scenario_runner import ScenarioController
 from .session_commands import SessionCommands, human_size
 from .session_view import SessionView, read_only_reason
 from .typeahead import typeahead_lines
-from .widgets import AssistantMessage, EventLog, MemoryTree, Notice, PromptInput
+from .widgets import AssistantMessage, EventLog, MemoryTree, Notice, PromptInput, UserMessage
 
 __all__ = ["NexusApp", "NoSession", "Cancelled", "Outgoing", "CommandProvider", "SessionProvider",
            "human_size", "read_only_reason", "server_problem"]  # names older code imports from here
@@ -76,6 +76,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.current_reply: AssistantMessage | None = None
         self.turn: Turn | None = None  # the one request in flight
         self.replies: dict[int, AssistantMessage] = {}  # turn id -> its reply widget
+        self.asked: dict[int, UserMessage] = {}  # turn id -> the message it answers
         self.outbox: list[Outgoing] = []  # messages shown, not sent yet
         self.vision_busy = False  # /ingest holds the vision model: messages wait
         self.listed_model = ""  # the first model the server lists (the start-up probe)

@@ -299,10 +299,15 @@ class ChatSession:
             self.kept.append(text)
         self.save_kept()
 
-    def take_kept(self) -> str | None:
-        """The oldest kept message, to send again (several go in the order they were
-        written). The file keeps it until it is answered (or kept again): a crash while
-        it is resent loses nothing."""
+    def take_kept(self, text: str | None = None) -> str | None:
+        """The oldest kept message (or ``text``, when kept), to send again or edit (several
+        go in the order they were written). The file keeps it until it is answered (or kept
+        again): a crash while it is resent, or quitting while it is edited, loses nothing."""
+        if text is not None:
+            if text not in self.kept:
+                return None
+            self.kept.remove(text)
+            return text
         return self.kept.pop(0) if self.kept else None
 
     def save_kept(self) -> None:

@@ -6,7 +6,8 @@ from . import commands as C
 from .chat import ChatSession
 from .failures import background
 from .keys import ALL_KEYS, key_for
-from .widgets import PromptInput, two_columns
+from .replies import UNSENT_STATE
+from .widgets import PromptInput, UserMessage, two_columns
 
 
 class ChatCommands:
@@ -104,6 +105,8 @@ class ChatCommands:
     def cmd_edit(self, args: list[str]) -> None:
         if args:
             raise C.UsageError(C.BY_NAME["edit"].usage)
+        if self.edit_unanswered():
+            return
         last = self._last_exchange("edit")
         if last is None:
             return
@@ -112,6 +115,22 @@ class ChatCommands:
         prompt.focus()
         self.editing = last.index
         self.chat_notice(f"Editing #{last.index}: Enter sends it in place of the old exchange.")
+
+    def edit_unanswered(self) -> bool:
+        """/edit when the newest message shown got no answer: that message goes back to the
+        input (its bubble goes; sent, it is a new message). False when it was answered."""
+        shown = list(self.query(UserMessage))
+        newest = shown[-1] if shown else None
+        if newest is None or newest.state != UNSENT_STATE or self.session is None \
+                or self.session.take_kept(newest.text) is None:
+            return False
+        newest.remove()
+        prompt = self.query_one("#prompt", PromptInput)
+        self.call_after_refresh(setattr, prompt, "value", newest.text)  # after the submit clears the input
+        prompt.focus()
+        self.editing = None
+        self.chat_notice("Editing your message that got no answer: Enter sends it.")
+        return True
 
     def cmd_clear(self, args: list[str]) -> None:
         self.query_one("#chat").remove_children()

@@ -37,7 +37,7 @@ COMMANDS = [
     Command("system", "/system [text|--clear]", "show or set this session's system prompt (sent before memory)", "system"),
     Command("set", "/set temperature|top_p|max_tokens <value>", "this session's sampling (stored with it)", "set"),
     Command("retry", "/retry", "regenerate the last reply (it replaces that exchange in memory)", "retry"),
-    Command("edit", "/edit", "put the last message back in the input; sending replaces that exchange", "edit"),
+    Command("edit", "/edit", "put the last message back in the input; sending replaces that exchange (one that got no answer is sent as new)", "edit"),
     Command("export", "/export [path] [--tree]", "write the conversation as Markdown (--tree: with the topic outline)", "export"),
     Command("clear", "/clear", "clear the chat pane (memory is kept)", "clear"),
     Command("help", "/help", "this list", "help"),

@@ -96,7 +96,7 @@ class EngineView:
         self.log_line(f"retrieval: {len(r.exchanges)} exchanges in {len(r.paths)} branches, {ratio}, "
                       f"{r.seconds * 1000:.1f} ms")
         for p in r.paths:
-            self.log_line(f"  branch {p.path}  best entry cos {p.best_entry:.2f}, topic cos {p.similarity:.2f} "
+            self.log_line(f"  branch {p.path}  best entry cos {p.best_entry:.2f}, topic score {p.similarity:.2f} "
                           f"bm25 {p.keyword:.2f}  ({p.exchanges} entries)")
         for x in r.exchanges[:12]:
             tag = f" [{x.status}]" if x.status else ""

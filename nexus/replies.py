@@ -89,6 +89,7 @@ class Replies:
         if item.shown.parent is not chat:  # the chat pane was cleared (/new, /clear): show it again
             item.shown = UserMessage(item.text)
             chat.mount(item.shown)
+        self.asked[turn.id] = item.shown
         chat.mount(reply, after=item.shown)
         for rest in self.outbox:
             rest.shown.set_state("queued — sent when the reply before it ends")
@@ -186,7 +187,19 @@ class Replies:
                              "it again.", "error")
         else:
             self.chat_notice(f"Not sent: {e.problem}.", "error")
+            self.give_back(e.turn, e.user)
         self.log_line(f"reply failed: {e.problem}", "error")
+
+    def give_back(self, turn: int, text: str) -> None:
+        """A message refused before sending (too long) is not kept: it goes back to the
+        input, to shorten, when the input is empty; otherwise its bubble stays, to copy."""
+        prompt = self.query_one("#prompt", PromptInput)
+        if prompt.value.strip():
+            return
+        prompt.value = text
+        asked = self.asked.get(turn)
+        if asked is not None and asked.is_attached:
+            asked.remove()
 
     def on_store_failed_message(self, message: M.StoreFailedMessage) -> None:
         e = message.event
@@ -202,6 +215,9 @@ class Replies:
         turn = message.event.turn
         if self.replies.pop(turn, None) is self.current_reply:
             self.current_reply = None
+        asked = self.asked.pop(turn, None)
+        if asked is not None and asked.is_attached and self.session is not None and asked.text in self.session.kept:
+            asked.set_state(UNSENT_STATE)  # no answer: Ctrl+R sends it again, and this one goes
         if self.turn is not None and self.turn.id == turn:
             self.turn = None
         if not self._leaving:

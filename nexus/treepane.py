@@ -33,6 +33,12 @@ def _safe(text: str) -> str:
     return safe(text)
 
 
+def _cut(text: str, chars: int) -> str:
+    """One line of at most ``chars`` characters; a cut one ends in an ellipsis."""
+    text = " ".join(text.split())
+    return text if len(text) <= chars else text[: chars - 1].rstrip() + "…"
+
+
 class MemoryTree(ReportsFailures, Tree):
     """The live context tree (see the module docstring)."""
 
@@ -285,11 +291,11 @@ class MemoryTree(ReportsFailures, Tree):
                 start = len(old)
             for key, child in zip(keys[start:], self._child_items(row)[start:]):
                 if child is None:
-                    node.add_leaf(Text("↳ " + _safe(key[1][:200]), style="italic dim"))
+                    node.add_leaf(Text("↳ " + _safe(_cut(key[1], 200)), style="italic dim"))
                 elif child.is_topic:
                     self._add_topic(node, snap.topics[child.node_id])
                 else:
-                    node.add_leaf(Text(f"#{child.index} " + _safe(" ".join(child.user.split())[:70]), style="dim"),
+                    node.add_leaf(Text(f"#{child.index} " + _safe(_cut(child.user, 70)), style="dim"),
                                   data=child)
             self._shown[row.node_id] = keys
             for child in node.children:

@@ -11,6 +11,7 @@ from scripted_server import Reply
 
 from nexus.app import NexusApp
 from nexus.config import load_config
+from nexus.replies import UNSENT_STATE
 from nexus.widgets import AssistantMessage, EventLog, MemoryTree, Notice, UserMessage
 
 
@@ -240,6 +241,9 @@ async def test_server_down_then_up(tmp_path, minilm, data_dir):
         assert f"127.0.0.1:{port}" in notices(app)
         assert app.session.pending == "Are you there?"
         assert len(app.session.tree.exchanges) == 0
+        # the message says it got no answer (where it stands, not just in the notice)
+        await wait_for(pilot, lambda: [m.state for m in app.query(UserMessage) if m.text == "Are you there?"]
+                       == [UNSENT_STATE])
         # the app stays usable
         await type_and_send(pilot, app, "/stats")
         await wait_for(pilot, lambda: "exchanges: 0" in notices(app))
@@ -250,6 +254,8 @@ async def test_server_down_then_up(tmp_path, minilm, data_dir):
             await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         assert app.session.tree.exchanges[0].user == "Are you there?"
         assert app.session.pending is None
+        # sent again, the message is shown once: above its answer, not also where it failed
+        assert [m.state for m in app.query(UserMessage) if m.text == "Are you there?"] == [""]
 
 
 async def test_a_corrupt_session_is_reported_and_left_untouched(server, tmp_path, minilm, data_dir):

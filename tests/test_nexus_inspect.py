@@ -488,3 +488,22 @@ def test_exchange_status_names_a_real_correction_not_chit_chat(tmp_path, minilm)
         assert exchange_detail(tree, 1, synth).status == ""  # "keep you updated" corrects nothing
         assert exchange_detail(tree, 2, synth).status == ""
     tree.close()
+
+
+async def test_a_long_message_or_summary_is_cut_with_an_ellipsis_in_the_pane(server, tmp_path, minilm, data_dir):
+    long = ("My neighbour Ottilie grows San Marzano tomatoes on her balcony in Ghent and wants to know "
+            "when to move the seedlings outside this spring")
+    path = tmp_path / "long.db"
+    build_session(path, minilm, talk=[(long, "After the last frost, in mid-May."), ("Short one.", "Yes.")])
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        for node in topic_nodes(pane):
+            node.expand()
+        await wait_for(pilot, lambda: any(str(c.label).startswith("#0 ") for n in topic_nodes(pane)
+                                          for c in n.children), what="exchanges shown")
+        labels = [str(c.label) for n in topic_nodes(pane) for c in n.children]
+        first = next(label for label in labels if label.startswith("#0 "))
+        assert len(long) > 70 and first.endswith("…") and long.startswith(first[3:-1])
+        assert "#1 Short one." in labels  # a short one is shown whole, with no mark

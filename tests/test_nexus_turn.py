@@ -211,6 +211,9 @@ async def test_the_prompt_fits_the_context_and_a_message_too_long_is_refused(ser
         await wait_for(pilot, lambda: "Not sent: your message is about 1,000 tokens" in notices(app))
         assert len(chats(server)) == sent  # refused before sending
         assert len(app.session.tree.exchanges) == 4
+        # not kept for Ctrl+R (it would be refused again): back in the input, to shorten
+        await wait_for(pilot, lambda: app.query_one("#prompt").value == "x" * 4000)
+        assert "x" * 4000 not in [m.text for m in app.query(UserMessage)]
 
 
 async def test_a_failure_while_storing_is_shown_kept_and_stored_again_with_ctrl_r(server, tmp_path, minilm,
@@ -290,6 +293,34 @@ async def test_leaving_while_a_reply_streams_stores_the_message_and_the_partial_
         assert user_of(chats(server)[-1]) == "and this one is still queued"
     tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
     assert load_kept(tree.vdb) == []  # answered: no longer kept
+    tree.vdb.close()
+
+
+async def test_edit_takes_back_the_newest_message_when_it_got_no_answer(server, tmp_path, minilm, data_dir):
+    server.respond(chat_reply("Noted."))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "an answered message")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        server.respond(chat_only(lambda req: Reply("")))  # the model answers nothing
+        await type_and_send(pilot, app, "a message with a typo in it")
+        await wait_for(pilot, lambda: app.session.pending == "a message with a typo in it")
+        await wait_for(pilot, lambda: [m.state for m in app.query(UserMessage)][-1:] == [UNSENT_STATE])
+        await type_and_send(pilot, app, "/edit")
+        await wait_for(pilot, lambda: app.query_one("#prompt").value == "a message with a typo in it")
+        assert "a message with a typo in it" not in [m.text for m in app.query(UserMessage)]
+        server.respond(chat_reply("Fixed."))
+        app.query_one("#prompt").value = ""
+        await type_and_send(pilot, app, "a message without the typo")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+        assert [x.user for x in app.session.tree.exchanges] == ["an answered message", "a message without the typo"]
+        assert app.session.pending is None  # the edited one replaced the unanswered one
+    from trace_core import CTree
+
+    tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
+    assert load_kept(tree.vdb) == []
     tree.vdb.close()
 
 

@@ -25,7 +25,7 @@ class InjectedPath:
     node_id: str
     path: str
     summary: str
-    similarity: float  # the branch's topic summary to the query (0 for a topic not yet summarised)
+    similarity: float  # the topic's score: its summary's cosine to the query + 0.25 × its relative BM25 (0 unsummarised)
     keyword: float  # BM25 of its name and summary
     exchanges: int  # lines shown under it
     entries: tuple[int, ...] = ()  # the exchanges shown under it
