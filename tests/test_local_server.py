@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from trace_core.local_server import END, START, LoopGuard, format_prompt, loop_length
+from trace_core.local_server import END, REPEATED_RUN, START, LoopGuard, RepeatedRun, format_prompt, loop_length
 
 FOREIGN_MARKERS = ("[INST]", "[/INST]", "<<SYS>>", "<</SYS>>", START, END, "<|im_start|>", "<|im_end|>")
 
@@ -61,6 +61,45 @@ def test_the_loop_guard_looks_only_at_the_reply():
             stopped_at = i + 1
             break
     assert stopped_at == len(reply)  # stops once the 16-token run has come four times, not before
+
+
+def test_a_reply_cycling_through_long_paragraphs_is_stopped_at_its_second_round():
+    """gemma-270m cycles through ~250 tokens of paragraphs (its system prompt, the user's
+    message, a made-up website...): too long a period for the back-to-back rule."""
+    prompt = list(range(5000, 5040))
+    cycle = list(range(1000, 1250))  # 250 distinct tokens, said again and again
+    guard = LoopGuard()
+    seen = prompt[:]
+    guard(seen, None)
+    stopped_at = None
+    for i, tok in enumerate([7, 8, 9] + cycle * 3):
+        seen.append(tok)
+        if guard(seen, None):
+            stopped_at = i + 1
+            break
+    assert stopped_at == 3 + len(cycle) + REPEATED_RUN  # as the first run of 48 is said again
+
+
+def test_a_long_reply_that_repeats_nothing_is_not_stopped():
+    import random
+    rng = random.Random(7)
+    words = [rng.randrange(30000) for _ in range(2000)]  # prose: short phrases recur, long runs do not
+    for i in range(0, 2000, 40):
+        words[i:i + 6] = [1, 2, 3, 4, 5, 6]  # a six-token phrase said fifty times
+    check = RepeatedRun()
+    assert not any(check(words[:n]) for n in range(0, 2001, 50))
+    assert RepeatedRun()(words[:500] + words[100:100 + REPEATED_RUN])  # one long run said again
+
+
+def test_the_repeated_run_check_reads_each_run_once():
+    check = RepeatedRun(run=4)
+    tokens = [1, 2, 3, 4, 5]
+    assert check(tokens) is False
+    assert check.done == 6
+    tokens += [1, 2, 3]
+    assert check(tokens) is False  # ...5,1,2,3: no run of four said twice yet
+    tokens += [4]
+    assert check(tokens) is True
 
 
 def _chat(base_url: str, body: dict) -> dict:

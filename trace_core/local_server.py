@@ -28,6 +28,10 @@ MIN_REPEAT_PENALTY = 1.1
 # a run of at least LOOP_MIN_PERIOD tokens repeated LOOP_REPEATS times back to back is a loop:
 # natural text does not do that, a tiny model stuck in a loop does it for thousands of tokens
 LOOP_MIN_PERIOD, LOOP_MAX_PERIOD, LOOP_REPEATS = 8, 96, 4
+# a reply that says again, word for word, a run of REPEATED_RUN tokens it has already said is
+# cycling through paragraphs (gemma-270m's cycles run 200-300 tokens: too long for the rule above
+# within a reply's max_tokens); prose and code do not repeat 48 tokens verbatim
+REPEATED_RUN = 48
 
 
 def _text(content) -> str:
@@ -81,18 +85,41 @@ def loop_length(tokens: Sequence[int], min_period: int = LOOP_MIN_PERIOD, max_pe
     return 0
 
 
+class RepeatedRun:
+    """Whether a token sequence, fed as it grows, has said a run of ``run`` tokens twice
+    (overlapping or not). Each run is hashed once: O(run) per token."""
+
+    def __init__(self, run: int = REPEATED_RUN) -> None:
+        self.run = run
+        self.seen: set[tuple[int, ...]] = set()
+        self.done = 0  # runs ending before this position are in ``seen``
+
+    def __call__(self, tokens: Sequence[int]) -> bool:
+        found = False
+        for end in range(max(self.done, self.run), len(tokens) + 1):
+            key = tuple(int(t) for t in tokens[end - self.run:end])
+            found = found or key in self.seen
+            self.seen.add(key)
+        self.done = max(self.done, len(tokens) + 1)
+        return found
+
+
 class LoopGuard:
-    """A llama_cpp stopping criterion: stop when the generated tokens end in a loop.
-    llama_cpp calls it after sampling each token with the tokens evaluated so far: the
-    prompt at the first call, then the prompt and the reply but its newest token."""
+    """A llama_cpp stopping criterion: stop when the generated tokens end in a loop, or
+    say again a long run they already said. llama_cpp calls it after sampling each token
+    with the tokens evaluated so far: the prompt at the first call, then the prompt and
+    the reply but its newest token."""
 
     def __init__(self) -> None:
         self.prompt_len: int | None = None
+        self.repeated = RepeatedRun()
 
     def __call__(self, input_ids, logits) -> bool:
         if self.prompt_len is None:
             self.prompt_len = len(input_ids)
         generated = input_ids[self.prompt_len:]
+        if self.repeated(generated):
+            return True
         if len(generated) < LOOP_MIN_PERIOD * LOOP_REPEATS:
             return False
         return loop_length(generated) > 0
