@@ -5,6 +5,7 @@ real server with gemma-3-270m (few calls, short prompts, max_tokens ≤ 48)."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 
 import pytest
@@ -78,6 +79,9 @@ def test_a_reply_cycling_through_long_paragraphs_is_stopped_at_its_second_round(
             stopped_at = i + 1
             break
     assert stopped_at == 3 + len(cycle) + REPEATED_RUN  # as the first run of 48 is said again
+    # llama_cpp asks once more when generation has ended: a False then reports the stop
+    # as finish_reason "length" ("reply cut at max_tokens" in Nexus)
+    assert guard(seen, None) is True
 
 
 def test_a_long_reply_that_repeats_nothing_is_not_stopped():
@@ -202,3 +206,31 @@ def test_the_server_dies_with_the_process_that_started_it(tmp_path):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+@pytest.mark.llama
+def test_a_request_made_while_a_reply_streams_does_not_end_that_reply(llama_server):
+    """llama.cpp's server ended a streaming reply (no finish_reason: Nexus reported it as
+    failed) when any other request came in, GET /models included."""
+    import threading
+
+    from openai import OpenAI
+
+    client = OpenAI(base_url=llama_server.base_url, api_key="x", max_retries=0, timeout=120)
+    stream = client.chat.completions.create(
+        model=llama_server.model_name, max_tokens=40, temperature=0, stream=True,
+        messages=[{"role": "user", "content": "Name ten colours, one per line."}])
+    listed: list[int] = []
+    other = threading.Thread(target=lambda: listed.append(
+        urllib.request.urlopen(f"{llama_server.base_url}/models", timeout=120).status))
+    finish, chunks = None, 0
+    for chunk in stream:
+        chunks += 1
+        if chunks == 2:
+            other.start()
+            time.sleep(1.0)  # the other request is waiting on the model's lock now
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+    other.join(120)
+    assert chunks > 3 and finish in ("stop", "length"), (chunks, finish)
+    assert listed == [200]  # answered too, once the reply was done

@@ -78,7 +78,10 @@ class LocalLLMServer:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         cmd = [sys.executable, "-m", "trace_core.local_server", "--model", path, "--model_alias", MODEL_ALIAS,
                "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
-               "--reply_max_tokens", str(self.reply_max_tokens), "--verbose", "False"]
+               "--reply_max_tokens", str(self.reply_max_tokens), "--verbose", "False",
+               # llama.cpp's server otherwise ends a streaming reply, with no finish_reason, as
+               # soon as any other request arrives — even GET /models (Tab after /model)
+               "--interrupt_requests", "False"]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_die_with_parent)
         deadline = time.time() + timeout

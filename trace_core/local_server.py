@@ -93,15 +93,16 @@ class RepeatedRun:
         self.run = run
         self.seen: set[tuple[int, ...]] = set()
         self.done = 0  # runs ending before this position are in ``seen``
+        self.found = False  # once true, stays true: llama_cpp asks again after generation
+        # ends, and a False then reports the stop as finish_reason "length"
 
     def __call__(self, tokens: Sequence[int]) -> bool:
-        found = False
         for end in range(max(self.done, self.run), len(tokens) + 1):
             key = tuple(int(t) for t in tokens[end - self.run:end])
-            found = found or key in self.seen
+            self.found = self.found or key in self.seen
             self.seen.add(key)
         self.done = max(self.done, len(tokens) + 1)
-        return found
+        return self.found
 
 
 class LoopGuard:
