@@ -52,6 +52,15 @@ class TopicsFrozen(EngineEvent):
 
 
 @dataclass(frozen=True)
+class GroupRenamed(EngineEvent):
+    """A grouping topic named again: its largest parts changed."""
+
+    before: str
+    after: str
+    node_id: str
+
+
+@dataclass(frozen=True)
 class ReorganizeProgress(EngineEvent):
     phase: str
     done: int

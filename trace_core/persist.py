@@ -77,14 +77,16 @@ class TreeStore:
         self.db.set_meta("current_node", self.model.current.node_id)
         self.db.set_meta("max_children", str(self.max_children()))
 
-    def persist_add(self, node: MessageNode, msgs, vecs, frozen, new_topics) -> None:
-        """One transaction: the exchange, its vectors, the nodes it changed, new summaries."""
+    def persist_add(self, node: MessageNode, msgs, vecs, frozen, new_topics, renamed=()) -> None:
+        """One transaction: the exchange, its vectors, the nodes it changed (groups named
+        again among them, with their exchanges' thread paths), new summaries."""
         model = self.model
         first = len(model.conversation) - len(msgs)
         changed: dict[str, Node] = {node.node_id: node}
-        for t in model.active_path() + list(new_topics) + list(frozen):
+        groups = [g for g, _old in renamed]
+        for t in model.active_path() + list(new_topics) + list(frozen) + groups:
             changed[t.node_id] = t
-        moved: list[Node] = []
+        moved: list[Node] = list(groups)
         for t in new_topics:
             for c in t.children:  # children moved under a new subtopic changed parent
                 changed[c.node_id] = c
@@ -94,7 +96,7 @@ class TreeStore:
             for cv in conversation_vectors(model, node, first, vecs):
                 self.db.add_conversation_message(cv)
             self.db.save_nodes([NodeRow.of(n, _parent_id(n)) for n in changed.values()])
-            self._upsert_summaries(self._frozen_topics(frozen))
+            self._upsert_summaries(self._frozen_topics(list(dict.fromkeys([*frozen, *groups]))))
             if moved:
                 self._refresh_paths(moved)
             self._meta()

@@ -3,12 +3,13 @@ the active path, and the summaries of topics that froze meanwhile."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .embedders import normalise
 from .fanout import FanoutBalancer
+from .group_names import GroupNames
 from .judges import Judges, Placement, PlacementContext
 from .model import TreeModel
 from .nodes import MessageNode, TopicNode
@@ -21,16 +22,20 @@ class Placed:
     topic: TopicNode  # where the exchange went
     new_topics: list[TopicNode]  # opened by the judge or by the fan-out
     frozen: list[TopicNode]  # left the active path, summarised
+    renamed: list[tuple[TopicNode, str]] = field(default_factory=list)  # groups named again, with the old name
 
 
 class Placer:
-    """Handed the tree model, the judges, the fan-out balancer and the summaries."""
+    """Handed the tree model, the judges, the fan-out balancer, the summaries and the
+    group names."""
 
-    def __init__(self, model: TreeModel, judges: Judges, balancer: FanoutBalancer, summaries: Summaries) -> None:
+    def __init__(self, model: TreeModel, judges: Judges, balancer: FanoutBalancer, summaries: Summaries,
+                 group_names: GroupNames) -> None:
         self.model = model
         self.judges = judges
         self.balancer = balancer
         self.summaries = summaries
+        self.group_names = group_names
 
     def place(self, node: MessageNode, vector: np.ndarray) -> Placed:
         """Put ``node`` (the next exchange, unit ``vector``) in the tree. Call under the tree's lock."""
@@ -41,8 +46,22 @@ class Placer:
         topic = self._attach(node, vector, placement)
         new_topics = [topic] if placement.action == "new" else []
         new_topics += self._balance_path()
-        frozen = self.summaries.freeze(old_path, model.active_path(), new_topics)
-        return Placed(placement, topic, new_topics, frozen)
+        new_path = model.active_path()
+        renamed = self._rename_groups(old_path + new_path)  # before the freeze: its summary rows carry names
+        frozen = self.summaries.freeze(old_path, new_path, new_topics)
+        return Placed(placement, topic, new_topics, frozen, renamed)
+
+    def _rename_groups(self, topics: list[TopicNode]) -> list[tuple[TopicNode, str]]:
+        """The groups along both active paths, named again where their largest parts
+        changed (a topic filed into one, or grown inside it)."""
+        out, seen = [], set()
+        for t in topics:
+            if t.is_group and t.parent is not None and t.node_id not in seen:
+                seen.add(t.node_id)
+                before = t.topic_name
+                if self.group_names.refresh(t):
+                    out.append((t, before))
+        return out
 
     def context(self, node: MessageNode, vector: np.ndarray) -> PlacementContext:
         model = self.model

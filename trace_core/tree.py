@@ -17,9 +17,10 @@ from .archive import Archive
 from .embedders import Embedder, EmbedFnLike, as_embedder, exchange_vector
 from .exchange_input import storable, validate_exchange
 from .fanout import FanoutBalancer
+from .group_names import GroupNames
 from .judges import EmbeddingJudge, Judges, LLMJudge
 from .model import ARROW, ROOT_ID, TreeModel
-from .nodes import MessageNode, Node, TopicNode
+from .nodes import MessageNode, TopicNode
 from .persist import TreeStore, conversation_vectors, load_json, open_session, tree_to_json
 from .placement import Placer
 from .render import render_tree
@@ -74,9 +75,10 @@ class CTree(TreeReading):
         self.judges = Judges(judge, embedding_judge or EmbeddingJudge(), llm, self._on_llm_failure)
         self.structure = TreeModel(lambda: self.embed_fn)
         self.summaries = Summaries(self.structure, self.judges, lambda: self.embed_fn, judge == "llm")
-        self.balancer = FanoutBalancer(max_children, self.structure.vectors.node, self._name_group,
+        self.group_names = GroupNames(self.judges.name_topic)
+        self.balancer = FanoutBalancer(max_children, self.structure.vectors.node, self.group_names.name,
                                        self.structure.stale.add)
-        self.placer = Placer(self.structure, self.judges, self.balancer, self.summaries)
+        self.placer = Placer(self.structure, self.judges, self.balancer, self.summaries, self.group_names)
         self._vdb: VectorDatabase | None = None
         self._store: TreeStore | None = None
         self._undo = UndoLog()  # the last reorganisation's before state when there is no store
@@ -161,29 +163,6 @@ class CTree(TreeReading):
         if self._vdb is not None:
             self._vdb.check_embedder(self.embed_fn.name, self.embed_fn.dim)
 
-    def _name_group(self, group: list[Node]) -> str:
-        """A name for a new grouping topic: from its subtopics' names (short texts: this
-        runs for every group the fan-out creates), or from its exchanges. A subtopic
-        counts by its exchanges, and the name is made of the largest parts that hold two
-        thirds of them: a one-exchange aside does not name a group of eight."""
-        texts: list[tuple[str, str]] = []
-        weights: list[float] = []
-        for n in group:
-            if n.is_topic:
-                texts.append((n.topic_name, ""))
-                weights.append(float(max(1, n.message_count)))
-            else:
-                texts.append((n.user, n.assistant))
-                weights.append(1.0)
-        keep, held = set(), 0.0
-        for k in sorted(range(len(texts)), key=lambda k: -weights[k]):
-            if held >= sum(weights) * 2 / 3:
-                break
-            keep.add(k)
-            held += weights[k]
-        kept = sorted(keep)  # conversation order: the earlier word wins a tie
-        return self.judges.name_topic([texts[k] for k in kept], [weights[k] for k in kept])
-
     # --- adding an exchange -----------------------------------------------------------------
 
     def add(self, messages: Sequence[Mapping[str, Any]], timestamp: str | None = None) -> MessageNode:
@@ -204,11 +183,13 @@ class CTree(TreeReading):
             placed = self.placer.place(node, vector)
             placement, topic, frozen = placed.placement, placed.topic, placed.frozen
             if self._store is not None:
-                self._store.persist_add(node, msgs, vecs, frozen, placed.new_topics)
+                self._store.persist_add(node, msgs, vecs, frozen, placed.new_topics, placed.renamed)
         elapsed = time.perf_counter() - started
         self.events.emit(ev.JudgeDecided(placement.judge, placement.action, topic.topic_name, placement.reason, index))
         if frozen:
             self.events.emit(ev.TopicsFrozen(tuple(t.topic_name for t in frozen), level="debug"))
+        for group, before in placed.renamed:
+            self.events.emit(ev.GroupRenamed(before, group.topic_name, group.node_id, level="debug"))
         self.events.emit(ev.ExchangeAdded(index, node.node_id, self.thread_path(node), elapsed, level="debug"))
         if self.auto_save_path:
             self.save(self.auto_save_path)

@@ -1,0 +1,98 @@
+"""A grouping topic is named again when its largest parts change (a topic filed into
+it grew past the part that named it), in add()'s transaction: the node row, the
+exchanges' thread paths, and the name the tree pane and retrieval read."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from trace_core import CTree
+from trace_core import events as ev
+from trace_core.group_names import GroupNames, largest_parts
+from trace_core.nodes import MessageNode, TopicNode
+
+TALK = [
+    ("How do I repot my basil plant?", "Use a slightly bigger pot with fresh soil."),
+    ("What is the capital of Peru?", "Lima."),
+    ("Can you recommend a jazz album by Coltrane?", "A Love Supreme."),
+    ("How do I fix a flat bicycle tyre?", "Patch the inner tube."),
+    ("Which telescope is good for beginners?", "A 130 mm reflector."),
+] + [(f"Tell me more about Coltrane's saxophone solos on record {k}.",
+      f"Coltrane's saxophone on record {k} is modal jazz.") for k in range(8)]
+
+
+def exchange(u: str, a: str) -> list[dict]:
+    return [{"role": "user", "content": u}, {"role": "assistant", "content": a}]
+
+
+def group_of(tree: CTree, index: int) -> TopicNode:
+    node = tree.exchanges[index].parent
+    while not node.is_group:
+        node = node.parent
+    return node
+
+
+def test_the_largest_parts_hold_two_thirds_of_the_exchanges():
+    def topic(n: int) -> TopicNode:
+        t = TopicNode(f"t{n}")
+        for k in range(n):
+            t.add_child(MessageNode(k, exchange("u", "a")))
+        return t
+
+    parts = [topic(1), topic(6), topic(2), topic(1)]
+    assert largest_parts(parts) == [1, 2]  # 8 of 10 exchanges; the one-exchange asides name nothing
+    assert largest_parts([topic(1), topic(1)]) == [0, 1]
+
+
+def test_a_group_is_named_again_when_a_topic_in_it_outgrows_the_one_that_named_it(tmp_path, minilm):
+    path = tmp_path / "s.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm, max_children=3)
+    renamed: list[ev.GroupRenamed] = []
+    tree.on_event(lambda e: renamed.append(e) if isinstance(e, ev.GroupRenamed) else None)
+    names = []
+    for u, a in TALK:
+        tree.add(exchange(u, a))
+        if len(tree.exchanges) > 4 and tree.exchanges[4].parent.parent.is_group:
+            names.append(group_of(tree, 4).topic_name)
+    group = group_of(tree, 4)  # the group the telescope question was filed in
+    # named after the telescope topic when the fan-out made the group (telescope + the
+    # first Coltrane question), then after the Coltrane topic once it outgrew it
+    assert any("Telescope" in n for n in names), names
+    assert "Coltrane" in group.topic_name and "Telescope" not in group.topic_name, (names, tree.render_tree())
+    assert renamed and renamed[-1].after == group.topic_name and renamed[-1].node_id == group.node_id
+    tree.vdb.close()
+
+    # on disk: the node row, and the thread paths of the exchanges under it (retrieval shows them)
+    con = sqlite3.connect(path)
+    paths = dict(con.execute("SELECT node_id, path FROM thread_paths"))
+    con.close()
+    assert group.topic_name in paths[tree.exchanges[4].node_id]
+    assert "Telescope Beginners Reflector" not in paths[tree.exchanges[12].node_id].split(" → ")[1]
+    reopened = CTree.open(str(path), judge="embedding", embed_fn=minilm, max_children=3, read_only=True)
+    assert group_of(reopened, 4).topic_name == group.topic_name
+    assert reopened.thread_path(reopened.exchanges[4]) == paths[tree.exchanges[4].node_id]
+    reopened.vdb.close()
+
+
+def test_a_group_is_not_named_again_while_its_largest_parts_stay_the_same():
+    calls = []
+
+    def name_topic(texts, weights):
+        calls.append(texts)
+        return "Named " + str(len(calls))
+
+    names = GroupNames(name_topic)
+    group = TopicNode("Original", node_id="g1")
+    big, small = TopicNode("Big"), TopicNode("Small")
+    for k in range(4):
+        big.add_child(MessageNode(k, exchange("u", "a")))
+    small.add_child(MessageNode(4, exchange("u", "a")))
+    group.add_child(big)
+    group.add_child(small)
+    assert names.refresh(group) is False  # the first look records what named it
+    small.add_child(MessageNode(5, exchange("u", "a")))
+    assert names.refresh(group) is False and not calls  # Big still holds two thirds
+    for k in range(6, 10):
+        small.add_child(MessageNode(k, exchange("u", "a")))
+    assert names.refresh(group) is True and group.topic_name == "Named 1"
+    assert calls == [[("Big", ""), ("Small", "")]]

@@ -1,0 +1,63 @@
+"""Names of grouping topics (the fan-out's groups): made of the largest parts that hold
+two thirds of a group's exchanges, and made again when those parts change.
+
+A group is named when the fan-out creates it; the topics filed into it later, or
+growing inside it, would otherwise never reach its name ("Tomato Seedlings Outside"
+over a jazz topic three times its size). Naming again only when the set of largest
+parts changes keeps the cost (and, with ``judge="llm"``, the LLM calls) to the rare
+moments the name could change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .nodes import Node, TopicNode
+
+NameTopic = Callable[[list[tuple[str, str]], Sequence[float]], str]
+
+
+def largest_parts(parts: Sequence[Node]) -> list[int]:
+    """Indexes (in conversation order) of the largest parts holding two thirds of the
+    exchanges: a subtopic counts by its exchanges, an exchange as one."""
+    weights = [float(max(1, p.message_count)) if p.is_topic else 1.0 for p in parts]
+    keep, held, total = set(), 0.0, sum(weights)
+    for k in sorted(range(len(parts)), key=lambda k: -weights[k]):
+        if held >= total * 2 / 3:
+            break
+        keep.add(k)
+        held += weights[k]
+    return sorted(keep)  # conversation order: the earlier word wins a tie
+
+
+class GroupNames:
+    """Handed the judges' ``name_topic(texts, weights)``."""
+
+    def __init__(self, name_topic: NameTopic) -> None:
+        self.name_topic = name_topic
+        self._named_from: dict[str, tuple[str, ...]] = {}  # group id -> ids of the parts its name came from
+
+    def name(self, parts: Sequence[Node]) -> str:
+        """A name for a group of these parts (subtopics' names are short texts: this runs
+        for every group the fan-out creates)."""
+        texts = [(p.topic_name, "") if p.is_topic else (p.user, p.assistant) for p in parts]
+        weights = [float(max(1, p.message_count)) if p.is_topic else 1.0 for p in parts]
+        kept = largest_parts(parts)
+        return self.name_topic([texts[k] for k in kept], [weights[k] for k in kept])
+
+    def refresh(self, group: TopicNode) -> bool:
+        """Name ``group`` again when its largest parts are no longer those it was last
+        seen with (the first look only records them: a group just made, or read from a
+        file, has its name). True when the name changed."""
+        parts = list(group.children)
+        kept = largest_parts(parts)
+        key = tuple(parts[k].node_id for k in kept)
+        before = self._named_from.get(group.node_id)
+        self._named_from[group.node_id] = key
+        if before is None or before == key or not parts:
+            return False
+        name = self.name(parts)
+        if not name or name == group.topic_name:
+            return False
+        group.topic_name = name
+        return True
