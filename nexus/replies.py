@@ -77,6 +77,10 @@ class Replies:
         if item.command:  # its place in the queue kept the order it was typed in
             item.shown.remove()
             self.run_command(item.text)
+            chat = self.query_one("#chat")
+            for rest in self.outbox:  # what it said goes above the messages typed after it
+                if rest.shown.parent is chat:
+                    chat.move_child(rest.shown, after=chat.children[-1])
             self.drain_outbox()
             return
         item.shown.set_state("")

@@ -14,7 +14,7 @@ from test_nexus_app import chat_reply, log_text, make_config, notices, ready, ty
 from nexus.app import NexusApp
 from nexus.chat import load_kept
 from nexus.replies import UNSENT_STATE
-from nexus.widgets import AssistantMessage, UserMessage
+from nexus.widgets import AssistantMessage, Notice, UserMessage
 from trace_core.embedders import MiniLMEmbedder
 from trace_core.tokens import count_tokens
 
@@ -453,3 +453,8 @@ async def test_a_command_typed_while_the_session_opens_runs_in_its_turn(server, 
         assert chats(server)[-1]["max_tokens"] == 30
         assert "needs a session" not in notices(app)
         assert not [m for m in app.query(UserMessage) if m.text == "/set max_tokens 30"]  # ran: no longer queued
+        # the chat reads in the order things happened: the command's answer, then the message and its reply
+        shown = [w for w in app.query_one("#chat").children if w.display]
+        said = next(k for k, w in enumerate(shown) if isinstance(w, Notice) and "max_tokens = 30" in w.plain)
+        asked = next(k for k, w in enumerate(shown) if isinstance(w, UserMessage) and w.text == "Tell me about bees")
+        assert said < asked < next(k for k, w in enumerate(shown) if isinstance(w, AssistantMessage))
