@@ -14,7 +14,7 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, RichLog, Static, TextArea
 
-from trace_core.textutil import without_marks
+from trace_core.textutil import marks, without_marks
 
 from .completion import Completer
 from .keys import PROMPT_KEYS, key_for
@@ -100,7 +100,10 @@ class PastExchangeView(Widget):
     def __init__(self, x) -> None:
         super().__init__(classes="past-exchange" + (" archived" if x.archived else ""))
         self.exchange = x
-        self.source = safe(x.assistant)  # the reply's Markdown source, made safe
+        # the reply's Markdown source, made safe; the app's marks ("[reply cancelled]") are
+        # shown under it as a note, as in a live reply, not as words of the reply
+        self.source = safe(without_marks(x.assistant))
+        self.marks = [safe(m) for m in marks(x.assistant)]
         self._reply = None  # parsed once: render() runs for layout and for each paint
 
     def render(self):
@@ -119,6 +122,9 @@ class PastExchangeView(Widget):
         user = Padding(Text(safe(x.user)), (0, 1), style=self.get_component_rich_style("past-exchange--user"))
         parts.append(Padding(user, (1, 0, 0, 8)))
         parts.append(Padding(self._reply, (1, 4, 0, 0)))
+        if self.marks:
+            parts.append(Padding(Text(" · ".join(self.marks), style=self.get_component_rich_style(
+                "past-exchange--note")), (0, 1)))
         return Group(*parts)
 
 

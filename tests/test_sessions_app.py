@@ -525,3 +525,21 @@ def test_a_cancelled_reorganisation_changes_nothing_half_done(tmp_path, minilm):
     res = tree.reorganize(similarity_threshold=0.3, should_stop=lambda: False)
     assert not res["cancelled"]
     tree.vdb.close()
+
+
+async def test_a_reopened_reply_shows_its_mark_as_a_note_not_as_its_words(server, tmp_path, minilm, data_dir):
+    path = tmp_path / "marks.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    tree.add([{"role": "user", "content": "Tell me a long story about bees."},
+              {"role": "assistant", "content": "Once upon a time a hive\n\n[reply cancelled]"}])
+    tree.add([{"role": "user", "content": "Count to five."},
+              {"role": "assistant", "content": "One, two, three\n\n[reply cut at max_tokens]"}])
+    tree.vdb.close()
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: len(shown_indexes(app)) == 2)
+        first, second = (rendered(v) for v in app.query(PastExchangeView))
+        assert "Once upon a time a hive" in first and "reply cancelled" in first and "[reply cancelled]" not in first
+        assert "reply cut at max_tokens" in second and "[reply" not in second
+        assert "[reply cancelled]" in app.session.tree.exchanges[0].assistant  # what is stored is unchanged

@@ -61,6 +61,11 @@ def without_marks(text: str) -> str:
     return _MARK_LINE.sub("", text).strip() if "[" in text else text
 
 
+def marks(text: str) -> list[str]:
+    """The app's mark lines in ``text``, without their brackets ("reply cancelled")."""
+    return [m.group(0).strip()[1:-1] for m in _MARK_LINE.finditer(text)] if "[" in text else []
+
+
 def tokens(text: str) -> list[str]:
     """The one tokenizer: runs of letters and digits in any script, with inner
     apostrophes and hyphens ("don't", "self-care", "été", "東京")."""
