@@ -458,8 +458,13 @@ class VectorDatabase(TopicSummaries, TreeTables):
 
     def update_thread_paths(self, paths: dict[str, str]) -> None:
         """``node_id -> thread path`` after the tree changed shape (only rows that change)."""
+        ids = list(paths)
         with self._lock:
-            current = dict(self.con.execute("SELECT node_id, path FROM thread_paths"))
+            current: dict[str, str] = {}
+            for k in range(0, len(ids), 500):  # only the rows asked about (a long session holds 100,000)
+                chunk = ids[k:k + 500]
+                current.update(self.con.execute(
+                    f"SELECT node_id, path FROM thread_paths WHERE node_id IN ({','.join('?' * len(chunk))})", chunk))
             self.con.executemany(
                 "INSERT OR REPLACE INTO thread_paths(node_id, path) VALUES(?, ?)",
                 [(nid, p) for nid, p in paths.items() if current.get(nid) != p],
