@@ -13,6 +13,9 @@ from trace_core.local_llm import LocalLLMError, LocalLLMServer
 from .config import Config
 
 
+LOCAL_REPLY_TOKENS = 256  # --local's reply length unless one is chosen
+
+
 class LocalModel:
     """One start of the bundled server in a daemon thread; ``wait`` for it, ``apply`` it to
     the config (on the UI thread), ``stop`` it when Nexus ends."""
@@ -69,6 +72,12 @@ class LocalModel:
             config.set("memory", "judge", "embedding")
             notes.append("--local: memory.judge = embedding (the bundled model's answers about the tree are "
                          "rarely usable; no memory-model calls); set memory.judge to change it")
+        if ("models", "max_tokens") not in config.chosen:
+            # at auto (a quarter of the context, 1,024 tokens) gemma-270m rambles for a minute
+            # on two cores; its answers that say anything fit in a few sentences
+            config.set("models", "max_tokens", LOCAL_REPLY_TOKENS)
+            notes.append(f"--local: models.max_tokens = {LOCAL_REPLY_TOKENS} (the bundled model's longer "
+                         "replies mostly repeat themselves); set models.max_tokens, or /set max_tokens, to change it")
         self.applied = True
         return notes
 

@@ -49,3 +49,18 @@ def test_local_places_by_embeddings_unless_a_judge_is_chosen(tmp_path, user_toml
     assert cfg.base_url == "http://127.0.0.1:8081/v1"
     session = ChatSession(cfg, tmp_path / "s.db")
     assert (session.router.ask_llm is None) == (judge == "embedding")
+
+
+@pytest.mark.parametrize("user_toml, max_tokens", [("", 256), ("[models]\nmax_tokens = 900\n", 900)])
+def test_local_keeps_replies_short_unless_a_length_is_chosen(tmp_path, user_toml, max_tokens):
+    """At auto (a quarter of the context: 1,024 tokens) gemma-270m rambled for a minute."""
+    from nexus.config import load_config
+
+    user = tmp_path / "nexus.toml"
+    user.write_text(user_toml)
+    cfg = load_config(env={}, user_file=user)
+    server = LocalLLMServer()
+    server.port = 8081
+    notes = LocalModel(server).apply(cfg)
+    assert cfg.section("models").max_tokens == max_tokens
+    assert any("models.max_tokens = 256" in n for n in notes) == (max_tokens == 256)
