@@ -12,7 +12,6 @@ from trace_core.local_llm import LocalLLMError, LocalLLMServer
 
 from .config import Config
 
-
 LOCAL_REPLY_TOKENS = 256  # --local's reply length unless one is chosen
 
 
