@@ -19,6 +19,8 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 from textual.worker import get_current_worker
 
+from trace_core.synthesizer import clip_text
+
 from . import heap
 from .failures import ReportsFailures, background
 from .treesnap import TopicRow, TreeSnapshot, find_topics, snapshot_unlocked, take_snapshot, try_lock
@@ -31,12 +33,6 @@ def _safe(text: str) -> str:
     from .widgets import safe  # widgets re-exports this pane: imported late, not at module load
 
     return safe(text)
-
-
-def _cut(text: str, chars: int) -> str:
-    """One line of at most ``chars`` characters; a cut one ends in an ellipsis."""
-    text = " ".join(text.split())
-    return text if len(text) <= chars else text[: chars - 1].rstrip() + "…"
 
 
 class MemoryTree(ReportsFailures, Tree):
@@ -291,11 +287,11 @@ class MemoryTree(ReportsFailures, Tree):
                 start = len(old)
             for key, child in zip(keys[start:], self._child_items(row)[start:]):
                 if child is None:
-                    node.add_leaf(Text("↳ " + _safe(_cut(key[1], 200)), style="italic dim"))
+                    node.add_leaf(Text("↳ " + _safe(clip_text(key[1], 200)), style="italic dim"))
                 elif child.is_topic:
                     self._add_topic(node, snap.topics[child.node_id])
                 else:
-                    node.add_leaf(Text(f"#{child.index} " + _safe(_cut(child.user, 70)), style="dim"),
+                    node.add_leaf(Text(f"#{child.index} " + _safe(clip_text(child.user, 70)), style="dim"),
                                   data=child)
             self._shown[row.node_id] = keys
             for child in node.children:

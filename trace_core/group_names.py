@@ -17,10 +17,15 @@ from .nodes import Node, TopicNode
 NameTopic = Callable[[list[tuple[str, str]], Sequence[float]], str]
 
 
+def part_weight(part: Node) -> float:
+    """How much of a group a part is: a subtopic counts by its exchanges, an exchange as one."""
+    return float(max(1, part.message_count)) if part.is_topic else 1.0
+
+
 def largest_parts(parts: Sequence[Node]) -> list[int]:
     """Indexes (in conversation order) of the largest parts holding two thirds of the
-    exchanges: a subtopic counts by its exchanges, an exchange as one."""
-    weights = [float(max(1, p.message_count)) if p.is_topic else 1.0 for p in parts]
+    exchanges."""
+    weights = [part_weight(p) for p in parts]
     keep, held, total = set(), 0.0, sum(weights)
     for k in sorted(range(len(parts)), key=lambda k: -weights[k]):
         if held >= total * 2 / 3:
@@ -37,13 +42,12 @@ class GroupNames:
         self.name_topic = name_topic
         self._named_from: dict[str, tuple[str, ...]] = {}  # group id -> ids of the parts its name came from
 
-    def name(self, parts: Sequence[Node]) -> str:
-        """A name for a group of these parts (subtopics' names are short texts: this runs
-        for every group the fan-out creates)."""
-        texts = [(p.topic_name, "") if p.is_topic else (p.user, p.assistant) for p in parts]
-        weights = [float(max(1, p.message_count)) if p.is_topic else 1.0 for p in parts]
-        kept = largest_parts(parts)
-        return self.name_topic([texts[k] for k in kept], [weights[k] for k in kept])
+    def name(self, parts: Sequence[Node], kept: list[int] | None = None) -> str:
+        """A name for a group of these parts, from its largest ones (``kept``, when known).
+        Subtopics' names are short texts: this runs for every group the fan-out creates."""
+        chosen = [parts[k] for k in (largest_parts(parts) if kept is None else kept)]
+        return self.name_topic([(p.topic_name, "") if p.is_topic else (p.user, p.assistant) for p in chosen],
+                               [part_weight(p) for p in chosen])
 
     def refresh(self, group: TopicNode) -> bool:
         """Name ``group`` again when its largest parts are no longer those it was last
@@ -56,7 +60,7 @@ class GroupNames:
         self._named_from[group.node_id] = key
         if before is None or before == key or not parts:
             return False
-        name = self.name(parts)
+        name = self.name(parts, kept)
         if not name or name == group.topic_name:
             return False
         group.topic_name = name

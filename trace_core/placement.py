@@ -47,7 +47,7 @@ class Placer:
         new_topics = [topic] if placement.action == "new" else []
         new_topics += self._balance_path()
         new_path = model.active_path()
-        renamed = self._rename_groups(old_path + new_path)  # before the freeze: its summary rows carry names
+        renamed = self._rename_groups(old_path + new_path)
         frozen = self.summaries.freeze(old_path, new_path, new_topics)
         return Placed(placement, topic, new_topics, frozen, renamed)
 
