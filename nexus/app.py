@@ -20,6 +20,7 @@ from .chat import ChatSession, Turn
 from .chat_commands import ChatCommands
 from .completion import Completer
 from .config import Config
+from .draft import Drafts, DraftStore
 from .engine_view import EngineView
 from .failures import Failures
 from .history import HistoryPager
@@ -48,7 +49,7 @@ class NoSession(RuntimeError):
 
 
 class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures, SessionCommands,
-                MemoryCommands, ChatCommands, KeyActions, App):
+                MemoryCommands, ChatCommands, KeyActions, Drafts, App):
     """The composition point: state and layout here; each job in its own module (the bases)."""
 
     CSS_PATH = "app.tcss"
@@ -96,6 +97,9 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.models_cache: list[str] = []  # the server's models, for Tab after /model
         self.editing: int | None = None  # /edit: the exchange the next message replaces
         self._models_fetching = False
+        self.drafts = DraftStore()  # the input's unsent text, across restarts
+        self._draft_timer = None
+        self._draft_warned = False
         self.scenarios = ScenarioController(self)  # /scenario runs in a scratch session
 
     # --- layout ------------------------------------------------------------------------
@@ -121,6 +125,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.update_header()
         self.query_one("#prompt").focus()
         self.take_typeahead(self.typeahead)
+        self.restore_draft()
         self.open_session(self.session_path)
         if self.local_model is None:  # the bundled server is ours: the session's opening waits for it
             self.probe_server()

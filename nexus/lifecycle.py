@@ -100,6 +100,7 @@ class Lifecycle:
         if self._leaving:
             return
         self._leaving = True
+        self.save_draft()
         await self.settle_reply_async()
         await asyncio.to_thread(self.store_unsent, *self.take_outbox())
         self.exit(return_code=code)
@@ -112,6 +113,7 @@ class Lifecycle:
         and the reply's worker stores without needing this loop — then exit."""
         log.warning("signal %s: storing the reply in flight and leaving", signum)
         self._leaving = True
+        self.save_draft()  # first: a few bytes, and what the user typed last
         self.settle_reply()
         self.store_outbox()
         code = 128 + signum
@@ -140,6 +142,7 @@ class Lifecycle:
     async def on_unmount(self) -> None:
         # every way out waits for the reply in flight to be stored (and stores what is queued)
         self._leaving = True
+        self.save_draft()
         await self.settle_reply_async()
         await asyncio.to_thread(self.store_unsent, *self.take_outbox())
         if self.session is not None:

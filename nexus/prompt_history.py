@@ -97,3 +97,10 @@ class PromptHistory:
 
     def reset(self) -> None:
         self._pos = None
+
+    def unsent(self, shown: str) -> str:
+        """What the user has typed and not sent, ``shown`` being the input's text: while ↑
+        shows an earlier prompt unchanged, the draft that walk started from."""
+        if self._pos is not None and self._pos < len(self.items) and self.items[self._pos] == shown:
+            return self._draft
+        return shown

