@@ -1,12 +1,22 @@
 """The input's unsent text, kept across restarts: what is typed but not sent when Nexus
 closes (Ctrl+Q, a closed terminal, a crash after a pause) is in the input again when it
 starts. One file (0600) in the user data dir, like the prompt history: the input belongs
-to the app, not to a session, and the file is readable before any session has opened."""
+to the app, not to a session, and the file is readable before any session has opened.
+
+Two windows open at once do not share it: the first holds ``draft.txt`` (an advisory lock
+on ``draft.txt.lock`` for its lifetime); a later one keeps its own ``draft-PID.txt`` and
+starts with an empty input. Whichever window next takes ``draft.txt`` adopts the drafts of
+windows that have closed, so neither window's unsent text overwrites the other's."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # no advisory locks (Windows): one draft file, as before
+    fcntl = None
 
 from .config import data_dir
 
@@ -23,16 +33,79 @@ class DraftStore:
     temporary file and a rename, so a crash mid-write leaves the previous draft whole."""
 
     def __init__(self, path: Path | None = None) -> None:
-        self.path = Path(path) if path is not None else draft_path()
+        self.home = Path(path) if path is not None else draft_path()
+        self.path = self.home  # this window's draft: ``home``, or draft-PID.txt beside another window
         self._saved: str | None = None  # what the file holds, once known: unchanged text is not written again
+        self._lock_fd: int | None = None  # held while this window lives; the OS drops it at any exit
 
     def load(self) -> str:
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):  # none yet, or unreadable: start with an empty input
-            text = ""
+        """This window's draft at start: ``draft.txt`` and the drafts of closed windows
+        (joined by a blank line) for the first window, an empty input for a later one."""
+        if self._lock_fd is None and not self._claim(self.home):
+            self.path = self.home.with_name(f"{self.home.stem}-{os.getpid()}{self.home.suffix}")
+            self._claim(self.path)
+            self._saved = ""
+            return ""
+        text = _read(self.path)
         self._saved = text
+        orphans = self._orphans()
+        if orphans:
+            merged = "\n\n".join(t for t in [text.strip("\n"), *(o for _, o in orphans)] if t.strip())
+            if self.save(merged):  # kept here first, then the closed windows' files go
+                for draft, lock in (p for p, _ in orphans):
+                    draft.unlink(missing_ok=True)
+                    lock.unlink(missing_ok=True)
+                text = merged
         return text if text.strip() else ""
+
+    def _claim(self, path: Path) -> bool:
+        """Lock ``path``'s lock file for this window; False when another window holds it."""
+        if fcntl is None:
+            return True
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self._lock_path(path), os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:  # a data dir that cannot be written: saving says so later
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
+
+    def _orphans(self) -> list[tuple[tuple[Path, Path], str]]:
+        """The drafts other windows left when they closed (their lock is free), oldest first."""
+        if fcntl is None:
+            return []
+        found = []
+        locks = sorted(self.home.parent.glob(f"{self.home.stem}-*{self.home.suffix}.lock"),
+                       key=lambda p: p.stat().st_mtime)
+        for lock in locks:
+            try:
+                fd = os.open(lock, os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # that window is still open
+                continue
+            finally:
+                os.close(fd)
+            draft = lock.with_name(lock.name[: -len(".lock")])
+            found.append(((draft, lock), _read(draft)))
+        return found
+
+    def close(self) -> None:
+        """Let the draft go (the OS does the same when the process ends, however it ends)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    @staticmethod
+    def _lock_path(path: Path) -> Path:
+        return path.with_name(path.name + ".lock")
 
     def save(self, text: str) -> bool:
         """Keep ``text`` (empty: forget the draft). False when the data dir cannot be written."""
@@ -54,6 +127,13 @@ class DraftStore:
             return False
         self._saved = text
         return True
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):  # none yet, or unreadable: start with an empty input
+        return ""
 
 
 class Drafts:

@@ -145,6 +145,7 @@ class Lifecycle:
         self.save_draft()
         await self.settle_reply_async()
         await asyncio.to_thread(self.store_unsent, *self.take_outbox())
+        self.drafts.close()  # the next window (or the next app in this process) takes draft.txt
         if self.session is not None:
             self.session.close()
         if self._on_exit:

@@ -96,14 +96,48 @@ async def test_typing_at_the_first_screen_is_not_overwritten_by_the_draft(server
         assert prompt.text == "yesterday's unsent words"
 
 
+def loaded(path) -> str:
+    """What a window that opens now and closes again finds."""
+    store = DraftStore(path)
+    try:
+        return store.load()
+    finally:
+        store.close()
+
+
 def test_draft_store_bad_files_and_an_unwritable_dir(tmp_path):
     path = tmp_path / "draft.txt"
     path.write_bytes(b"\xff\xfe not utf-8 \x80")
-    assert DraftStore(path).load() == ""  # unreadable: an empty input, and Nexus starts
+    assert loaded(path) == ""  # unreadable: an empty input, and Nexus starts
     store = DraftStore(path)
-    assert store.save("kept") and DraftStore(path).load() == "kept"
+    assert store.save("kept") and loaded(path) == "kept"
     assert not (tmp_path / "draft.txt.tmp").exists()
     assert store.save("   ") and not path.exists()  # blank is no draft
     blocked = tmp_path / "file-not-dir"
     blocked.write_text("x")
     assert DraftStore(blocked / "draft.txt").save("words") is False  # said in the log, never raised
+
+
+def test_two_windows_keep_their_own_drafts_and_the_next_start_has_both(tmp_path):
+    """A second Nexus open beside the first neither shows nor overwrites the first's draft;
+    once both have closed, the next start has both texts, and the extra files are gone."""
+    path = tmp_path / "draft.txt"
+    first, second = DraftStore(path), DraftStore(path)
+    assert first.load() == "" and first.save("typed in the first window")
+    assert second.load() == ""  # not a copy of the first window's text
+    assert second.save("typed in the second window") and second.path != path
+    assert first.save("typed in the first window, and more")
+    assert path.read_text(encoding="utf-8") == "typed in the first window, and more"
+
+    third = DraftStore(path)  # opened while both are still open: it adopts nothing
+    assert third.load() == ""
+    assert second.path.read_text(encoding="utf-8") == "typed in the second window"
+    third.close()
+
+    first.close()
+    second.close()
+    again = DraftStore(path)
+    assert again.load() == "typed in the first window, and more\n\ntyped in the second window"
+    assert path.read_text(encoding="utf-8") == again.load()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["draft.txt", "draft.txt.lock"]
+    again.close()
