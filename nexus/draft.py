@@ -3,8 +3,8 @@ closes (Ctrl+Q, a closed terminal, a crash after a pause) is in the input again 
 starts. One file (0600) in the user data dir, like the prompt history: the input belongs
 to the app, not to a session, and the file is readable before any session has opened.
 
-Two windows open at once do not share it: the first holds ``draft.txt`` (an advisory lock
-on ``draft.txt.lock`` for its lifetime); a later one keeps its own ``draft-PID.txt`` and
+Two windows open at once do not share it: the first holds ``draft.txt`` (the writer lock
+of ``trace_core.locking`` on ``draft.txt.lock``, as sessions have, for its lifetime); a later one keeps its own ``draft-PID.txt`` and
 starts with an empty input. Whichever window next takes ``draft.txt`` adopts the drafts of
 windows that have closed, so neither window's unsent text overwrites the other's."""
 
@@ -13,10 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # no advisory locks (Windows): one draft file, as before
-    fcntl = None
+from trace_core.locking import LockBusy, WriterLock
 
 from .config import data_dir
 
@@ -36,76 +33,57 @@ class DraftStore:
         self.home = Path(path) if path is not None else draft_path()
         self.path = self.home  # this window's draft: ``home``, or draft-PID.txt beside another window
         self._saved: str | None = None  # what the file holds, once known: unchanged text is not written again
-        self._lock_fd: int | None = None  # held while this window lives; the OS drops it at any exit
+        self._lock: WriterLock | None = None  # held while this window lives; the OS drops it at any exit
 
     def load(self) -> str:
         """This window's draft at start: ``draft.txt`` and the drafts of closed windows
         (joined by a blank line) for the first window, an empty input for a later one."""
-        if self._lock_fd is None and not self._claim(self.home):
+        if self._lock is None and not self._claim(self.home):
             self.path = self.home.with_name(f"{self.home.stem}-{os.getpid()}{self.home.suffix}")
             self._claim(self.path)
             self._saved = ""
             return ""
         text = _read(self.path)
         self._saved = text
-        orphans = self._orphans()
-        if orphans:
-            merged = "\n\n".join(t for t in [text.strip("\n"), *(o for _, o in orphans)] if t.strip())
-            if self.save(merged):  # kept here first, then the closed windows' files go
-                for draft, lock in (p for p, _ in orphans):
-                    draft.unlink(missing_ok=True)
-                    lock.unlink(missing_ok=True)
-                text = merged
+        orphans = self._orphans()  # their locks are held until their files are gone
+        try:
+            if orphans:
+                merged = "\n\n".join(t for t in [text.strip("\n"), *(_read(d) for d, _ in orphans)] if t.strip())
+                if self.save(merged):  # kept here first, then the closed windows' files go
+                    for draft, _ in orphans:
+                        draft.unlink(missing_ok=True)
+                    text = merged
+        finally:
+            for _, lock in orphans:
+                lock.release()
         return text if text.strip() else ""
 
     def _claim(self, path: Path) -> bool:
-        """Lock ``path``'s lock file for this window; False when another window holds it."""
-        if fcntl is None:
-            return True
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self._lock_path(path), os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError:  # a data dir that cannot be written: saving says so later
-            return True
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return False
-        self._lock_fd = fd
-        return True
+        """Hold ``path``'s writer lock for this window; False when another window holds it."""
+        lock = _free_lock(path)
+        self._lock = lock or None
+        return lock is not False
 
-    def _orphans(self) -> list[tuple[tuple[Path, Path], str]]:
-        """The drafts other windows left when they closed (their lock is free), oldest first."""
-        if fcntl is None:
-            return []
-        found = []
-        locks = sorted(self.home.parent.glob(f"{self.home.stem}-*{self.home.suffix}.lock"),
-                       key=lambda p: p.stat().st_mtime)
-        for lock in locks:
+    def _orphans(self) -> list[tuple[Path, WriterLock]]:
+        """The drafts other windows left when they closed (nobody holds them), oldest first."""
+        drafts = []
+        for draft in self.home.parent.glob(f"{self.home.stem}-*{self.home.suffix}"):
             try:
-                fd = os.open(lock, os.O_RDWR)
+                drafts.append((draft.stat().st_mtime, draft))
             except OSError:
                 continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:  # that window is still open
-                continue
-            finally:
-                os.close(fd)
-            draft = lock.with_name(lock.name[: -len(".lock")])
-            found.append(((draft, lock), _read(draft)))
+        found = []
+        for _, draft in sorted(drafts):
+            lock = _free_lock(draft)
+            if lock:  # False: that window is still open; None: the dir cannot be written
+                found.append((draft, lock))
         return found
 
     def close(self) -> None:
         """Let the draft go (the OS does the same when the process ends, however it ends)."""
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
-
-    @staticmethod
-    def _lock_path(path: Path) -> Path:
-        return path.with_name(path.name + ".lock")
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def save(self, text: str) -> bool:
         """Keep ``text`` (empty: forget the draft). False when the data dir cannot be written."""
@@ -127,6 +105,20 @@ class DraftStore:
             return False
         self._saved = text
         return True
+
+
+def _free_lock(path: Path) -> WriterLock | bool | None:
+    """``path``'s writer lock, acquired; False when another window holds it; None when the
+    data dir cannot be written (then saving says so later)."""
+    lock = WriterLock(str(path.with_name(path.name + ".lock")))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    except LockBusy:
+        return False
+    except OSError:
+        return None
+    return lock
 
 
 def _read(path: Path) -> str:
