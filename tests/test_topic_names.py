@@ -79,3 +79,21 @@ def test_a_group_that_loses_a_part_to_a_merge_is_named_again(minilm, tmp_path):
     assert sorted(t.topic_name for t in reopened.structure.root.iter_topics()) == \
         sorted(t.topic_name for t in tree.structure.root.iter_topics())
     reopened.vdb.close()
+
+
+def test_a_replys_odd_words_do_not_name_what_the_user_asked():
+    """Under --local, gemma-270m's replies repeat long odd words ("mendatang"): counted
+    three times and ten letters long, they outscored the user's "plant" and "shady"
+    (counted twice) and named the topic "Garden Corner Mendatang"."""
+    user = "Which plant grows well in a shady garden corner?"
+    reply = ("Mendatang, hostas grow well. Ferns mendatang like shade. Mendatang, "
+             "(.*)model says impatiens bloom in shade too.")
+    name = extractive_name(exchange_sides([(user, reply)]))
+    assert set(name.lower().split()) <= {"plant", "grows", "shady", "garden", "corner"}, name
+    assert "Mendatang" not in name and "Model" not in name, name
+
+
+def test_reply_words_fill_a_name_the_users_words_leave_short():
+    name = extractive_name(exchange_sides([("Any ideas?", "Sourdough starters need rye flour and patience.")]))
+    assert "Ideas" in name.split() and len(name.split()) == 3, name
+    assert set(name.split()) & {"Sourdough", "Starters", "Flour", "Patience"}, name

@@ -129,7 +129,7 @@ class EmbeddingJudge:
     def name_topic(self, texts: list[tuple[str, str]], weights: Sequence[float] | None = None) -> str:
         sides = exchange_sides(texts)
         if weights is not None:  # each exchange gives two sides
-            sides = [(t, w * weights[k // 2]) for k, (t, w) in enumerate(sides)]
+            sides = [s._replace(weight=s.weight * weights[k // 2]) for k, s in enumerate(sides)]
         return extractive_name(sides, df=self.doc_freq)
 
     def summarize(self, texts: list[tuple[str, str]]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
+from typing import NamedTuple
 
 # words that carry no subject: dropped from search queries (a keyword match then means a
 # shared content word) ...
@@ -40,6 +41,10 @@ STOPWORDS = FUNCTION_WORDS | frozenset(
     basically simply exactly fully completely entirely deeply gradually quickly slowly easily nearly
     slightly likely possibly hopefully honestly seriously literally obviously clearly currently recently
     """.split()
+) | frozenset(
+    # what a user asks with ("how do I set…", "should I keep…", "what's the best…"): the
+    # user's words name first, and these would name every question
+    "first next last set keep start need help use try find give take put best better new".split()
 )
 
 _TOKEN = re.compile(r"[^\W_][\w'\-]*")
@@ -137,18 +142,29 @@ def _is_adverb(word: str) -> bool:
     return len(word) >= 7 and word.endswith("ly") and word not in _LY_NOUNS
 
 
+class Side(NamedTuple):
+    """A text a name is made of: its words count ``weight`` each; the words of ``lead``
+    sides name first, and the others only fill a name they leave short."""
+
+    text: str
+    weight: float = 1.0
+    lead: bool = False
+
+
 def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: DocumentFrequency | None = None) -> list[str]:
     """The ``n`` most salient words: frequent, long, capitalised words that are not
     stopwords, weighted by rarity across the conversation when ``df`` is given. ``text``
-    is one text or (text, weight) pairs: a word's count is the sum of its texts' weights."""
-    parts = [(text, 1.0)] if isinstance(text, str) else list(text)
+    is one text or (text, weight) pairs or ``Side``s: a word's count is the sum of its
+    texts' weights, and words of a lead side come before all others."""
+    parts = [Side(text)] if isinstance(text, str) else [p if isinstance(p, Side) else Side(*p) for p in text]
     counts: Counter[str] = Counter()
     display: dict[str, str] = {}
     first: dict[str, int] = {}
     proper: set[str] = set()  # seen capitalised
     lower: set[str] = set()  # seen in lower case (so not only a name)
+    led: set[str] = set()  # seen in a lead side
     i = 0
-    for part, weight in parts:
+    for part, weight, lead in parts:
         part = _MARK_LINE.sub("", part)
         for m in _TOKEN.finditer(part):
             w = _POSSESSIVE.sub("", m.group()).strip("'-")
@@ -160,6 +176,8 @@ def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: Docum
                 continue
             counts[low] += weight
             first.setdefault(low, i)
+            if lead:
+                led.add(low)
             if w[0].isupper():
                 proper.add(low)
                 display[low] = w
@@ -185,14 +203,17 @@ def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: Docum
         rarity = df.idf(low) if df is not None and df.docs >= 20 else 1.0
         return (1 + math.log(counts[low])) * cap * min(len(low), 10) / 10 * rarity
 
-    best = sorted(counts, key=lambda w: (-score(w), first[w]))[:n]
+    best = sorted(counts, key=lambda w: (w not in led, -score(w), first[w]))[:n]
     best.sort(key=lambda w: first[w])
     return [display[w] for w in best]
 
 
-def exchange_sides(exchanges: Sequence[tuple[str, str]]) -> list[tuple[str, float]]:
-    """The (text, weight) pairs a name of these (user, assistant) exchanges is made of."""
-    return [p for u, a in exchanges for p in ((u, USER_WEIGHT), (a, 1.0))]
+def exchange_sides(exchanges: Sequence[tuple[str, str]]) -> list[Side]:
+    """The sides a name of these (user, assistant) exchanges is made of. The user's side
+    leads: a reply only fills a name the user's words leave short (a small model's reply
+    repeats odd words, "mendatang", that outscored "plant" and "shady" by count and
+    length even with the user's words counted twice)."""
+    return [s for u, a in exchanges for s in (Side(u, USER_WEIGHT, True), Side(a))]
 
 
 def extractive_name(text: str | Sequence[tuple[str, float]], n: int = 3, df: DocumentFrequency | None = None) -> str:
