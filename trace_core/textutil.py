@@ -44,7 +44,9 @@ STOPWORDS = FUNCTION_WORDS | frozenset(
 ) | frozenset(
     # what a user asks with ("how do I set…", "should I keep…", "what's the best…"): the
     # user's words name first, and these would name every question
-    "first next last set keep start need help use try find give take put best better new".split()
+    "first next last set keep start need help use try find give take put best better new "
+    "tip tips advice idea ideas suggestion suggestions question questions recommend "
+    "today tonight tomorrow yesterday week weeks month months year years".split()
 )
 
 _TOKEN = re.compile(r"[^\W_][\w'\-]*")
