@@ -17,7 +17,8 @@ class MemoryCommands:
         if [a for a in args if a != "--messages"]:
             raise C.UsageError(C.BY_NAME["tree"].usage)
         s = self.need_session()
-        self.chat_notice(s.tree.render_tree(show_messages=show))
+        # exchanges, as the tree pane counts them (the TRACE README's print_tree counts messages)
+        self.chat_notice(s.tree.render_tree(show_messages=show, count_exchanges=True))
 
     def cmd_search(self, args: list[str]) -> None:
         every = "--all" in args

@@ -184,7 +184,8 @@ async def test_commands(server, tmp_path, minilm, data_dir):
         await wait_for(pilot, lambda: "Memory search: sourdough" in notices(app))
         assert "ROOT → " in notices(app)
         await type_and_send(pilot, app, "/tree --messages")
-        await wait_for(pilot, lambda: "ROOT [0:3]" in notices(app))
+        # exchanges, as the tree pane counts them, not the TRACE README's messages
+        await wait_for(pilot, lambda: "ROOT [0:3] (4 exchanges)" in notices(app))
         await type_and_send(pilot, app, "/frobnicate")
         await wait_for(pilot, lambda: "Unknown command /frobnicate" in notices(app))
         await type_and_send(pilot, app, "/reorganize --threshold banana")

@@ -56,7 +56,7 @@ def test_nexus_local_in_a_real_terminal(tmp_path):
         wait_screen(name, "starting the bundled llama.cpp server", 60)  # on screen before the model is up
         wait_screen(name, "remembered exchange #0", 240)  # the streamed reply finished and was stored
         tmux("send-keys", "-t", name, "/tree", "Enter")
-        wait_screen(name, "ROOT [0:0] (2 msgs)", 30)
+        wait_screen(name, "ROOT [0:0] (1 exchange)", 30)  # counted as the tree pane counts
         tmux("send-keys", "-t", name, "/quit", "Enter")
         end = time.time() + 60
         while time.time() < end and not exit_file.exists():

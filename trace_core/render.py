@@ -17,10 +17,20 @@ def _msgs(node: TopicNode) -> int:
     return sum(len(m.messages) for m in node.iter_messages())
 
 
+def _exchanges(node: TopicNode) -> str:
+    n = node.message_count
+    return f"{n} exchange" if n == 1 else f"{n} exchanges"
+
+
 def render_tree(node: TopicNode, active: Collection[TopicNode], show_messages: bool = False,
-                summary_chars: int = 120) -> str:
-    """``node`` and everything below it; topics in ``active`` (the active path) are starred."""
-    lines = [f"{node.topic_name} [{node.start_index}:{node.end_index}] ({_msgs(node)} msgs)"]
+                summary_chars: int = 120, count_exchanges: bool = False) -> str:
+    """``node`` and everything below it; topics in ``active`` (the active path) are starred.
+    Each topic counts its messages, as the TRACE README prints it, or its exchanges
+    (``count_exchanges``: what Nexus's tree pane counts)."""
+    def count(n: TopicNode) -> str:
+        return _exchanges(n) if count_exchanges else f"{_msgs(n)} msgs"
+
+    lines = [f"{node.topic_name} [{node.start_index}:{node.end_index}] ({count(node)})"]
 
     def walk(n: TopicNode, prefix: str) -> None:
         kids = [c for c in n.children if c.is_topic or show_messages]
@@ -29,7 +39,7 @@ def render_tree(node: TopicNode, active: Collection[TopicNode], show_messages: b
             branch, cont = ("└─ ", "   ") if last else ("├─ ", "│  ")
             if c.is_topic:
                 mark = " *" if c in active else ""
-                lines.append(f"{prefix}{branch}{c.topic_name} [{c.start_index}:{c.end_index}] ({_msgs(c)} msgs){mark}")
+                lines.append(f"{prefix}{branch}{c.topic_name} [{c.start_index}:{c.end_index}] ({count(c)}){mark}")
                 if c.summary:
                     s = c.summary if len(c.summary) <= summary_chars else c.summary[: summary_chars - 1] + "…"
                     lines.append(f"{prefix}{cont}   {s}")

@@ -225,9 +225,11 @@ class CTree(TreeReading):
                 self._store.write_topics(todo)
             return len(todo)
 
-    def render_tree(self, node: TopicNode | None = None, show_messages: bool = False) -> str:
+    def render_tree(self, node: TopicNode | None = None, show_messages: bool = False,
+                    count_exchanges: bool = False) -> str:
         with self._lock:
-            return render_tree(node or self.root, set(self.active_path()), show_messages)
+            return render_tree(node or self.root, set(self.active_path()), show_messages,
+                               count_exchanges=count_exchanges)
 
     def print_tree(self, node: TopicNode | None = None, indent: int = 0, show_messages: bool = False) -> None:
         text = self.render_tree(node, show_messages)
