@@ -22,7 +22,7 @@ COMMANDS = [
     Command("undo-reorganize", "/undo-reorganize", "restore the tree from before the last reorganisation", "undo"),
     Command("check", "/check", "check the tree's invariants; its depth, levels, fan-out and archive", "check"),
     Command("find", "/find <words>", "highlight and expand the topics whose name or summary match", "find"),
-    Command("scenario", "/scenario [name] [--judge embedding|auto|llm]", "list or run a stress scenario (scratch session)", "scenario"),
+    Command("scenario", "/scenario [name] [--judge embedding|auto|llm] [--keep]", "list or run a stress scenario (scratch session; --keep keeps its tree to /open)", "scenario"),
     Command("ingest", "/ingest <path|folder|glob>", "describe images with the vision model into memory", "ingest"),
     Command("web", "/web on|off|<query>", "web routing on/off, or answer with a search for <query>", "web"),
     Command("model", "/model [name]", "list the server's models, or switch the chat model", "model"),

@@ -11,11 +11,12 @@ again when the scenario ends.
 from __future__ import annotations
 
 import json
+import sqlite3
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -77,14 +78,39 @@ class ScenarioOutcome:
     cancelled: bool = False
     error: str = ""
     when: str = ""
+    kept: str = ""  # the session file the scratch tree was kept as (``--keep``)
 
     def summary(self) -> str:
         if self.cancelled:
-            return f"{self.name}: cancelled after {self.exchanges} exchanges ({self.seconds:.1f} s)."
-        if self.error:
+            text = f"{self.name}: cancelled after {self.exchanges} exchanges ({self.seconds:.1f} s)."
+        elif self.error:
             return f"{self.name}: could not run: {self.error}"
-        return (f"{'PASS' if self.passed else 'FAIL'}  {self.name} ({self.judge} judge, {self.exchanges} exchanges, "
-                f"{self.seconds:.1f} s): {self.detail}\nChecked: {WHAT[self.name]}")
+        else:
+            text = (f"{'PASS' if self.passed else 'FAIL'}  {self.name} ({self.judge} judge, {self.exchanges} "
+                    f"exchanges, {self.seconds:.1f} s): {self.detail}\nChecked: {WHAT[self.name]}")
+        if self.kept:
+            text += f"\nIts tree is kept as the session {Path(self.kept).stem}: /open {Path(self.kept).stem} to inspect it."
+        return text
+
+
+def keep_session(scratch: CTree, dest: Path) -> None:
+    """Copy a scratch session into ``dest`` with SQLite's online backup (a consistent copy
+    whatever its journal holds), written under a temporary name and renamed, 0600."""
+    import os
+    import sqlite3
+
+    part = dest.with_name(dest.name + ".part")
+    src = sqlite3.connect(f"file:{scratch.vdb.path}?mode=ro", uri=True)
+    try:
+        out = sqlite3.connect(part)
+        try:
+            src.backup(out)
+        finally:
+            out.close()
+    finally:
+        src.close()
+    os.chmod(part, 0o600)
+    part.replace(dest)
 
 
 def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url: str | None = None,
@@ -92,8 +118,9 @@ def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url
                  on_start: Callable[[CTree], None] | None = None,
                  on_event: Callable[[str, str], None] | None = None,
                  on_snapshot: Callable[[CTree, TreeSnapshot], None] | None = None,
-                 refresh_seconds: float = 0.3) -> ScenarioOutcome:
-    """Run one scenario in a scratch session file in a temporary folder (deleted after).
+                 refresh_seconds: float = 0.3, keep_as: Path | None = None) -> ScenarioOutcome:
+    """Run one scenario in a scratch session file in a temporary folder (deleted after;
+    with ``keep_as``, a copy of it is kept there once the run ends, to open and inspect).
     Callbacks run in this thread: ``on_event(text, level)`` for the log, ``on_snapshot``
     at most every ``refresh_seconds`` and once at the end."""
     if name not in S.SCENARIOS:
@@ -138,20 +165,37 @@ def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url
                 verdict = S.SCENARIOS[name](tree)
             except ScenarioCancelled:
                 snapshot(force=True)
-                return ScenarioOutcome(name, judge, None, "", len(tree.exchange_view()), time.perf_counter() - started,
-                                       cancelled=True, when=stamp)
+                outcome = ScenarioOutcome(name, judge, None, "", len(tree.exchange_view()),
+                                          time.perf_counter() - started, cancelled=True, when=stamp)
             except Exception as exc:  # a scenario that cannot run is reported, never raised into the UI
                 return ScenarioOutcome(name, judge, None, "", len(tree.exchange_view()), time.perf_counter() - started,
                                        error=f"{type(exc).__name__}: {exc}", when=stamp)
-            if tree.last_reorganize:
-                for text, level in reorganize_lines(tree.last_reorganize):
-                    emit(f"scenario {name}: {text}", level)
-            snapshot(force=True)
-            return ScenarioOutcome(name, judge, bool(verdict.passed), verdict.detail, len(tree.exchange_view()),
-                                   time.perf_counter() - started, when=stamp)
+            else:
+                if tree.last_reorganize:
+                    for text, level in reorganize_lines(tree.last_reorganize):
+                        emit(f"scenario {name}: {text}", level)
+                snapshot(force=True)
+                outcome = ScenarioOutcome(name, judge, bool(verdict.passed), verdict.detail, len(tree.exchange_view()),
+                                          time.perf_counter() - started, when=stamp)
+            if keep_as is not None:
+                try:
+                    keep_session(tree, keep_as)
+                except (OSError, sqlite3.Error) as exc:  # the verdict stands; say why there is no copy
+                    emit(f"scenario {name}: could not keep its session as {keep_as}: {exc}", "error")
+                else:
+                    outcome = replace(outcome, kept=str(keep_as))
+            return outcome
         finally:
             if tree.vdb is not None:
                 tree.vdb.close()
+
+
+def kept_session_path(name: str) -> Path:
+    """Where ``/scenario NAME --keep`` keeps the scratch tree: a new session in the
+    sessions folder, named after the scenario and the time."""
+    from .sessions import new_session_path
+
+    return new_session_path(f"scenario-{name}")
 
 
 # --- last verdicts --------------------------------------------------------------------------
@@ -182,7 +226,8 @@ def save_verdict(outcome: ScenarioOutcome, path: Path | None = None) -> None:
 
 
 def listing(verdicts: dict[str, dict]) -> str:
-    lines = ["Scenarios (/scenario NAME [--judge embedding|auto|llm]; Esc cancels a run):"]
+    lines = ["Scenarios (/scenario NAME [--judge embedding|auto|llm] [--keep]; --keep keeps its tree as a "
+             "session to /open; Esc cancels a run):"]
     for name in S.SCENARIOS:
         v = verdicts.get(name)
         if v is None:
@@ -217,6 +262,8 @@ class ScenarioController:
         usage = BY_NAME["scenario"].usage
         args = list(args)
         judge = flag_value(args, "--judge", str, usage) or "embedding"
+        keep = "--keep" in args
+        args = [a for a in args if a != "--keep"]
         if not args:
             self.app.chat_notice(listing(load_verdicts()))
             return
@@ -228,9 +275,9 @@ class ScenarioController:
         if self.running:
             self.app.chat_notice(f"The {self.name} scenario is still running (Esc cancels it).", "warning")
             return
-        self.start(name, judge)
+        self.start(name, judge, keep)
 
-    def start(self, name: str, judge: str) -> None:
+    def start(self, name: str, judge: str, keep: bool = False) -> None:
         from functools import partial
 
         app = self.app
@@ -243,7 +290,8 @@ class ScenarioController:
                         "it growing, the log its judge decisions. Esc cancels it.")
         job = partial(run_scenario, name, judge, embed_fn=embed_fn, base_url=cfg.base_url, api_key=cfg.api_key,
                       model=cfg.memory_model or cfg.chat_model or None, cancel=self.cancel_event,
-                      on_start=self._on_start, on_event=self._on_event, on_snapshot=self._on_snapshot)
+                      on_start=self._on_start, on_event=self._on_event, on_snapshot=self._on_snapshot,
+                      keep_as=kept_session_path(name) if keep else None)
         app.run_worker(partial(self._work, job), thread=True, group="scenario", name=f"scenario {name}",
                        description=f"scenario {name}")
 

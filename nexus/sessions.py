@@ -29,12 +29,13 @@ def resolve(name_or_path: str | None) -> Path:
     return last if last is not None else new_session_path()
 
 
-def new_session_path() -> Path:
+def new_session_path(prefix: str = "session") -> Path:
+    """A new file in the sessions folder, named ``PREFIX-date-time``."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = sessions_dir() / f"session-{stamp}.db"
+    path = sessions_dir() / f"{prefix}-{stamp}.db"
     n = 1
     while path.exists():
-        path = sessions_dir() / f"session-{stamp}-{n}.db"
+        path = sessions_dir() / f"{prefix}-{stamp}-{n}.db"
         n += 1
     return path
 

@@ -507,3 +507,37 @@ async def test_a_long_message_or_summary_is_cut_with_an_ellipsis_in_the_pane(ser
         first = next(label for label in labels if label.startswith("#0 "))
         assert len(long) > 70 and first.endswith("…") and long.startswith(first[3:-1])
         assert "#1 Short one." in labels  # a short one is shown whole, with no mark
+
+
+async def test_a_kept_scenario_opens_as_a_session_to_inspect(server, tmp_path, minilm, data_dir, session_file):
+    """``/scenario overwrite --keep``: the scratch tree (deleted after a plain run) is
+    kept as a session in the sessions folder; /open shows it in the pane, with the
+    scenario's exchanges and topics, and the user's own session is untouched."""
+    from nexus.sessions import sessions_dir
+
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        before_bytes = session_bytes(session_file)
+        await command(pilot, app, "/scenario overwrite --keep")
+        await wait_for(pilot, lambda: "PASS  overwrite" in notices(app), timeout=60, what="verdict")
+        kept = sorted(sessions_dir().glob("scenario-overwrite-*.db"))
+        assert len(kept) == 1 and oct(kept[0].stat().st_mode & 0o777) == "0o600"
+        assert f"/open {kept[0].stem} to inspect it" in notices(app)
+        assert session_bytes(session_file) == before_bytes
+        await command(pilot, app, f"/open {kept[0].stem}")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path == kept[0], what="opened")
+        tree = app.session.tree
+        assert len(tree.exchanges) == len(S.TALKS["overwrite"]())
+        assert any("Peanut" in t.topic_name for t in tree.root.iter_topics()), tree.render_tree()
+        pane = app.query_one(MemoryTree)
+        await wait_for(pilot, lambda: f"ROOT ({len(tree.exchanges)} exchanges)" in str(pane.root.label),
+                       what="the kept tree in the pane")
+    # a plain run keeps nothing
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        await command(pilot, app, "/scenario multihop")
+        await wait_for(pilot, lambda: "PASS  multihop" in notices(app), timeout=60, what="verdict")
+        assert not list(sessions_dir().glob("scenario-multihop-*.db"))
+        assert "to inspect it" not in notices(app)
