@@ -96,3 +96,34 @@ def test_a_group_is_not_named_again_while_its_largest_parts_stay_the_same():
         small.add_child(MessageNode(k, exchange("u", "a")))
     assert names.refresh(group) is True and group.topic_name == "Named 1"
     assert calls == [[("Big", ""), ("Small", "")]]
+
+
+def test_a_group_of_subtopics_is_named_by_its_two_heaviest_parts_side_by_side():
+    """The three best words across two equal parts read as a third subject: sourdough
+    and marathon parts named their group "Weights Training October"."""
+    from trace_core.judges import EmbeddingJudge, group_name
+
+    assert group_name(["Sourdough Starter Weights", "Training Marathon October"], [4, 4]) == \
+        "Sourdough Starter · Training Marathon"
+    # the heaviest two, in conversation order; a word the first shows is not repeated
+    assert group_name(["Tomato Seedlings Outside", "Tomato Leaves Yellow", "Listen Jazz Coltrane"], [1, 3, 4]) == \
+        "Tomato Leaves · Listen Jazz"
+    assert group_name(["Tomato Seedlings Outside", "Tomato Leaves Yellow"], [2, 3]) == "Tomato Seedlings · Leaves Yellow"
+    assert group_name(["Sourdough Starter Weights"], [4]) == "Sourdough Starter Weights"
+    assert EmbeddingJudge().name_group(["A b c", "D e f"], [1, 1]) == "A b · D e"
+
+
+def test_the_inspector_fixtures_groups_name_their_largest_parts(minilm, tmp_path):
+    from test_nexus_inspect import TALK as INSPECT_TALK
+    from test_nexus_inspect import build_session
+
+    build_session(tmp_path / "s.db", minilm, INSPECT_TALK)
+    tree = CTree.open(str(tmp_path / "s.db"), embed_fn=minilm, judge="embedding")
+    groups = [t for t in tree.structure.root.iter_topics() if t.is_group]
+    assert groups
+    for g in groups:
+        sides = g.topic_name.split(" · ")
+        parts = [c.topic_name for c in g.topic_children]
+        assert len(sides) == 2 and all(any(side.split()[0] in p.split() for p in parts) for side in sides), \
+            (g.topic_name, parts)
+    tree.vdb.close()

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from .nodes import Node, TopicNode
 
 NameTopic = Callable[[list[tuple[str, str]], Sequence[float]], str]
+NameGroup = Callable[[Sequence[str], Sequence[float]], str]
 
 
 def part_weight(part: Node) -> float:
@@ -36,16 +37,20 @@ def largest_parts(parts: Sequence[Node]) -> list[int]:
 
 
 class GroupNames:
-    """Handed the judges' ``name_topic(texts, weights)``."""
+    """Handed the judges' ``name_topic(texts, weights)`` (a group whose largest parts
+    include exchanges) and ``name_group(names, weights)`` (one of subtopics only)."""
 
-    def __init__(self, name_topic: NameTopic) -> None:
+    def __init__(self, name_topic: NameTopic, name_group: NameGroup | None = None) -> None:
         self.name_topic = name_topic
+        self.name_group = name_group
         self._named_from: dict[str, tuple[str, ...]] = {}  # group id -> ids of the parts its name came from
 
     def name(self, parts: Sequence[Node], kept: list[int] | None = None) -> str:
         """A name for a group of these parts, from its largest ones (``kept``, when known).
         Subtopics' names are short texts: this runs for every group the fan-out creates."""
         chosen = [parts[k] for k in (largest_parts(parts) if kept is None else kept)]
+        if self.name_group is not None and all(p.is_topic for p in chosen):
+            return self.name_group([p.topic_name for p in chosen], [part_weight(p) for p in chosen])
         return self.name_topic([(p.topic_name, "") if p.is_topic else (p.user, p.assistant) for p in chosen],
                                [part_weight(p) for p in chosen])
 

@@ -61,6 +61,27 @@ def cosine(a: np.ndarray | None, b: np.ndarray | None) -> float:
     return float(np.dot(a, b) / (na * nb))
 
 
+GROUP_SEPARATOR = " · "
+
+
+def group_name(names: Sequence[str], weights: Sequence[float], words: int = 2) -> str:
+    """The two heaviest of ``names`` (a tie goes to the earlier), in their order, ``words``
+    words of each; a word the first already shows is not repeated ("Tomato Seedlings ·
+    Leaves Yellow")."""
+    names = [" ".join(n.split()) for n in names]
+    if len(names) == 1:
+        return names[0]
+    top = sorted(sorted(range(len(names)), key=lambda k: (-weights[k], k))[:2])
+    shown: list[str] = []
+    seen: set[str] = set()
+    for k in top:
+        fresh = [w for w in names[k].split() if w.lower() not in seen][:words]
+        if fresh:
+            shown.append(" ".join(fresh))
+            seen |= {w.lower() for w in fresh}
+    return GROUP_SEPARATOR.join(shown)
+
+
 @dataclass
 class EmbeddingJudge:
     """Placement by cosine. Thresholds are for all-MiniLM-L6-v2 (tuned on LoCoMo dev)."""
@@ -131,6 +152,13 @@ class EmbeddingJudge:
         if weights is not None:  # each exchange gives two sides
             sides = [s._replace(weight=s.weight * weights[k // 2]) for k, s in enumerate(sides)]
         return extractive_name(sides, df=self.doc_freq)
+
+    def name_group(self, names: Sequence[str], weights: Sequence[float]) -> str:
+        """A group's name from its largest parts' names (in conversation order, with how
+        much of the group each is): the two heaviest, two words of each, side by side
+        ("Sourdough Starter · Training Marathon"). The three best words across parts
+        read as a third subject ("Weights Training October")."""
+        return group_name(names, weights)
 
     def summarize(self, texts: list[tuple[str, str]]) -> str:
         # sentence weights hold while the word counts do (no exchange added meanwhile)
@@ -315,6 +343,13 @@ class Judges:
         ordered = texts if weights is None else [t for _, t in sorted(zip(weights, texts), key=lambda p: -p[0])]
         return self._llm_or("name", lambda: self.llm.name_topic(ordered),
                             lambda: self.embedding.name_topic(texts, weights))
+
+    def name_group(self, names: Sequence[str], weights: Sequence[float]) -> str:
+        """A group's name: the LLM names it from its parts' names (heaviest first) in
+        "llm" mode; otherwise the parts' names side by side."""
+        return self._llm_or("name", lambda: self.llm.name_topic([(n, "") for _, n in sorted(
+                                zip(weights, names), key=lambda p: -p[0])]),
+                            lambda: self.embedding.name_group(names, weights))
 
     def summarize(self, texts: list[tuple[str, str]]) -> str:
         return self._llm_or("summary", lambda: self.llm.summarize(texts), lambda: self.embedding.summarize(texts))

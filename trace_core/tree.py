@@ -75,7 +75,7 @@ class CTree(TreeReading):
         self.judges = Judges(judge, embedding_judge or EmbeddingJudge(), llm, self._on_llm_failure)
         self.structure = TreeModel(lambda: self.embed_fn)
         self.summaries = Summaries(self.structure, self.judges, lambda: self.embed_fn, judge == "llm")
-        self.group_names = GroupNames(self.judges.name_topic)
+        self.group_names = GroupNames(self.judges.name_topic, self.judges.name_group)
         self.balancer = FanoutBalancer(max_children, self.structure.vectors.node, self.group_names.name,
                                        self.structure.stale.add)
         self.placer = Placer(self.structure, self.judges, self.balancer, self.summaries, self.group_names)
