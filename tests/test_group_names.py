@@ -127,3 +127,24 @@ def test_the_inspector_fixtures_groups_name_their_largest_parts(minilm, tmp_path
         assert len(sides) == 2 and all(any(side.split()[0] in p.split() for p in parts) for side in sides), \
             (g.topic_name, parts)
     tree.vdb.close()
+
+
+def test_after_a_reorganisation_no_group_is_named_by_parts_it_no_longer_holds(minilm, tmp_path):
+    """The theseus scenario's reorganisation merged topics out of nested groups; the group
+    above them kept "Training Marathon · Roll Kubernetes" over two tax topics. Every group
+    above a merge's source or absorber is named again."""
+    from trace_core import scenarios as S
+
+    tree = CTree.open(str(tmp_path / "t.db"), judge="embedding", embed_fn=minilm)
+    assert S.SCENARIOS["theseus"](tree).passed
+    groups = [g for g in tree.structure.root.iter_topics() if g.is_group]
+    assert groups
+    for g in groups:
+        words = {w for c in g.topic_children for w in c.topic_name.split()}
+        assert all(side.split()[0] in words for side in g.topic_name.split(" · ")), \
+            (g.topic_name, [c.topic_name for c in g.topic_children])
+    tree.vdb.close()
+    reopened = CTree.open(str(tmp_path / "t.db"), judge="embedding", embed_fn=minilm, read_only=True)
+    assert sorted(g.topic_name for g in reopened.structure.root.iter_topics() if g.is_group) == \
+        sorted(g.topic_name for g in groups)  # the new names are stored
+    reopened.vdb.close()

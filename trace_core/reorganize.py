@@ -127,6 +127,23 @@ def _ancestor_ids(t: TopicNode) -> set[str]:
     return ids
 
 
+def _groups_above(t: TopicNode) -> list[TopicNode]:
+    """The grouping topics above ``t`` (not ``t`` itself)."""
+    out, cur = [], t.parent
+    while cur is not None:
+        if cur.is_group:
+            out.append(cur)
+        cur = cur.parent
+    return out
+
+
+def _depth(t: TopicNode) -> int:
+    n, cur = 0, t.parent
+    while cur is not None:
+        n, cur = n + 1, cur.parent
+    return n
+
+
 class Reorganizer:
     """Handed the tree model, the judges, the summaries, the fan-out balancer, the
     embedder, the event bus's ``emit``, the tree's store (or ``None``), the undo log and
@@ -279,6 +296,7 @@ class Reorganizer:
             path = set(model.active_path())
             live = set(model.root.iter_topics())
             left: dict[str, TopicNode] = {}  # groups a merge took a part from
+            grown: list[TopicNode] = []  # the topics that absorbed one
             for older, newer, sim, judge, why in approved:
                 older = find(older)
                 if older in path or newer in path or older not in live or newer not in live:
@@ -299,6 +317,7 @@ class Reorganizer:
                     left[old_parent.node_id] = old_parent
                 state.touched.append(older)  # sorted once in _settle, not per merge
                 state.absorbers.add(older.node_id)
+                grown.append(older)
                 merged += 1
                 res.merges.append(MergeRecord(older.node_id, newer.node_id, older.topic_name, newer.topic_name,
                                               sim, judge, why))
@@ -307,6 +326,15 @@ class Reorganizer:
                 if group in live:
                     # named after its parts: a part merged away must not name it any more
                     group.topic_name = self.balancer.name_for(list(group.children))
+                    state.touched.append(group)
+            # and the groups above them, and above each absorber: their largest parts were
+            # named by what moved ("Training Marathon · Roll Kubernetes" over two tax topics)
+            above = {g.node_id: g for start in [*left.values(), *grown]
+                     for g in _groups_above(start) if g in live and g.node_id not in left}
+            for group in sorted(above.values(), key=_depth, reverse=True):  # parts before their group
+                name = self.balancer.name_for(list(group.children))
+                if name and name != group.topic_name:
+                    group.topic_name = name
                     state.touched.append(group)
             if merged:
                 self._settle(state.touched)
