@@ -11,6 +11,7 @@ again when the scenario ends.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import tempfile
 import threading
@@ -96,9 +97,6 @@ class ScenarioOutcome:
 def keep_session(scratch: CTree, dest: Path) -> None:
     """Copy a scratch session into ``dest`` with SQLite's online backup (a consistent copy
     whatever its journal holds), written under a temporary name and renamed, 0600."""
-    import os
-    import sqlite3
-
     part = dest.with_name(dest.name + ".part")
     src = sqlite3.connect(f"file:{scratch.vdb.path}?mode=ro", uri=True)
     try:
@@ -107,10 +105,11 @@ def keep_session(scratch: CTree, dest: Path) -> None:
             src.backup(out)
         finally:
             out.close()
+        os.chmod(part, 0o600)
+        part.replace(dest)
     finally:
         src.close()
-    os.chmod(part, 0o600)
-    part.replace(dest)
+        part.unlink(missing_ok=True)  # a failed copy leaves no half file behind
 
 
 def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url: str | None = None,
@@ -188,14 +187,6 @@ def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url
         finally:
             if tree.vdb is not None:
                 tree.vdb.close()
-
-
-def kept_session_path(name: str) -> Path:
-    """Where ``/scenario NAME --keep`` keeps the scratch tree: a new session in the
-    sessions folder, named after the scenario and the time."""
-    from .sessions import new_session_path
-
-    return new_session_path(f"scenario-{name}")
 
 
 # --- last verdicts --------------------------------------------------------------------------
@@ -280,6 +271,8 @@ class ScenarioController:
     def start(self, name: str, judge: str, keep: bool = False) -> None:
         from functools import partial
 
+        from .sessions import new_session_path
+
         app = self.app
         cfg = app.config
         session = app.session
@@ -291,7 +284,7 @@ class ScenarioController:
         job = partial(run_scenario, name, judge, embed_fn=embed_fn, base_url=cfg.base_url, api_key=cfg.api_key,
                       model=cfg.memory_model or cfg.chat_model or None, cancel=self.cancel_event,
                       on_start=self._on_start, on_event=self._on_event, on_snapshot=self._on_snapshot,
-                      keep_as=kept_session_path(name) if keep else None)
+                      keep_as=new_session_path(f"scenario-{name}") if keep else None)
         app.run_worker(partial(self._work, job), thread=True, group="scenario", name=f"scenario {name}",
                        description=f"scenario {name}")
 

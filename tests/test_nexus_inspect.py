@@ -541,3 +541,23 @@ async def test_a_kept_scenario_opens_as_a_session_to_inspect(server, tmp_path, m
         await wait_for(pilot, lambda: "PASS  multihop" in notices(app), timeout=60, what="verdict")
         assert not list(sessions_dir().glob("scenario-multihop-*.db"))
         assert "to inspect it" not in notices(app)
+
+
+def test_a_scenario_that_cannot_keep_its_session_still_gives_its_verdict(tmp_path, minilm):
+    """A copy that fails (here, a folder that is not there) is said in the log; the
+    verdict stands and no half-written file is left."""
+    from nexus.scenario_runner import run_scenario
+
+    events = []
+    dest = tmp_path / "gone" / "scenario-multihop.db"
+    outcome = run_scenario("multihop", embed_fn=minilm, keep_as=dest,
+                           on_event=lambda text, level: events.append((level, text)))
+    assert outcome.passed and not outcome.kept and "to inspect it" not in outcome.summary()
+    assert any(level == "error" and "could not keep its session" in text for level, text in events)
+    assert not dest.exists() and not list(tmp_path.rglob("*.part"))
+    kept = tmp_path / "kept.db"
+    outcome = run_scenario("multihop", embed_fn=minilm, keep_as=kept)
+    assert outcome.kept == str(kept) and oct(kept.stat().st_mode & 0o777) == "0o600"
+    tree = CTree.open(str(kept), embed_fn=minilm, read_only=True)
+    assert len(tree.exchanges) == outcome.exchanges
+    tree.vdb.close()

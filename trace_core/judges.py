@@ -64,6 +64,11 @@ def cosine(a: np.ndarray | None, b: np.ndarray | None) -> float:
 GROUP_SEPARATOR = " · "
 
 
+def _heaviest_first(texts: list[tuple[str, str]], weights: Sequence[float] | None) -> list[tuple[str, str]]:
+    """What the LLM reads to name a topic: the heaviest parts first."""
+    return texts if weights is None else [t for _, t in sorted(zip(weights, texts), key=lambda p: -p[0])]
+
+
 def group_name(names: Sequence[str], weights: Sequence[float], words: int = 2) -> str:
     """The two heaviest of ``names`` (a tie goes to the earlier), in their order, ``words``
     words of each; a word the first already shows is not repeated ("Tomato Seedlings ·
@@ -340,15 +345,13 @@ class Judges:
     def name_topic(self, texts: list[tuple[str, str]], weights: Sequence[float] | None = None) -> str:
         """A name for these texts; ``weights`` (one per text, e.g. a subtopic's exchange
         count) say how much of the topic each is. The LLM reads the heaviest first."""
-        ordered = texts if weights is None else [t for _, t in sorted(zip(weights, texts), key=lambda p: -p[0])]
-        return self._llm_or("name", lambda: self.llm.name_topic(ordered),
+        return self._llm_or("name", lambda: self.llm.name_topic(_heaviest_first(texts, weights)),
                             lambda: self.embedding.name_topic(texts, weights))
 
     def name_group(self, names: Sequence[str], weights: Sequence[float]) -> str:
         """A group's name: the LLM names it from its parts' names (heaviest first) in
         "llm" mode; otherwise the parts' names side by side."""
-        return self._llm_or("name", lambda: self.llm.name_topic([(n, "") for _, n in sorted(
-                                zip(weights, names), key=lambda p: -p[0])]),
+        return self._llm_or("name", lambda: self.llm.name_topic(_heaviest_first([(n, "") for n in names], weights)),
                             lambda: self.embedding.name_group(names, weights))
 
     def summarize(self, texts: list[tuple[str, str]]) -> str:

@@ -127,23 +127,6 @@ def _ancestor_ids(t: TopicNode) -> set[str]:
     return ids
 
 
-def _groups_above(t: TopicNode) -> list[TopicNode]:
-    """The grouping topics above ``t`` (not ``t`` itself)."""
-    out, cur = [], t.parent
-    while cur is not None:
-        if cur.is_group:
-            out.append(cur)
-        cur = cur.parent
-    return out
-
-
-def _depth(t: TopicNode) -> int:
-    n, cur = 0, t.parent
-    while cur is not None:
-        n, cur = n + 1, cur.parent
-    return n
-
-
 class Reorganizer:
     """Handed the tree model, the judges, the summaries, the fan-out balancer, the
     embedder, the event bus's ``emit``, the tree's store (or ``None``), the undo log and
@@ -322,18 +305,17 @@ class Reorganizer:
                 res.merges.append(MergeRecord(older.node_id, newer.node_id, older.topic_name, newer.topic_name,
                                               sim, judge, why))
             res.merged += merged
-            for group in left.values():
-                if group in live:
-                    # named after its parts: a part merged away must not name it any more
-                    group.topic_name = self.balancer.name_for(list(group.children))
-                    state.touched.append(group)
-            # and the groups above them, and above each absorber: their largest parts were
-            # named by what moved ("Training Marathon · Roll Kubernetes" over two tax topics)
-            above = {g.node_id: g for start in [*left.values(), *grown]
-                     for g in _groups_above(start) if g in live and g.node_id not in left}
-            for group in sorted(above.values(), key=_depth, reverse=True):  # parts before their group
+            # groups are named after their parts: a part merged away must not name its group
+            # any more, nor the groups above it or above the absorber ("Training Marathon ·
+            # Roll Kubernetes" was left over two tax topics); parts are named before their group
+            groups = dict(left)
+            for start in [*left.values(), *grown]:
+                groups.update((g.node_id, g) for g in model.get_ancestors(start, include_self=False) if g.is_group)
+            for group in sorted(groups.values(), key=lambda g: -len(model.get_ancestors(g))):
+                if group not in live:
+                    continue
                 name = self.balancer.name_for(list(group.children))
-                if name and name != group.topic_name:
+                if group.node_id in left or (name and name != group.topic_name):
                     group.topic_name = name
                     state.touched.append(group)
             if merged:
