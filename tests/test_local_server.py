@@ -106,6 +106,14 @@ def test_the_repeated_run_check_reads_each_run_once():
     assert check(tokens) is True
 
 
+def _models(base_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base_url}/models", timeout=10) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
 def _chat(base_url: str, body: dict) -> dict:
     req = urllib.request.Request(f"{base_url}/chat/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
@@ -164,8 +172,11 @@ def test_a_reply_without_max_tokens_is_bounded(tmp_path):
 
 @pytest.mark.llama
 def test_the_server_dies_with_the_process_that_started_it(tmp_path):
-    """A parent killed outright (SIGKILL, or a watchdog's os._exit) leaves no llama.cpp
-    server running: the child asked the kernel for SIGTERM when its parent dies."""
+    """A closing terminal's hangup goes to Nexus's process group: Nexus stores the reply
+    in flight, so its server must not get it too (it died with the hangup, the stream
+    broke first, and the partial reply was dropped as a failed one). A parent killed
+    outright (SIGKILL, or a watchdog's os._exit) leaves no llama.cpp server running: the
+    child asked the kernel for SIGTERM when its parent dies."""
     import os
     import signal
     import subprocess
@@ -175,18 +186,23 @@ def test_the_server_dies_with_the_process_that_started_it(tmp_path):
     pytest.importorskip("llama_cpp", reason="extra 'local' not installed")
     pid_file = tmp_path / "server.pid"
     parent = subprocess.Popen([sys.executable, "-c", (
-        "import pathlib, time\n"
+        "import pathlib, signal, time\n"
+        # Nexus handles the hangup (a handler, not SIG_IGN, which its server would inherit)
+        "signal.signal(signal.SIGHUP, lambda *a: None)\n"
         "from trace_core.local_llm import LocalLLMServer\n"
         "srv = LocalLLMServer().start(timeout=300)\n"
-        f"pathlib.Path({str(pid_file)!r}).write_text(str(srv.proc.pid))\n"
-        "time.sleep(600)\n")])
+        f"pathlib.Path({str(pid_file)!r}).write_text(f'{{srv.proc.pid}} {{srv.port}}')\n"
+        "time.sleep(600)\n")], start_new_session=True)  # its own process group, as a terminal gives
     try:
         deadline = time.time() + 300
         while not pid_file.exists() and time.time() < deadline and parent.poll() is None:
             time.sleep(0.5)
         assert pid_file.exists(), "the server did not start"
-        child = int(pid_file.read_text())
+        child, port = (int(v) for v in pid_file.read_text().split())
         os.kill(child, 0)  # running
+        os.killpg(parent.pid, signal.SIGHUP)  # the terminal closes
+        time.sleep(1)
+        assert _models(f"http://127.0.0.1:{port}/v1"), "the terminal's hangup ended the server"
         parent.send_signal(signal.SIGKILL)
         parent.wait(10)
         deadline = time.time() + 20

@@ -82,8 +82,11 @@ class LocalLLMServer:
                # llama.cpp's server otherwise ends a streaming reply, with no finish_reason, as
                # soon as any other request arrives — even GET /models (Tab after /model)
                "--interrupt_requests", "False"]
+        # its own session: a closing terminal's hangup is Nexus's to handle (it stores the
+        # reply in flight first); the server ends with Nexus (``_die_with_parent``, ``stop``)
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_die_with_parent)
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_die_with_parent,
+                                     start_new_session=True)
         deadline = time.time() + timeout
         url = f"http://127.0.0.1:{self.port}/v1/models"
         while time.time() < deadline:
