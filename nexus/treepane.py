@@ -13,6 +13,7 @@ reorganisation merged (⇐, until the next exchange) and /find matches (highligh
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 
 from rich.text import Text
 from textual.widgets import Tree
@@ -26,6 +27,7 @@ from .failures import ReportsFailures, background
 from .treesnap import TopicRow, TreeSnapshot, find_topics, snapshot_unlocked, take_snapshot, try_lock
 
 SUMMARY = "summary"  # the key of a topic's summary line among its children
+MIN_NAME_CELLS = 8  # a name clipped to fit the pane keeps at least this many cells
 FREEZE_AT = 1000  # exchanges: a tree this large is kept out of the collector's full passes (nexus/heap.py)
 
 
@@ -33,6 +35,46 @@ def _safe(text: str) -> str:
     from .widgets import safe  # widgets re-exports this pane: imported late, not at module load
 
     return safe(text)
+
+
+def depth_of(node: TreeNode) -> int:
+    """How many levels below the pane's root ``node`` is (the root: 0)."""
+    depth, up = 0, node.parent
+    while up is not None:
+        depth, up = depth + 1, up.parent
+    return depth
+
+
+@dataclass
+class NameFit:
+    """Where a topic's name sits in its pane label, and the label clipped to the room the
+    pane has for it (kept: the pane renders each line again as it scrolls)."""
+
+    start: int  # the name's first and past-last character in the label
+    end: int
+    head_cells: int  # the label's cells up to the end of the range and count after the name
+    depth: int
+    _key: tuple = ()
+    _out: Text | None = None
+
+    def fitted(self, label: Text, room: int) -> Text:
+        """``label`` with its name clipped (to ``MIN_NAME_CELLS`` at least) so that its
+        range and count fit in ``room`` cells; ``label`` itself when they do."""
+        key = (id(label), room)
+        if key != self._key or self._out is None:
+            self._key, self._out = key, self._clip(label, room)
+        return self._out
+
+    def _clip(self, label: Text, room: int) -> Text:
+        over = self.head_cells - room
+        if over <= 0 or self.end > len(label):
+            return label
+        name = label[self.start:self.end]
+        keep = max(MIN_NAME_CELLS, name.cell_len - over)
+        if keep >= name.cell_len:
+            return label
+        name.truncate(keep, overflow="ellipsis")
+        return Text.assemble(label[:self.start], name, label[self.end:])
 
 
 class MemoryTree(ReportsFailures, Tree):
@@ -54,6 +96,7 @@ class MemoryTree(ReportsFailures, Tree):
         self._topic_nodes: dict[str, TreeNode] = {}  # topic id -> its node in the pane
         self._shown: dict[str, tuple] = {}  # topic id -> keys of the children shown under it
         self._sigs: dict[str, tuple] = {}  # topic id -> what its label shows
+        self._fits: dict[str, NameFit] = {}  # topic id -> where its name is in its label
         self._synced: dict[str, tuple] = {}  # topic id -> (row, marks generation) its open subtree shows
         self._gen = 0  # bumped when the marks, matches or nodes to open change: every label is checked again
         self._held = None  # the user's (tree, injected) while a scenario's tree is shown
@@ -241,15 +284,19 @@ class MemoryTree(ReportsFailures, Tree):
         if not self.root.is_expanded:
             self.root.expand()
 
-    def label_for(self, row: TopicRow) -> Text:
+    def label_for(self, row: TopicRow, depth: int) -> Text:
+        """The label of a topic at ``depth`` in the pane (the root's children: 1)."""
         label = Text()
         if row.active:
             label.append("● ", style="green")
         style = "bold" if row.active else ""
         if row.node_id in self.found:
             style = "bold black on yellow"
+        start = len(label)
         label.append(_safe(row.name), style=style)
+        end = len(label)
         label.append(f" [{row.start}:{row.end}] ({row.exchanges_below})", style="dim")
+        self._fits[row.node_id] = NameFit(start, end, label.cell_len, depth)
         if row.node_id in self.injected:
             label.append(f"  ★ {self.injected[row.node_id]:.3f}", style="bold magenta")
         if row.node_id in self.marks:
@@ -270,9 +317,9 @@ class MemoryTree(ReportsFailures, Tree):
         this node's children only. Loaded and expanded children follow, level by level
         (a loop, not recursion: a large tree can be hundreds of levels deep)."""
         snap = self.snapshot
-        todo = [(node, row)]
+        todo = [(node, row, depth_of(node))]
         while todo:
-            node, row = todo.pop()
+            node, row, depth = todo.pop()
             done = self._synced.get(row.node_id)
             if done is not None and done[0] is row and done[1] == self._gen:
                 continue  # the same subtree, the same marks: nothing to do below it
@@ -289,7 +336,7 @@ class MemoryTree(ReportsFailures, Tree):
                 if child is None:
                     node.add_leaf(Text("↳ " + _safe(clip_text(key[1], 200)), style="italic dim"))
                 elif child.is_topic:
-                    self._add_topic(node, snap.topics[child.node_id])
+                    self._add_topic(node, snap.topics[child.node_id], depth + 1)
                 else:
                     node.add_leaf(Text(f"#{child.index} " + _safe(clip_text(child.user, 70)), style="dim"),
                                   data=child)
@@ -301,25 +348,53 @@ class MemoryTree(ReportsFailures, Tree):
                 crow = snap.topics[tid]
                 sig = self._signature(crow)
                 if self._sigs.get(tid) != sig:
-                    child.set_label(self.label_for(crow))
+                    child.set_label(self.label_for(crow, depth + 1))
                     self._sigs[tid] = sig
                 if tid in self.expanded_ids:  # a collapsed one catches up when it opens
-                    todo.append((child, crow))
+                    todo.append((child, crow, depth + 1))
                 if tid in self.expanded_ids and not child.is_expanded:
                     child.expand()
             self._synced[row.node_id] = (row, self._gen)
 
     def get_label_width(self, node: TreeNode) -> int:
         """The label's cells plus its ▶/▼ icon, without rendering it (Textual renders
-        every visible label to size the pane otherwise: slow with thousands open)."""
-        return node.label.cell_len + 2
+        every visible label to size the pane otherwise: slow with thousands open); a
+        topic's as clipped to the pane (``render_label``)."""
+        fit = self._fits.get(node.data) if isinstance(node.data, str) else None
+        if fit is None:
+            return node.label.cell_len + 2
+        return fit.fitted(node.label, self._room(fit)).cell_len + 2
+
+    def render_label(self, node: TreeNode, base_style, style) -> Text:
+        """A topic's name is clipped with "…" where the label would pass the pane's edge,
+        so its range and exchange count stay in sight (a group's name holds two of its
+        parts' names); marks after the count (★, ⇐) may still run past it. The inspector
+        shows the whole name."""
+        fit = self._fits.get(node.data) if isinstance(node.data, str) else None
+        if fit is None:
+            return super().render_label(node, base_style, style)
+        label = node.label
+        fitted = fit.fitted(label, self._room(fit))
+        if fitted is label:
+            return super().render_label(node, base_style, style)
+        # Textual's own rendering (icon, styles) of the clipped label: swapped in for the call
+        node._label = fitted
+        try:
+            return super().render_label(node, base_style, style)
+        finally:
+            node._label = label
+
+    def _room(self, fit: NameFit) -> int:
+        """Cells left for a label, its ▶/▼ icon excluded, after the guides of its depth."""
+        width = self.size.width - self.scrollbar_size_vertical
+        return width - fit.depth * self.guide_depth - 2
 
     def _child_items(self, row: TopicRow) -> list:
         items: list = [None] if row.summary and row.parent_id is not None else []
         return items + list(row.children)
 
-    def _add_topic(self, parent: TreeNode, row: TopicRow) -> TreeNode:
-        child = parent.add(self.label_for(row), data=row.node_id, allow_expand=True)
+    def _add_topic(self, parent: TreeNode, row: TopicRow, depth: int) -> TreeNode:
+        child = parent.add(self.label_for(row, depth), data=row.node_id, allow_expand=True)
         self._topic_nodes[row.node_id] = child
         self._sigs[row.node_id] = self._signature(row)
         return child
@@ -332,6 +407,7 @@ class MemoryTree(ReportsFailures, Tree):
                 self._topic_nodes.pop(n.data, None)
                 self._shown.pop(n.data, None)
                 self._sigs.pop(n.data, None)
+                self._fits.pop(n.data, None)
                 self._synced.pop(n.data, None)
             stack.extend(n.children)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from scenario_oracle import label_table, oracle
 from scripted_server import Reply
+from textual.geometry import Region
 
 from nexus.app import NexusApp
 from nexus.config import load_config
@@ -561,3 +562,48 @@ def test_a_scenario_that_cannot_keep_its_session_still_gives_its_verdict(tmp_pat
     tree = CTree.open(str(kept), embed_fn=minilm, read_only=True)
     assert len(tree.exchanges) == outcome.exchanges
     tree.vdb.close()
+
+
+def shown_lines(pane: MemoryTree) -> list[str]:
+    """The pane's lines as drawn on screen, without its border and padding."""
+    outer = pane.outer_size
+    strips = pane.render_lines(Region(0, 0, outer.width, outer.height))
+    return [strip.text[2:].rstrip() for strip in strips[1:]]
+
+
+async def test_a_long_topic_name_is_clipped_so_its_count_stays_in_sight(server, tmp_path, minilm, data_dir,
+                                                                        session_file):
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        for node in topic_nodes(pane):
+            node.expand()
+        await pilot.pause(0.2)
+        rows = {n.data: pane.snapshot.topics[n.data] for n in topic_nodes(pane)}
+        width = pane.scrollable_content_region.width
+        long = [r for r in rows.values() if len(f"{r.name} [{r.start}:{r.end}] ({r.exchanges_below})") + 2 + 3 > width]
+        assert long, "the fixture has a group whose name is too long for the pane"
+        lines = shown_lines(pane)
+        for row in rows.values():
+            tail = f" [{row.start}:{row.end}] ({row.exchanges_below})"
+            line = next(line for line in lines if line.endswith(tail) or row.name in line)
+            assert line.endswith(tail), line  # the count is never cut off
+            assert len(line) <= width
+        for row in long:
+            tail = f" [{row.start}:{row.end}] ({row.exchanges_below})"
+            line = next(line for line in lines if line.endswith(tail) and row.name[:8] in line)
+            assert "…" in line and row.name not in line
+        # a mark after the count runs past the edge; the name is not cut further for it
+        row = long[0]
+        before = next(line for line in lines if row.name[:8] in line)
+        pane.mark_reorganization({row.node_id: "Sourdough Starter Weights"})
+        await pilot.pause(0.2)
+        marked = next(line for line in shown_lines(pane) if row.name[:8] in line)
+        assert marked == before[: len(marked)] and len(marked) >= len(before) - 1
+        # a wider pane shows more of the name
+        for _ in range(8):
+            await pilot.press("ctrl+right")
+        await pilot.pause(0.2)
+        lines = shown_lines(pane)
+        assert any(row.name in line for row in long for line in lines)
