@@ -6,8 +6,10 @@ built-in ``gemma`` format drops system messages, and TRACE's memory block with t
 This module registers ``gemma-system``: Gemma's turn markers with the system text
 folded into the first user turn, as Gemma's own template does. It also bounds every
 reply: a default ``max_tokens`` when a request names none (llama.cpp would otherwise
-generate until the context is full), the usual repetition penalty as a floor, and a
-loop guard that stops a reply repeating the same run of tokens.
+generate until the context is full), the usual repetition penalty as a floor, a
+loop guard that stops a reply repeating the same run of tokens, and stop strings where
+the bundled base model ends its turn in words (" mendatang") or starts writing the
+prompt's system or user lines out again.
 
     python -m trace_core.local_server --model PATH [llama_cpp.server flags]
         [--reply_max_tokens 512] [--min_repeat_penalty 1.1]
@@ -32,6 +34,14 @@ LOOP_MIN_PERIOD, LOOP_MAX_PERIOD, LOOP_REPEATS = 8, 96, 4
 # cycling through paragraphs (gemma-270m's cycles run 200-300 tokens: too long for the rule above
 # within a reply's max_tokens); prose and code do not repeat 48 tokens verbatim
 REPEATED_RUN = 48
+# The bundled gemma-3-270m is a base model: it closes a turn with the word " mendatang" where
+# <end_of_turn> belongs (then "user" or "model" and the prompt's turns again), in 12 of 12
+# probe replies; a reply stops there. An Indonesian reply using the word is cut at it.
+TURN_END_STANDINS = (" mendatang",)
+# a reply that starts saying the prompt's system or user text again is writing the prompt's
+# turns out: stopped at the first ECHO_CHARS characters of any such line (lines this long only;
+# at most ECHO_STOPS of them: llama_cpp checks every stop string after each token)
+ECHO_CHARS, ECHO_STOPS = 32, 48
 
 
 def _text(content) -> str:
@@ -68,6 +78,23 @@ def format_prompt(messages: Sequence[dict]) -> str:
     if system:  # system text and no user turn after it: it still reaches the model
         turns.append(("user", "\n\n".join(system)))
     return "".join(f"{START}{role}\n{text}{END}\n" for role, text in turns) + f"{START}model\n"
+
+
+def echo_stops(messages: Sequence[dict], chars: int = ECHO_CHARS, limit: int = ECHO_STOPS) -> list[str]:
+    """Stop strings: the first ``chars`` characters of each line at least that long of the
+    newest user message, then of the system text (markers removed, as ``format_prompt``
+    removes them); at most ``limit``."""
+    users = [m for m in messages if m.get("role") == "user"][-1:]
+    system = [m for m in messages if m.get("role") in ("system", "developer")]
+    out: list[str] = []
+    for m in users + system:
+        for line in _text(m.get("content")).splitlines():
+            line = line.strip()
+            if len(line) >= chars and line[:chars] not in out:
+                out.append(line[:chars])
+                if len(out) == limit:
+                    return out
+    return out
 
 
 def loop_length(tokens: Sequence[int], min_period: int = LOOP_MIN_PERIOD, max_period: int = LOOP_MAX_PERIOD,
@@ -132,7 +159,8 @@ def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float
     from llama_cpp import llama_chat_format as lcf
 
     def formatter(*, messages, **_kwargs) -> lcf.ChatFormatterResponse:
-        return lcf.ChatFormatterResponse(prompt=format_prompt(messages), stop=[END],
+        stop = [END, *TURN_END_STANDINS, *echo_stops(messages)]
+        return lcf.ChatFormatterResponse(prompt=format_prompt(messages), stop=stop,
                                          stopping_criteria=llama_cpp.StoppingCriteriaList([LoopGuard()]))
 
     base = lcf.chat_formatter_to_chat_completion_handler(formatter)
