@@ -159,17 +159,19 @@ def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float
     from llama_cpp import llama_chat_format as lcf
 
     def formatter(*, messages, **_kwargs) -> lcf.ChatFormatterResponse:
-        stop = [END, *TURN_END_STANDINS, *echo_stops(messages)]
-        return lcf.ChatFormatterResponse(prompt=format_prompt(messages), stop=stop,
+        return lcf.ChatFormatterResponse(prompt=format_prompt(messages), stop=[END, *TURN_END_STANDINS],
                                          stopping_criteria=llama_cpp.StoppingCriteriaList([LoopGuard()]))
 
     base = lcf.chat_formatter_to_chat_completion_handler(formatter)
 
-    def handler(*, max_tokens=None, repeat_penalty=MIN_REPEAT_PENALTY, **kwargs):
+    def handler(*, max_tokens=None, repeat_penalty=MIN_REPEAT_PENALTY, stop=None, response_format=None, **kwargs):
         # llama.cpp already trims max_tokens to what the context has left
         if max_tokens is None or max_tokens <= 0:
             max_tokens = reply_max_tokens
-        return base(max_tokens=max_tokens, repeat_penalty=max(repeat_penalty, min_repeat_penalty), **kwargs)
+        if response_format is None:  # a JSON answer may quote the prompt's lines in its fields
+            stop = [*([stop] if isinstance(stop, str) else stop or []), *echo_stops(kwargs.get("messages", []))]
+        return base(max_tokens=max_tokens, repeat_penalty=max(repeat_penalty, min_repeat_penalty), stop=stop,
+                    response_format=response_format, **kwargs)
 
     lcf.LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(CHAT_FORMAT, handler, overwrite=True)
 
