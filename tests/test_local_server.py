@@ -21,6 +21,8 @@ from trace_core.local_server import (
     echo_stops,
     format_prompt,
     loop_length,
+    reply_text,
+    stream_or_again,
 )
 
 FOREIGN_MARKERS = ("[INST]", "[/INST]", "<<SYS>>", "<</SYS>>", START, END, "<|im_start|>", "<|im_end|>")
@@ -63,6 +65,30 @@ def test_echo_stops_are_the_starts_of_the_newest_user_lines_then_the_system_line
     assert stops[1] == "You are a helpful assistant with long-term memory."[:ECHO_CHARS]
     assert all(len(s) == ECHO_CHARS for s in stops) and len(stops) == len(set(stops)) == 48
     assert not [s for s in stops if s.startswith(("short", "An older", "An answer"))]
+
+
+def _chunk(text=None, role=None, finish=None) -> dict:
+    delta = {k: v for k, v in (("role", role), ("content", text)) if v is not None}
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def test_a_streamed_reply_stopped_before_its_first_word_is_sampled_again():
+    asked = []
+
+    def again():
+        asked.append(1)
+        yield _chunk(role="assistant")
+        yield _chunk("Try a rye starter.")
+        yield _chunk(finish="stop")
+
+    empty = iter([_chunk(role="assistant"), _chunk("  "), _chunk(finish="stop")])
+    out = list(stream_or_again(empty, again))
+    assert asked == [1] and "".join(c["choices"][0]["delta"].get("content", "") for c in out) == "Try a rye starter."
+    # a reply with text is passed through whole, chunk for chunk, and not asked again
+    said = [_chunk(role="assistant"), _chunk(" "), _chunk("Hello"), _chunk(" there"), _chunk(finish="stop")]
+    assert list(stream_or_again(iter(said), again)) == said and asked == [1]
+    assert reply_text({"choices": [{"message": {"role": "assistant", "content": "Hi"}}]}) == "Hi"
+    assert reply_text({"choices": [{"message": {"role": "assistant", "content": None}}]}) == ""
 
 
 def test_loop_length_finds_loops_and_leaves_text_alone():

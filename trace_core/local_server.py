@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 CHAT_FORMAT = "gemma-system"
 START, END = "<start_of_turn>", "<end_of_turn>"
@@ -170,10 +170,43 @@ def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float
             max_tokens = reply_max_tokens
         if response_format is None:  # a JSON answer may quote the prompt's lines in its fields
             stop = [*([stop] if isinstance(stop, str) else stop or []), *echo_stops(kwargs.get("messages", []))]
-        return base(max_tokens=max_tokens, repeat_penalty=max(repeat_penalty, min_repeat_penalty), stop=stop,
-                    response_format=response_format, **kwargs)
+
+        def answer(**kw):
+            return base(max_tokens=max_tokens, repeat_penalty=max(repeat_penalty, min_repeat_penalty), stop=stop,
+                        response_format=response_format, **kw)
+
+        first = answer(**kwargs)
+        if response_format is not None or kwargs.get("temperature", 0.2) <= 0:
+            return first  # greedy: a second try would say the same
+        # a reply stopped before its first word (it began by writing the prompt out again) is
+        # sampled once more, with the next seed if the request fixed one
+        seed = kwargs.get("seed")
+        again = {**kwargs, "seed": None if seed is None else seed + 1}
+        if kwargs.get("stream"):
+            return stream_or_again(first, lambda: answer(**again))
+        return first if reply_text(first).strip() else answer(**again)
 
     lcf.LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(CHAT_FORMAT, handler, overwrite=True)
+
+
+def reply_text(completion: dict) -> str:
+    """The text of a whole (not streamed) chat completion."""
+    choices = completion.get("choices") or [{}]
+    return (choices[0].get("message") or {}).get("content") or ""
+
+
+def stream_or_again(chunks: Iterator[dict], again: Callable[[], Iterator[dict]]) -> Iterator[dict]:
+    """The chunks of a streamed reply, held back until one carries text; a stream that
+    ends with none is replaced by ``again()``'s."""
+    held = []
+    for chunk in chunks:
+        held.append(chunk)
+        delta = ((chunk.get("choices") or [{}])[0].get("delta") or {})
+        if (delta.get("content") or "").strip():
+            yield from held
+            yield from chunks
+            return
+    yield from again()
 
 
 def main(argv: list[str] | None = None) -> None:
