@@ -12,7 +12,7 @@ the bundled base model ends its turn in words (" mendatang") or starts writing t
 prompt's system or user lines out again.
 
     python -m trace_core.local_server --model PATH [llama_cpp.server flags]
-        [--reply_max_tokens 512] [--min_repeat_penalty 1.1]
+        [--reply_max_tokens 512] [--min_repeat_penalty 1.1] [--reply_stops True|False]
 
 Importing this module does not import llama_cpp; ``register()`` does.
 """
@@ -153,13 +153,16 @@ class LoopGuard:
         return loop_length(generated) > 0
 
 
-def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float = MIN_REPEAT_PENALTY) -> None:
-    """Register ``gemma-system`` with llama_cpp (idempotent)."""
+def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float = MIN_REPEAT_PENALTY,
+             reply_stops: bool = True) -> None:
+    """Register ``gemma-system`` with llama_cpp (idempotent). ``reply_stops`` off: only
+    <end_of_turn> ends a reply, and an empty one is not sampled again (a baseline)."""
     import llama_cpp
     from llama_cpp import llama_chat_format as lcf
 
     def formatter(*, messages, **_kwargs) -> lcf.ChatFormatterResponse:
-        return lcf.ChatFormatterResponse(prompt=format_prompt(messages), stop=[END, *TURN_END_STANDINS],
+        stop = [END, *TURN_END_STANDINS] if reply_stops else [END]
+        return lcf.ChatFormatterResponse(prompt=format_prompt(messages), stop=stop,
                                          stopping_criteria=llama_cpp.StoppingCriteriaList([LoopGuard()]))
 
     base = lcf.chat_formatter_to_chat_completion_handler(formatter)
@@ -168,6 +171,9 @@ def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float
         # llama.cpp already trims max_tokens to what the context has left
         if max_tokens is None or max_tokens <= 0:
             max_tokens = reply_max_tokens
+        if not reply_stops:
+            return base(max_tokens=max_tokens, repeat_penalty=max(repeat_penalty, min_repeat_penalty), stop=stop,
+                        response_format=response_format, **kwargs)
         if response_format is None:  # a JSON answer may quote the prompt's lines in its fields
             stop = [*([stop] if isinstance(stop, str) else stop or []), *echo_stops(kwargs.get("messages", []))]
 
@@ -213,8 +219,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--reply_max_tokens", type=int, default=REPLY_MAX_TOKENS)
     ap.add_argument("--min_repeat_penalty", type=float, default=MIN_REPEAT_PENALTY)
+    ap.add_argument("--reply_stops", choices=("True", "False"), default="True")
     ours, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
-    register(ours.reply_max_tokens, ours.min_repeat_penalty)
+    register(ours.reply_max_tokens, ours.min_repeat_penalty, ours.reply_stops == "True")
     from llama_cpp.server.__main__ import main as serve
 
     sys.argv = [sys.argv[0], *rest, "--chat_format", CHAT_FORMAT]  # the server parses sys.argv

@@ -1,0 +1,101 @@
+"""Replies of the embedded llama.cpp model (gemma-3-270m, a base model) with and without
+the bundled server's reply stops, in one run.
+
+    python -m bench.local_replies [--seeds 1,2] [--max-tokens 256] [--json OUT]
+
+Twelve first messages (English, German, French, Japanese; a chat's first turn, so the
+prompt is TRACE's assistant system text and the message) are sent to two servers
+started one after the other: **stops on** (as Nexus runs it: the model's word for a turn
+end, the starts of the prompt's lines, one more sample of a reply stopped before its
+first word) and **stops off** (only ``<end_of_turn>`` ends a reply: the baseline), at
+temperature 0.7 (Nexus's default) with fixed seeds. Per server: replies that write the
+prompt again (its system text or the message, first 20 characters) or the turn-end word,
+empty replies, replies cut at ``max_tokens``, and the median tokens and seconds a reply.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+
+from trace_core.local_llm import LocalLLMServer
+from trace_core.local_server import TURN_END_STANDINS
+from trace_core.prompts import ASSISTANT_SYSTEM
+
+MESSAGES = [
+    "My tomato seedlings have yellow leaves at the bottom, what should I do?",
+    "Any tips for my first marathon in October?",
+    "How do I set CPU limits for a Kubernetes deployment?",
+    "I want to start a sourdough starter this weekend. How often do I feed it?",
+    "Can you suggest a jazz album for a rainy evening?",
+    "What should I keep in mind when filing taxes as a freelancer?",
+    "Mein Großvater hat eine Bäckerei in München, was soll ich ihm zum 80. Geburtstag schenken?",
+    "Wie lange muss ein Hefeteig für Brezeln gehen?",
+    "Comment puis-je garder mon levain en bonne santé pendant les vacances ?",
+    "Quel vin servir avec une raclette ?",
+    "私の猫は毎晩三時に鳴きます。どうすればいいですか？",
+    "週末に京都で紅葉を見るならどこがいいですか？",
+]
+
+
+def run_server(reply_stops: bool, seeds: list[int], max_tokens: int) -> dict:
+    from openai import OpenAI
+
+    with tempfile.TemporaryDirectory() as tmp:
+        srv = LocalLLMServer(log_path=f"{tmp}/server.log", reply_stops=reply_stops).start(timeout=180)
+        try:
+            client = OpenAI(base_url=srv.base_url, api_key="x", max_retries=0, timeout=300)
+            rows = []
+            for message in MESSAGES:
+                for seed in seeds:
+                    t = time.perf_counter()
+                    resp = client.chat.completions.create(
+                        model=srv.model_name, max_tokens=max_tokens, temperature=0.7, seed=seed,
+                        messages=[{"role": "system", "content": ASSISTANT_SYSTEM},
+                                  {"role": "user", "content": message}])
+                    seconds = time.perf_counter() - t
+                    text = resp.choices[0].message.content or ""
+                    again = [s for s in (ASSISTANT_SYSTEM[:20], message[:20], *TURN_END_STANDINS) if s in text]
+                    rows.append({"message": message, "seed": seed, "seconds": round(seconds, 3),
+                                 "tokens": resp.usage.completion_tokens, "finish": resp.choices[0].finish_reason,
+                                 "prompt_again": bool(again), "empty": not text.strip(), "text": text[:400]})
+        finally:
+            srv.stop()
+    n = len(rows)
+    return {"replies": n,
+            "prompt_written_again": sum(r["prompt_again"] for r in rows),
+            "empty": sum(r["empty"] for r in rows),
+            "cut_at_max_tokens": sum(r["finish"] == "length" for r in rows),
+            "median_tokens": statistics.median(r["tokens"] for r in rows),
+            "median_seconds": round(statistics.median(r["seconds"] for r in rows), 3),
+            "rows": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", default="1,2")
+    ap.add_argument("--max-tokens", type=int, default=256)  # Nexus's --local default
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    out = {"max_tokens": args.max_tokens, "seeds": seeds,
+           "stops_off": run_server(False, seeds, args.max_tokens),
+           "stops_on": run_server(True, seeds, args.max_tokens)}
+    print(f"{'':10} | replies | prompt written again | empty | cut at max_tokens | median tokens | median s")
+    for name in ("stops_off", "stops_on"):
+        r = out[name]
+        print(f"{name:10} | {r['replies']:7} | {r['prompt_written_again']:19} | {r['empty']:5} | "
+              f"{r['cut_at_max_tokens']:17} | {r['median_tokens']:13} | {r['median_seconds']:8}")
+    off, on = out["stops_off"], out["stops_on"]
+    print(f"ratio on/off: median tokens {on['median_tokens'] / off['median_tokens']:.2f}, "
+          f"median seconds {on['median_seconds'] / off['median_seconds']:.2f}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1, ensure_ascii=False)
+
+
+if __name__ == "__main__":
+    main()
