@@ -87,6 +87,9 @@ def test_a_streamed_reply_stopped_before_its_first_word_is_sampled_again():
     # a reply with text is passed through whole, chunk for chunk, and not asked again
     said = [_chunk(role="assistant"), _chunk(" "), _chunk("Hello"), _chunk(" there"), _chunk(finish="stop")]
     assert list(stream_or_again(iter(said), again)) == said and asked == [1]
+    # an empty reply cut at max_tokens (the context is full) is not asked again
+    full = [_chunk(role="assistant"), _chunk(finish="length")]
+    assert list(stream_or_again(iter(full), again)) == full and asked == [1]
     assert reply_text({"choices": [{"message": {"role": "assistant", "content": "Hi"}}]}) == "Hi"
     assert reply_text({"choices": [{"message": {"role": "assistant", "content": None}}]}) == ""
 

@@ -190,7 +190,8 @@ def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float
         again = {**kwargs, "seed": None if seed is None else seed + 1}
         if kwargs.get("stream"):
             return stream_or_again(first, lambda: answer(**again))
-        return first if reply_text(first).strip() else answer(**again)
+        stopped_empty = not reply_text(first).strip() and (first.get("choices") or [{}])[0].get("finish_reason") == "stop"
+        return answer(**again) if stopped_empty else first
 
     lcf.LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(CHAT_FORMAT, handler, overwrite=True)
 
@@ -203,16 +204,19 @@ def reply_text(completion: dict) -> str:
 
 def stream_or_again(chunks: Iterator[dict], again: Callable[[], Iterator[dict]]) -> Iterator[dict]:
     """The chunks of a streamed reply, held back until one carries text; a stream that
-    ends with none is replaced by ``again()``'s."""
+    stops with none is replaced by ``again()``'s (one cut at ``max_tokens`` is not: the
+    context is full, and would be again)."""
     held = []
+    finish = None
     for chunk in chunks:
         held.append(chunk)
-        delta = ((chunk.get("choices") or [{}])[0].get("delta") or {})
-        if (delta.get("content") or "").strip():
+        choice = (chunk.get("choices") or [{}])[0]
+        finish = choice.get("finish_reason") or finish
+        if ((choice.get("delta") or {}).get("content") or "").strip():
             yield from held
             yield from chunks
             return
-    yield from again()
+    yield from (again() if finish == "stop" else held)
 
 
 def main(argv: list[str] | None = None) -> None:
