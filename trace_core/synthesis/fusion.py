@@ -1,7 +1,7 @@
 """Stage 2, scoring and fusion: one score per candidate message, and their ranking.
 
 Cosines and branch scores enter as z-scores among the candidates, BM25 relative to the
-best match (0 without a shared word); unlike ranks, scores keep how far ahead a clear
+best match, squared (0 without a shared word); unlike ranks, scores keep how far ahead a clear
 winner is. A date named in the question lifts that day's messages; conversation
 neighbours lend each other a share of their score.
 """
@@ -85,7 +85,8 @@ def fuse(query: str, cands: Candidates, exchanges: Sequence[MessageNode], params
     branch = np.array([branch_of[i] for i, _ in units])
     wd, wk, wb = params.weights
     keyword = cands.keyword
-    fused = wd * z_scores(cands.dense) + wk * keyword / (keyword.max() or 1.0) + wb * z_scores(branch)
+    relative = keyword / (keyword.max() or 1.0)
+    fused = wd * z_scores(cands.dense) + wk * relative ** params.keyword_power + wb * z_scores(branch)
     if params.date_weight:
         specs = dates_in(query)  # the question names a date: what was said that day
         if specs:

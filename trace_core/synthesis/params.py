@@ -13,7 +13,11 @@ class SynthesisParams:
     memory_token_budget: int = 1000  # hard cap of the memory block, in estimated tokens
     topic_threshold: float = 0.40  # a branch shows its summary when its topic scored this
     max_message_chars: int = 480  # each injected message is clipped to this
-    weights: tuple[float, float, float] = (1.0, 2.0, 0.3)  # fusion: dense, keyword, branch
+    weights: tuple[float, float, float] = (1.0, 5.0, 0.3)  # fusion: dense, keyword, branch
+    # BM25 enters the fusion as (score / best score) ** keyword_power: a message sharing
+    # the question's rarer words as well as the best match does gains the keyword weight,
+    # one sharing a word or two of them little of it
+    keyword_power: float = 2.0
     neighbour_weight: float = 0.3  # share of a conversation neighbour's score a message gains
     supersede_similarity: float = 0.65  # cosine from which a later update supersedes
     group_depth: int | None = 1  # entries are grouped under their ancestor at this depth
