@@ -360,7 +360,7 @@ class MemoryTree(ReportsFailures, Tree):
         """The label's cells plus its ▶/▼ icon, without rendering it (Textual renders
         every visible label to size the pane otherwise: slow with thousands open); a
         topic's as clipped to the pane (``render_label``)."""
-        fit = self._fits.get(node.data) if isinstance(node.data, str) else None
+        fit = self._fit_of(node)
         if fit is None:
             return node.label.cell_len + 2
         return fit.fitted(node.label, self._room(fit)).cell_len + 2
@@ -370,7 +370,7 @@ class MemoryTree(ReportsFailures, Tree):
         so its range and exchange count stay in sight (a group's name holds two of its
         parts' names); marks after the count (★, ⇐) may still run past it. The inspector
         shows the whole name."""
-        fit = self._fits.get(node.data) if isinstance(node.data, str) else None
+        fit = self._fit_of(node)
         if fit is None:
             return super().render_label(node, base_style, style)
         label = node.label
@@ -383,6 +383,10 @@ class MemoryTree(ReportsFailures, Tree):
             return super().render_label(node, base_style, style)
         finally:
             node._label = label
+
+    def _fit_of(self, node: TreeNode) -> NameFit | None:
+        """Where a topic's name is in its label (``None`` for other nodes)."""
+        return self._fits.get(node.data) if isinstance(node.data, str) else None
 
     def _room(self, fit: NameFit) -> int:
         """Cells left for a label, its ▶/▼ icon excluded, after the guides of its depth."""

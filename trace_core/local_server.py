@@ -171,27 +171,24 @@ def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float
         # llama.cpp already trims max_tokens to what the context has left
         if max_tokens is None or max_tokens <= 0:
             max_tokens = reply_max_tokens
-        if not reply_stops:
-            return base(max_tokens=max_tokens, repeat_penalty=max(repeat_penalty, min_repeat_penalty), stop=stop,
-                        response_format=response_format, **kwargs)
-        if response_format is None:  # a JSON answer may quote the prompt's lines in its fields
-            stop = [*([stop] if isinstance(stop, str) else stop or []), *echo_stops(kwargs.get("messages", []))]
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        plain = reply_stops and response_format is None  # a JSON answer may quote the prompt's lines
+        if plain:
+            stops += echo_stops(kwargs.get("messages", []))
 
         def answer(**kw):
-            return base(max_tokens=max_tokens, repeat_penalty=max(repeat_penalty, min_repeat_penalty), stop=stop,
-                        response_format=response_format, **kw)
+            return base(max_tokens=max_tokens, repeat_penalty=max(repeat_penalty, min_repeat_penalty),
+                        stop=stops or None, response_format=response_format, **kw)
 
         first = answer(**kwargs)
-        if response_format is not None or kwargs.get("temperature", 0.2) <= 0:
+        if not plain or kwargs.get("temperature", 0.2) <= 0:
             return first  # greedy: a second try would say the same
         # a reply stopped before its first word (it began by writing the prompt out again) is
         # sampled once more, with the next seed if the request fixed one
         seed = kwargs.get("seed")
         again = {**kwargs, "seed": None if seed is None else seed + 1}
-        if kwargs.get("stream"):
-            return stream_or_again(first, lambda: answer(**again))
-        stopped_empty = not reply_text(first).strip() and (first.get("choices") or [{}])[0].get("finish_reason") == "stop"
-        return answer(**again) if stopped_empty else first
+        retry = stream_or_again if kwargs.get("stream") else whole_or_again
+        return retry(first, lambda: answer(**again))
 
     lcf.LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(CHAT_FORMAT, handler, overwrite=True)
 
@@ -200,6 +197,13 @@ def reply_text(completion: dict) -> str:
     """The text of a whole (not streamed) chat completion."""
     choices = completion.get("choices") or [{}]
     return (choices[0].get("message") or {}).get("content") or ""
+
+
+def whole_or_again(completion: dict, again: Callable[[], dict]) -> dict:
+    """A whole reply, or ``again()``'s when the model stopped it with no text (one cut at
+    ``max_tokens`` is kept: the context is full, and would be again)."""
+    finish = (completion.get("choices") or [{}])[0].get("finish_reason")
+    return again() if finish == "stop" and not reply_text(completion).strip() else completion
 
 
 def stream_or_again(chunks: Iterator[dict], again: Callable[[], Iterator[dict]]) -> Iterator[dict]:
