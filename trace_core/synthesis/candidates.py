@@ -214,22 +214,24 @@ class CandidateFinder:
         # handoff can wait for the GIL's switch interval (5 ms), more than small sessions gain
         # (not beside the embedding: torch and SQLite then slow each other down)
         parallel = conv_index is not None and len(conv_index) >= p.parallel_from and self.executor is not None
+        # both readings count, with the names (who said it) and without (what was said):
+        # the mean of two cosines is the product with the mean vector, one pass
+        all_dense = self._dense(qvec if qvec2 is None else 0.5 * (qvec + qvec2), conv_index, exchanges, vector_of)
+        ex_of, role_of = self.table.exchange_of, self.table.role_of
+        m = len(ex_of)
+        if m == 0:
+            return None
+        # the Python set-up is done before the job starts, and the vector passes (which
+        # release the GIL) run while it does
         job = self.executor.submit(self.keyword_searches, query) if parallel else None
         try:
-            # both readings count, with the names (who said it) and without (what was said):
-            # the mean of two cosines is the product with the mean vector, one pass
-            all_dense = self._dense(qvec if qvec2 is None else 0.5 * (qvec + qvec2), conv_index, exchanges, vector_of)
+            cand_idx, cand_dense = all_dense.top(min(p.candidates, m))
             t_dense = topic_dense(topic_index, qvec, p.topic_candidates)
         finally:
             if job is not None:
                 msg_hits, t_key = job.result()
         if job is None:
             msg_hits, t_key = self.keyword_searches(query) if vdb is not None else ([], {})
-        ex_of, role_of = self.table.exchange_of, self.table.role_of
-        m = len(ex_of)
-        if m == 0:
-            return None
-        cand_idx, cand_dense = all_dense.top(min(p.candidates, m))
         keyword_hits: dict[int, float] = {}
         for mid, score in msg_hits:
             k = self.table.row_of_id.get(mid)
