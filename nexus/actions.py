@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from textual.actions import SkipAction
+from textual.containers import VerticalScroll
 
 from .inspector import NodeInspector
 from .treepane import MemoryTree
@@ -60,6 +61,12 @@ class KeyActions:
     def action_focus_input(self) -> None:
         self._on_main_screen()
         self.query_one("#prompt").focus()
+        self.follow_chat()
+
+    def follow_chat(self) -> None:
+        """Back at the chat's end, and kept there as replies stream in: reading up (a
+        scroll, Ctrl+↑) lets go of the end until the user sends, or comes back to the input."""
+        self.query_one("#chat", VerticalScroll).anchor()
 
     def selectable_messages(self) -> list:
         """The chat's messages in screen order: what Ctrl+↑/↓ select and Ctrl+Y copies."""
@@ -73,6 +80,9 @@ class KeyActions:
             return
         focused = self.focused
         if focused in items:
+            if step > 0 and focused is items[-1]:  # past the newest message: the input, the chat's end
+                self.action_focus_input()
+                return
             i = max(0, min(len(items) - 1, items.index(focused) + step))
         else:
             i = len(items) - 1 if step < 0 else 0

@@ -17,6 +17,7 @@ from trace_core.llm import describe_error
 from trace_core.tokens import count_tokens, truncate_to_tokens
 
 from . import events as ev
+from . import parked
 from .config import Config
 from .prompt_budget import fit_recent, limits, prompt_room, recent_tokens
 from .session_settings import SessionSettings, parse_setting
@@ -52,6 +53,7 @@ class ChatSession:
         self.synth: PromptSynthesizer | None = None
         self.turn: Turn | None = None  # the request in flight
         self.kept: list[str] = []  # messages without an answer (failed, empty, cancelled early): resend with a key
+        self.latest_kept: str | None = None  # the one whose failure was said last (Ctrl+R's hint is under it)
         self._kept_saved: list[str] = []
         self.unstored: list[tuple[str, str]] = []  # exchanges whose storing failed: store again with a key
         self.settings = SessionSettings()  # /system, /set: read from the session file when it opens
@@ -83,6 +85,8 @@ class ChatSession:
         self.settings = SessionSettings.load(tree.vdb)
         self.kept = load_kept(tree.vdb)
         self._kept_saved = list(self.kept)  # what the file holds: written only when it differs
+        if not read_only:
+            self.take_parked()
         self.synth = PromptSynthesizer(ctree=tree, vector_db=tree.vdb,
                                        memory_token_budget=mem.memory_token_budget)
         self.recent = self.recent_from_tree()
@@ -283,11 +287,16 @@ class ChatSession:
 
     @property
     def pending(self) -> str | None:
-        """The message Ctrl+R sends next: the oldest kept (a failed, empty or early-cancelled reply)."""
+        """The message Ctrl+R sends next (a failed, empty or early-cancelled reply): the
+        one whose failure was said last in this window, the one its "Ctrl+R" hint is
+        under; otherwise the oldest kept."""
+        if self.latest_kept in self.kept:
+            return self.latest_kept
         return self.kept[0] if self.kept else None
 
     def _keep(self, text: str) -> None:
         self.keep_unsent([text])
+        self.latest_kept = text
 
     def keep_unsent(self, texts: list[str]) -> None:
         """Messages without an answer (a failed reply, or queued when Nexus closed): kept
@@ -299,16 +308,30 @@ class ChatSession:
             self.kept.append(text)
         self.save_kept()
 
+    def take_parked(self) -> None:
+        """Messages sent while this session opened last time, when Nexus closed first:
+        kept with the others (in the session file, then the file beside it goes)."""
+        waiting = parked.read(self.path)
+        if not waiting:
+            return
+        self.keep_unsent(waiting)
+        if self.kept[-len(waiting):] == waiting and self._kept_saved == self.kept:  # in the file now
+            parked.clear(self.path)
+
     def take_kept(self, text: str | None = None) -> str | None:
-        """The oldest kept message (or ``text``, when kept), to send again or edit (several
-        go in the order they were written). The file keeps it until it is answered (or kept
-        again): a crash while it is resent, or quitting while it is edited, loses nothing."""
+        """The message Ctrl+R sends next (``pending``), or ``text`` when kept, to send
+        again or edit. The file keeps it until it is answered (or kept again): a crash
+        while it is resent, or quitting while it is edited, loses nothing."""
         if text is not None:
             if text not in self.kept:
                 return None
             self.kept.remove(text)
             return text
-        return self.kept.pop(0) if self.kept else None
+        text = self.pending
+        if text is not None:
+            self.kept.remove(text)
+        self.latest_kept = None
+        return text
 
     def save_kept(self) -> None:
         if self.tree is None or self.tree.vdb is None or self.read_only:

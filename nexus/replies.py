@@ -6,9 +6,11 @@ import asyncio
 import logging
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from . import events as ev
 from . import messages as M
+from . import parked
 from .chat import ChatSession, Turn
 from .failures import TaskFailed, background
 from .widgets import AssistantMessage, PromptInput, UserMessage
@@ -35,6 +37,7 @@ class Replies:
         text = event.value
         if not text.strip():
             return
+        self.follow_chat()  # what is sent, and its answer, are in sight
         editing, self.editing = self.editing, None
         if text.strip().startswith("/"):
             self.run_command(text.strip())
@@ -240,23 +243,27 @@ class Replies:
     async def settle_reply_async(self, keep: bool = True, timeout: float = 15.0) -> bool:
         return await asyncio.to_thread(self.settle_reply, keep, timeout)
 
-    def take_outbox(self) -> tuple[ChatSession | None, list[Outgoing]]:
-        """(UI thread) The queued messages and the session they belong to; the outbox is empty after."""
+    def take_outbox(self) -> tuple[ChatSession | None, Path, list[Outgoing]]:
+        """(UI thread) The queued messages, the session they belong to (None while it
+        opens) and its path; the outbox is empty after."""
         items, self.outbox = self.outbox, []
-        return self.session, items
+        return self.session, self.session_path, items
 
     def store_outbox(self) -> int:
         """(UI thread, blocking: the last moments) ``store_unsent`` of the outbox."""
         return self.store_unsent(*self.take_outbox())
 
     @staticmethod
-    def store_unsent(session: ChatSession | None, items: list[Outgoing]) -> int:
+    def store_unsent(session: ChatSession | None, path: Path, items: list[Outgoing]) -> int:
         """Leaving with messages still queued: each is kept unsent in the session file,
-        shown again and sent with Ctrl+R when the session reopens. (Not an exchange: a
-        message nobody answered is not memory, and filing it could ask the memory model.)"""
-        if session is None or session.tree is None or not items:
-            return 0
+        shown again and sent with Ctrl+R when the session reopens (beside the file, while
+        the session was still opening: ``nexus.parked``). Not an exchange: a message
+        nobody answered is not memory, and filing it could ask the memory model."""
         texts = [item.text for item in items if not item.command]  # a command not run yet is not a message
+        if not texts:
+            return 0
+        if session is None or session.tree is None:
+            return len(texts) if parked.park(path, texts) else 0
         session.keep_unsent(texts)
         return len(texts)
 
@@ -273,7 +280,8 @@ class Replies:
 
     def action_resend(self) -> None:
         """Ctrl+R: an exchange whose storing failed is stored again (the model is not asked
-        again); otherwise the oldest message without an answer is sent again."""
+        again); otherwise a message without an answer is sent again: the one whose failure
+        was said last, else the oldest (``ChatSession.pending``)."""
         self._on_main_screen()
         s = self.session
         if s is not None and s.unstored:
@@ -282,10 +290,19 @@ class Replies:
             text = s.take_kept()  # kept again if this one fails too
             for old in self.query(UserMessage):
                 if old.text == text and old.state == UNSENT_STATE:
-                    old.remove()  # shown again below, as it is sent
+                    self.remove_unanswered(old)  # shown again below, as it is sent
             self.send(text)
         else:
             self.chat_notice("Nothing to resend.")
+
+    def remove_unanswered(self, asked: UserMessage) -> None:
+        """A message about to be sent again leaves the chat with its empty "(no answer)" box."""
+        siblings = list(asked.parent.children) if asked.parent is not None else []
+        at = siblings.index(asked) if asked in siblings else -1
+        after = siblings[at + 1] if 0 <= at < len(siblings) - 1 else None
+        if isinstance(after, AssistantMessage) and not after.text.strip():
+            after.remove()
+        asked.remove()
 
     @background(group="reply-store")
     def store_again_worker(self, session: ChatSession) -> None:

@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from .config import data_dir
+from .parked import parked_path
 
 
 def sessions_dir() -> Path:
@@ -151,7 +152,7 @@ def delete(session: Path) -> None:
     """Remove a session: its database, -wal, -shm and log files."""
     lock = _unused(session)
     try:
-        for f in [*files_of(session), log_path(session)]:
+        for f in [*files_of(session), log_path(session), parked_path(session)]:
             f.unlink(missing_ok=True)
     finally:
         if lock is not None:
@@ -177,8 +178,8 @@ def rename(session: Path, new_name: str) -> Path:
 
 
 def move(src: Path, dst: Path) -> None:
-    """Move a closed session's files (database, -wal, -shm, log) to another name."""
-    for a, b in zip([*files_of(src), log_path(src)], [*files_of(dst), log_path(dst)]):
+    """Move a closed session's files (database, -wal, -shm, log, parked messages) to another name."""
+    for a, b in zip([*files_of(src), log_path(src), parked_path(src)], [*files_of(dst), log_path(dst), parked_path(dst)]):
         if a.exists():
             os.replace(a, b)
 

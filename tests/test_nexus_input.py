@@ -280,6 +280,46 @@ async def test_every_readme_key_works_with_the_input_focused(server, tmp_path, m
     assert not missing, f"README keys not exercised: {missing}"
 
 
+async def test_after_reading_up_sending_brings_the_chat_back_to_its_end(server, tmp_path, minilm, data_dir):
+    """Ctrl+↑ scrolls up to read; the chat stops following new text (as it should while
+    reading). Sending a message, Ctrl+O, or Ctrl+↓ past the newest message bring it back to
+    its end, and it follows the reply again (it stayed up there before)."""
+    from textual.containers import VerticalScroll
+
+    server.respond(chat_reply("\n\n".join(f"Paragraph {i} of a long answer." for i in range(12))))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        chat = app.query_one("#chat", VerticalScroll)
+
+        async def at_end() -> bool:
+            await pilot.pause(0.2)
+            return chat.max_scroll_y > 0 and chat.scroll_y >= chat.max_scroll_y - 1
+
+        for k in range(3):
+            app.query_one("#prompt").value = f"question {k}"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda k=k: app.turn is None and len(app.session.tree.exchanges) == k + 1)
+        assert await at_end()
+        for way_back in ("send", "ctrl+o", "ctrl+down"):
+            for _ in range(4):
+                await pilot.press("ctrl+up")
+            assert not await at_end()
+            if way_back == "send":  # the input clicked: the chat stays where it was, until Enter
+                app.query_one("#prompt").focus()
+                assert not await at_end()
+                app.query_one("#prompt").value = "one more question"
+                await pilot.press("enter")
+            else:
+                for _ in range(1 if way_back == "ctrl+o" else 4):  # the 4th goes past the newest
+                    await pilot.press(way_back)
+                assert app.focused is app.query_one("#prompt")
+                app.query_one("#prompt").value = "/stats"
+                await pilot.press("enter")
+            await wait_for(pilot, lambda: app.turn is None and not app.outbox)
+            assert await at_end(), way_back
+
+
 @pytest.mark.timeout(90)
 async def test_ctrl_q_quits_with_the_input_focused(server, tmp_path, minilm, data_dir):
     app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)

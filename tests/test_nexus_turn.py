@@ -144,6 +144,45 @@ async def test_escape_cancels_before_the_first_byte_and_a_late_timeout_touches_n
         assert app.session.pending is None
 
 
+async def test_ctrl_r_sends_the_message_its_newest_hint_is_under(server, tmp_path, minilm, data_dir):
+    """Ctrl+R resends the message whose failure was said last (its "Ctrl+R" hint is right
+    under it), not an older unanswered one; the resent message leaves its empty "(no
+    answer)" box behind. After a reopen, an old unanswered message waits its turn while a
+    new one that was cancelled goes first (it sent the old one before)."""
+    answers = {"text": ""}
+    server.respond(chat_only(lambda req: Reply("too late", delay=8.0) if "intervals" in user_of(req)
+                             else Reply(answers["text"], chunk_delay=0.0)))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        for text in ("ok thanks", "What flour suits a rye starter?"):
+            await type_and_send(pilot, app, text)
+            await wait_for(pilot, lambda: app.turn is None and not app.outbox)
+        empty = [r for r in app.query(AssistantMessage) if r.note.startswith("(no answer")]
+        assert len(empty) == 2
+        answers["text"] = "Whole rye flour."
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert app.session.tree.exchanges[0].user == "What flour suits a rye starter?"
+        assert app.session.kept == ["ok thanks"]
+        assert [r for r in app.query(AssistantMessage) if r.note.startswith("(no answer")] == empty[:1]
+        assert [m.text for m in app.query(UserMessage)].count("What flour suits a rye starter?") == 1
+
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Tell me about intervals for marathoners.")
+        await wait_for(pilot, lambda: app.current_reply is not None and "working" in app.current_reply.waiting_text)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.turn is None)
+        server.respond(chat_only(lambda req: Reply("Fast, then slow.", chunk_delay=0.0)))
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+        assert app.session.tree.exchanges[1].user == "Tell me about intervals for marathoners."
+        assert app.session.kept == ["ok thanks"]
+
+
 async def test_failures_are_reported_in_words_kept_and_never_stored(server, tmp_path, minilm, data_dir):
     script = [
         (Reply(body="<html><body><h1>502 Bad Gateway</h1><p>nginx</p></body></html>"),
@@ -176,7 +215,7 @@ async def test_failures_are_reported_in_words_kept_and_never_stored(server, tmp_
                 assert "No reply" in new and "kept" in new, new
                 for w in words:
                     assert w in new, (w, new)
-            assert app.session.kept[-1] == text and app.session.pending == "message number 0"  # oldest first
+            assert app.session.kept[-1] == text and app.session.pending == text  # the one the hint is under
             assert len(app.session.tree.exchanges) == 0  # a failure is never stored as an answer
         # the partial was shown; a failure with no text leaves no empty reply box
         assert "half a sentence" in list(app.query(AssistantMessage))[0].text
@@ -422,6 +461,53 @@ async def test_quitting_before_the_first_token_keeps_the_message_unanswered(serv
         await pilot.press("ctrl+q")
     tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
     assert tree.exchanges == [] and load_kept(tree.vdb) == ["And what about Athens?"]
+    tree.vdb.close()
+
+
+async def test_a_message_sent_before_the_session_opens_survives_quitting_then_waits_for_ctrl_r(
+        server, tmp_path, minilm, data_dir):
+    """Enter while the session still waits for the bundled model, then Ctrl+Q: there is
+    no session to keep the message in yet; it is kept beside the file, and the next start
+    shows it "not answered" and sends it with Ctrl+R (it was lost before)."""
+    from nexus import parked
+    from nexus.local_model import LocalModel
+    from trace_core import CTree
+    from trace_core.local_llm import LocalLLMServer
+
+    gate = threading.Event()
+
+    class NeverReady(LocalLLMServer):  # the bundled server, still loading when the user quits
+        def start(self, timeout: float = 120) -> LocalLLMServer:
+            gate.wait(30)
+            return self
+
+    server.respond(chat_only(lambda req: Reply("Rye is fine.")))
+    path = tmp_path / "s.db"
+    local = LocalModel(NeverReady()).begin()
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm, local_model=local)
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await type_and_send(pilot, app, "Can I feed my starter rye flour?")
+            assert app.session is None
+            queued = [m for m in app.query(UserMessage) if m.text == "Can I feed my starter rye flour?"]
+            assert queued and "queued" in queued[0].state
+            await pilot.press("ctrl+q")
+    finally:
+        gate.set()
+    assert parked.read(path) == ["Can I feed my starter rye flour?"]
+    assert not chats(server)
+
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        shown = [m for m in app.query(UserMessage) if m.text == "Can I feed my starter rye flour?"]
+        assert shown and shown[0].state == UNSENT_STATE
+        assert not parked.parked_path(path).exists()  # in the session file now
+        assert load_kept(app.session.tree.vdb) == ["Can I feed my starter rye flour?"]
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+    tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
+    assert tree.exchanges[0].user == "Can I feed my starter rye flour?" and load_kept(tree.vdb) == []
     tree.vdb.close()
 
 
