@@ -38,8 +38,7 @@ def conversation_markdown(tree, title: str, with_tree: bool = False, system: str
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write ``text`` readable by the owner only (0600), folders made as needed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``text`` readable by the owner only (0600); its folder must exist."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)

@@ -6,6 +6,7 @@ Directories are 0700 and files 0600: conversations are private.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -45,3 +46,66 @@ def log_dir() -> Path:
 def where() -> list[tuple[str, Path]]:
     """What ``nexus --paths`` prints."""
     return [("config", user_config_path()), ("sessions", data_dir() / "sessions"), ("logs", log_dir())]
+
+
+def make_folders(folder: Path) -> list[Path]:
+    """Make ``folder`` and its missing parents; the folders made, outermost first (none
+    when it was there). Raises ``OSError`` (``NotADirectoryError`` when a file is in the way)."""
+    folder = Path(folder)
+    missing = []
+    p = folder
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    if not p.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(p))
+    made = []
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except FileExistsError:  # made meanwhile
+            continue
+        made.append(d)
+    return made
+
+
+def folders_made(made: list[Path]) -> str:
+    """`` (made the folder X)`` for a success message, or ``""`` when none was made."""
+    if not made:
+        return ""
+    if len(made) == 1:
+        return f" (made the folder {made[0]})"
+    if len(made) <= 3:
+        return f" (made the folders {', '.join(map(str, made[:-1]))} and {made[-1]})"
+    return f" (made {len(made)} folders, {made[0]} down to {made[-1]})"
+
+
+def write_problem(path: Path, exc: OSError) -> str:
+    """Why ``path`` could not be written, in words, naming ``path`` (never the temporary
+    file an atomic write used): ``/x/y.md could not be written (permission denied)``."""
+    path = Path(path)
+    code = exc.errno
+    if code == errno.ENOENT:
+        there = path.parent
+        while not there.is_dir() and there != there.parent:
+            there = there.parent
+        why = f"the folder {there} does not take new files"
+    elif code in (errno.EACCES, errno.EPERM):
+        why = "permission denied"
+    elif code == errno.EROFS:
+        why = "read-only file system"
+    elif code == errno.ENOSPC:
+        why = "the disk is full"
+    elif code == getattr(errno, "EDQUOT", None):
+        why = "the disk quota is used up"
+    elif code == errno.ENOTDIR:
+        blocker = Path(exc.filename) if exc.filename else None
+        why = (f"{blocker} is a file, not a folder" if blocker is not None and blocker.is_file()
+               else "part of the path is a file, not a folder")
+    elif code == errno.EISDIR:
+        why = "it is a folder"
+    elif code == errno.ENAMETOOLONG:
+        why = "the name is too long"
+    else:
+        why = (exc.strerror or type(exc).__name__).lower()
+    return f"{path} could not be written ({why})"

@@ -9,6 +9,7 @@ from . import commands as C
 from . import sessions
 from .failures import TaskFailed, background
 from .long_tasks import Cancelled
+from .paths import folders_made, make_folders, private_dir, write_problem
 
 
 def human_size(n: int) -> str:
@@ -119,8 +120,18 @@ class SessionCommands:
             self.chat_notice(f"Not saved: {problem}. Choose another file (e.g. {self.session_path.stem}.json).",
                              "error")
             return
-        s.tree.save(str(path), save_conversation=True)
-        self.chat_notice(f"Exported the tree to {path}.")
+        try:
+            made = make_folders(path.parent)
+            s.tree.save(str(path), save_conversation=True)
+        except OSError as exc:  # said with the user's path: the engine writes a temporary file first
+            self.file_not_written("Not saved", path, exc)
+            return
+        self.chat_notice(f"Saved the tree to {path}{folders_made(made)}.")
+
+    def file_not_written(self, what: str, path: Path, exc: OSError) -> None:
+        problem = write_problem(path, exc)
+        self.chat_notice(f"{what}: {problem}. Choose another place.", "error")
+        self.log_line(f"{what}: {problem} [{type(exc).__name__} {exc.errno}]", "warning")
 
     def cmd_load(self, args: list[str]) -> None:
         if len(args) != 1:
@@ -184,6 +195,15 @@ class SessionCommands:
             path = path / default_path(self.session_path).name
         text = conversation_markdown(session.tree, f"Nexus — {self.session_path.stem}", with_tree,
                                      session.settings.system)
-        write_private(path, text)
+        try:
+            if args:
+                made = make_folders(path.parent)
+            else:  # Nexus's own exports folder, private like its sessions
+                made = []
+                private_dir(path.parent)
+            write_private(path, text)
+        except OSError as exc:
+            self.file_not_written("Not exported", path, exc)
+            return
         self.chat_notice(f"Exported {len(session.tree.exchanges)} exchanges to {path.resolve()}"
-                         + (" (with the topic outline)." if with_tree else "."))
+                         + (" with the topic outline" if with_tree else "") + f"{folders_made(made)}.")
