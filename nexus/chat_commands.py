@@ -23,10 +23,12 @@ class ChatCommands:
         self.chat_notice(plain, body=two_columns([("Commands", commands), ("Keys (remap them in [keys])", keys)]))
 
     def cmd_web(self, args: list[str]) -> None:
-        usage = C.BY_NAME["web"].usage
-        if not args:
-            raise C.UsageError(usage)
         s = self.need_session()
+        if not args:  # where it stands, and how to change it
+            state = "on: a question that needs current information is searched before the reply" \
+                if s.web_enabled else "off: nothing is searched unless you ask with /web <query>"
+            self.chat_notice(f"Web routing is {state}. Usage: {C.BY_NAME['web'].usage}")
+            return
         if args == ["on"] or args == ["off"]:
             s.web_enabled = args[0] == "on"
             self.chat_notice(f"Web routing is {args[0]}.")

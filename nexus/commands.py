@@ -24,7 +24,7 @@ COMMANDS = [
     Command("find", "/find <words>", "highlight and expand the topics whose name or summary match", "find"),
     Command("scenario", "/scenario [name] [--judge embedding|auto|llm] [--keep]", "list or run a stress scenario (scratch session; --keep keeps its tree to /open)", "scenario"),
     Command("ingest", "/ingest <path|folder|glob>", "describe images with the vision model into memory", "ingest"),
-    Command("web", "/web on|off|<query>", "web routing on/off, or answer with a search for <query>", "web"),
+    Command("web", "/web [on|off|<query>]", "whether web routing is on; switch it; or answer with a search for <query>", "web"),
     Command("model", "/model [name]", "list the server's models, or switch the chat model", "model"),
     Command("save", "/save [path]", "export the tree as JSON", "save"),
     Command("load", "/load <path>", "import a JSON export as a new session", "load"),

@@ -60,6 +60,9 @@ ABOUT_US = re.compile(
 )
 # the user's own things ("my dog", "am I"): memory first, unless the question also asks for news
 ABOUT_ME = re.compile(r"\b(my|mine|am i|do i have)\b", re.I)
+# the user telling about themselves, not asking ("I'm currently running 30 km a week"): a
+# now-word there describes their life, and searching would send it to the web word for word
+FIRST_PERSON = re.compile(r"\b(i|i'm|i’m|i've|i’ve|my|we|we're|we’re|our)\b", re.I)
 
 
 @dataclass
@@ -96,6 +99,9 @@ class WebRouter:
             return RouteDecision(False, f"about the conversation ('{m.group(0)}'): memory answers it")
         if NO_WEB.search(q):
             return RouteDecision(False, "a greeting or work on our own text")
+        told = FIRST_PERSON.search(q)
+        if told and "?" not in q:
+            return RouteDecision(False, f"a statement about you ('{told.group(0)}'), not a question")
         web = NEEDS_WEB.search(q)
         me = ABOUT_ME.search(q)
         if me and not web:

@@ -34,6 +34,14 @@ from nexus.web import BEGIN, END, WebRouter, WebSearch, WebSearchError, ddgs_sea
     # the user's own things plus a question about now: still the web
     ("Is my train to Porto delayed today?", True),
     ("Has the new Zelda game come out yet?", True),
+    # the user telling about themselves: a now-word describes their life, and searching
+    # would send the sentence to the web word for word (a new user's first message did)
+    ("Switching subjects: I'm training for my first marathon in April, currently running 30 km a week.", False),
+    ("I just upgraded my laptop to the latest version of Ubuntu.", False),
+    ("Today I ran 12 km in the rain.", False),
+    # asking, not telling: still the web
+    ("Tell me today's top headlines.", True),
+    ("What's the weather like where I'm going in Madrid this weekend?", True),
 ])
 def test_rule_table(question, search):
     d = WebRouter(ask_llm=None).decide(question)
@@ -229,3 +237,19 @@ def test_a_search_failure_is_said_in_words(exc, words):
     from nexus.web import network_problem
 
     assert words in network_problem(exc)
+
+
+async def test_web_alone_says_whether_routing_is_on(server, tmp_path, minilm, monkeypatch):
+    """`/web` with nothing after it says where routing stands (it only printed its usage)."""
+    from test_nexus_app import make_config, notices, ready, type_and_send, wait_for
+
+    from nexus.app import NexusApp
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        for step, words in (("/web", "Web routing is off: nothing is searched"), ("/web on", "Web routing is on."),
+                            ("/web", "Web routing is on: a question that needs current information")):
+            await type_and_send(pilot, app, step)
+            await wait_for(pilot, lambda words=words: words in notices(app))
