@@ -149,6 +149,12 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
     if not prepared:
         return lines
     text_model = session.model or call_abandonable(session.resolve_model, give_up=quitting, name="list models")
+    missing = vision_model_missing(session, manager, vision_model, quitting)
+    if missing:  # asked anyway, a text model answers an image with nothing (llama.cpp's bundled server)
+        names = prepared[0].path.name if len(prepared) == 1 else f"{len(prepared)} images"
+        say(f"{missing} ({names} not described.)", "error")
+        emit(ev.ModelStep(f"find {vision_model} on the server", 0.0, False, missing))
+        return lines
     timeout = cfg.load_timeout
     done = cancelled = 0
     given_up = False
@@ -197,6 +203,31 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
         say(f"Ingest cancelled: {done} described, {cancelled} not; the text model {text_model} is loaded "
             "again.", "warning")
     return lines
+
+
+def vision_model_missing(session, manager, vision_model: str, quitting=lambda: False) -> str:
+    """Why ``vision_model`` cannot be asked, or ``""``: on a server without load control
+    (it is named in the request as it is) that lists its models without it. A server that
+    does not list them is asked as before; LM Studio and Ollama load it (or say why not)."""
+    from .models import NoLoadControl
+
+    if not isinstance(getattr(manager, "backend", None), NoLoadControl):
+        return ""
+    try:
+        listed = call_abandonable(session.list_models, give_up=quitting, name="list models")
+    except Abandoned:
+        raise
+    except Exception:  # not listed: ask, and let the answer say
+        return ""
+    if vision_model in listed:
+        return ""
+    if not listed:
+        has = "the server lists no models"
+    else:
+        shown = ", ".join(listed[:5]) + (f" and {len(listed) - 5} more" if len(listed) > 5 else "")
+        has = f"the server has {shown}{' only' if len(listed) <= 5 else ''}"
+    return (f"No vision model: {has}, not {vision_model}. Set models.vision in the config (or "
+            "NEXUS_VISION_MODEL) to a vision model the server has, or use LM Studio or Ollama with one.")
 
 
 def model_manager_for(session, existing, emit, quitting=lambda: False):

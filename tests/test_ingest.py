@@ -102,10 +102,39 @@ def test_ollama_swap_sequence(server, tmp_path, minilm):
 
 
 def test_a_server_without_load_control_is_just_asked(server, tmp_path, minilm):
+    server.state.models = ["qwen-7b", "qwen2-vl"]
     server.respond(vision_responder)
     s = session_for(server, tmp_path, minilm, kind="openai")
     lines = ingest_images(s, ModelManager(detect(s.config.base_url, "openai")), str(photo(tmp_path / "c.jpg")))
     assert isinstance(detect(s.config.base_url, "openai"), NoLoadControl)
+    assert model_calls(server) == ["describe with qwen2-vl"] and lines[0][1] == "info"
+
+
+def test_a_server_without_load_control_that_lacks_the_vision_model_says_so(server, tmp_path, minilm):
+    # llama.cpp's bundled server with its text model only: asked anyway, it answered nothing
+    server.state.models = ["gemma-3-270m"]
+    server.respond(vision_responder)
+    s = session_for(server, tmp_path, minilm, kind="openai")
+    n, steps = len(s.tree.exchanges), []
+    lines = ingest_images(s, ModelManager(detect(s.config.base_url, "openai"), steps.append),
+                          str(photo(tmp_path / "t14red.jpg")), steps.append)
+    assert lines == [("No vision model: the server has gemma-3-270m only, not qwen2-vl. Set models.vision in the "
+                      "config (or NEXUS_VISION_MODEL) to a vision model the server has, or use LM Studio or Ollama "
+                      "with one. (t14red.jpg not described.)", "error")]
+    assert model_calls(server) == [] and len(s.tree.exchanges) == n  # not asked, nothing stored
+    assert not any("asking qwen2-vl directly" in getattr(st, "step", "") for st in steps)
+    assert [st.ok for st in steps if hasattr(st, "ok")] == [False]
+
+
+def test_a_server_that_does_not_list_its_models_is_asked_as_before(server, tmp_path, minilm, monkeypatch):
+    server.respond(vision_responder)
+    s = session_for(server, tmp_path, minilm, kind="openai")
+
+    def unlisted():
+        raise RuntimeError("the server at … answered HTTP 404")
+
+    monkeypatch.setattr(s, "list_models", unlisted)
+    lines = ingest_images(s, ModelManager(detect(s.config.base_url, "openai")), str(photo(tmp_path / "c.jpg")))
     assert model_calls(server) == ["describe with qwen2-vl"] and lines[0][1] == "info"
 
 
@@ -204,3 +233,25 @@ def test_bad_image_in_a_folder_does_not_stop_the_others(server, tmp_path, minilm
     s = session_for(server, tmp_path, minilm)
     lines = ingest_images(s, ModelManager(detect(s.config.base_url)), str(folder))
     assert [lv for _, lv in lines] == ["error", "info"]
+
+
+async def test_ingest_in_the_app_says_the_server_has_no_vision_model(server, tmp_path, minilm, monkeypatch):
+    from test_nexus_app import log_text, make_config, notices, ready, type_and_send, wait_for
+
+    from nexus.app import NexusApp
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    server.state.models = ["gemma-3-270m"]
+    server.respond(vision_responder)
+    cfg = make_config(server.base_url, tmp_path, {("server", "kind"): "openai", ("models", "chat"): "gemma-3-270m",
+                                                  ("models", "vision"): "qwen2-vl-2b-instruct"})
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, f"/ingest {photo(tmp_path / 't14red.jpg')}")
+        await wait_for(pilot, lambda: "/ingest finished" in notices(app))
+        said = notices(app)
+        assert ("No vision model: the server has gemma-3-270m only, not qwen2-vl-2b-instruct. Set models.vision"
+                in said and "(t14red.jpg not described.)" in said)
+        assert "empty description" not in said and "asking qwen2-vl-2b-instruct directly" not in log_text(app)
+        assert model_calls(server) == [] and not app.vision_busy
