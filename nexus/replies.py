@@ -274,9 +274,11 @@ class Replies:
             shown = UserMessage(text)
             chat.mount(shown)
             shown.set_state(UNSENT_STATE)
-        more = " (press it again for the next)" if len(texts) > 1 else ""
-        self.chat_notice(f"{len(texts)} message(s) above got no answer before the last time Nexus closed: "
-                         f"press {self.resend_key()} to send the first{more}.", "warning")
+        key = self.resend_key().replace("ctrl+", "Ctrl+").title()  # as the "(no answer — Ctrl+R …)" note
+        what = "1 message" if len(texts) == 1 else f"{len(texts)} messages"
+        which = "it" if len(texts) == 1 else "the first (again for the next)"
+        self.chat_notice(f"{what} above got no answer when this session was last open: press {key} to send "
+                         f"{which}.", "warning")
 
     def action_resend(self) -> None:
         """Ctrl+R: an exchange whose storing failed is stored again (the model is not asked

@@ -324,7 +324,8 @@ async def test_leaving_while_a_reply_streams_stores_the_message_and_the_partial_
         await ready(app, pilot)
         await wait_for(pilot, lambda: any(m.text == "and this one is still queued" and m.state == UNSENT_STATE
                                           for m in app.query(UserMessage)))
-        assert "got no answer" in notices(app)
+        assert ("1 message above got no answer when this session was last open: press Ctrl+R to send it."
+                in notices(app))
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
         assert app.session.tree.exchanges[1].user == "and this one is still queued"

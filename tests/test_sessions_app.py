@@ -216,6 +216,29 @@ async def test_a_session_switch_stores_the_reply_in_flight_first(server, tmp_pat
         tree.vdb.close()
 
 
+async def test_opening_a_session_with_unanswered_messages_says_so_without_claiming_nexus_closed(
+        server, tmp_path, minilm, data_dir):
+    from nexus.chat import UNSENT_KEY
+
+    server.respond(chat_reply("Noted."))
+    for name, kept in (("one", ["Is it raining?"]), ("three", ["First?", "Second?", "Third?"])):
+        tree = CTree.open(str(sessions.resolve(name)), judge="embedding", embed_fn=minilm)
+        tree.vdb.set_meta(UNSENT_KEY, json.dumps(kept))
+        tree.vdb.close()
+    app = NexusApp(make_config(server.base_url, tmp_path), sessions.resolve("start"), embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/open one")
+        await wait_for(pilot, lambda: "got no answer" in notices(app))
+        assert ("1 message above got no answer when this session was last open: press Ctrl+R to send it."
+                in notices(app))
+        await type_and_send(pilot, app, "/open three")
+        await wait_for(pilot, lambda: "3 messages above" in notices(app))
+        assert ("3 messages above got no answer when this session was last open: press Ctrl+R to send the "
+                "first (again for the next)." in notices(app))
+        assert "Nexus closed" not in notices(app) and "message(s)" not in notices(app)
+
+
 async def test_save_refuses_the_open_session_and_any_sqlite_file(server, tmp_path, minilm, data_dir):
     server.respond(chat_reply("Noted."))
     path = tmp_path / "s.db"
