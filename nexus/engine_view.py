@@ -8,6 +8,7 @@ from textual.css.query import NoMatches
 
 from . import messages as M
 from .inspector import NodeInspector
+from .text import counted
 from .treeinfo import reorganize_lines, reorganize_marks
 from .widgets import MemoryTree
 
@@ -93,7 +94,7 @@ class EngineView:
 
     def show_report(self, r) -> None:
         ratio = f"{r.memory_tokens}/{r.full_history_tokens} tokens ({r.saved_ratio:.0%} of the full history)"
-        self.log_line(f"retrieval: {len(r.exchanges)} exchanges in {len(r.paths)} branches, {ratio}, "
+        self.log_line(f"retrieval: {counted(len(r.exchanges), 'exchange')} in {counted(len(r.paths), 'branch')}, {ratio}, "
                       f"{r.seconds * 1000:.1f} ms")
         for p in r.paths:
             self.log_line(f"  branch {p.path}  best entry cos {p.best_entry:.2f}, topic score {p.similarity:.2f} "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import commands as C
 from .abandon import Abandoned, call_abandonable
 from .failures import TaskFailed, background
+from .text import counted
 from .treeinfo import check_health
 from .widgets import MemoryTree, two_columns
 
@@ -173,7 +174,7 @@ class MemoryCommands:
         shown = [pane.snapshot.path(t)[-1].name for t in found[:10]] if pane.snapshot else []
         more = f" and {len(found) - 10} more" if len(found) > 10 else ""
         words = " ".join(args)
-        self.chat_notice(f"/find {words}: {len(found)} topics match" +
+        self.chat_notice(f"/find {words}: {counted(len(found), 'topic')} match" +
                          (f" (highlighted in the tree): {', '.join(shown)}{more}" if found else
                           f" by name or summary (a topic still open has no summary yet); /search {words} "
                           "searches the messages."))

@@ -14,6 +14,7 @@ from . import sessions
 from .chat import ChatSession
 from .failures import background
 from .history import HistoryPager, newest_from_file
+from .text import counted
 from .widgets import Notice, PastExchangeView
 
 log = logging.getLogger("nexus")
@@ -95,7 +96,7 @@ class SessionView:
         sessions.remember(path)
         tree = session.tree
         past = tree.exchanges
-        self.post_event(ev.Notice(f"session {path} ({len(past)} exchanges)"))
+        self.post_event(ev.Notice(f"session {path} ({counted(len(past), 'exchange')})"))
         if early is not None and self.history is early:
             early.attach(past)
             self.call_from_thread(self.history_attached)

@@ -21,3 +21,9 @@ def log_safe(text: str) -> str:
     """One log record as ``cat`` shows it: ``safe``, with carriage returns visible and
     continuation lines indented, so no text can pass for another record."""
     return safe(text).replace("\r", "\\r").replace("\n", "\n    ")
+
+
+def counted(n: int, noun: str) -> str:
+    """"1 topic", "2 topics", "1,204 exchanges", "3 branches"."""
+    plural = noun + ("es" if noun.endswith(("s", "sh", "ch", "x")) else "s")
+    return f"{n:,} {noun if n == 1 else plural}"

@@ -24,6 +24,7 @@ from trace_core.synthesizer import clip_text
 
 from . import heap
 from .failures import ReportsFailures, background
+from .text import counted
 from .treesnap import TopicRow, TreeSnapshot, find_topics, snapshot_unlocked, take_snapshot, try_lock
 
 SUMMARY = "summary"  # the key of a topic's summary line among its children
@@ -275,7 +276,7 @@ class MemoryTree(ReportsFailures, Tree):
             self._gen += 1
         self.border_title = snap.title()
         root = snap.topics[snap.root_id]
-        label = Text(f"ROOT ({snap.exchanges} exchanges)")
+        label = Text(f"ROOT ({counted(snap.exchanges, 'exchange')})")
         if self.root.data != snap.root_id or str(self.root.label) != label.plain:
             self.root.set_label(label)
             self.root.data = snap.root_id

@@ -19,6 +19,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
+from .text import counted
+
 if TYPE_CHECKING:
     from trace_core import CTree
     from trace_core.nodes import MessageNode, TopicNode
@@ -92,7 +94,7 @@ class TreeSnapshot:
         return out[::-1]
 
     def title(self) -> str:
-        return f"depth {self.depth} · {self.topic_count} topics · {self.exchanges - self.archived} exchanges"
+        return f"depth {self.depth} · {counted(self.topic_count, 'topic')} · {counted(self.exchanges - self.archived, 'exchange')}"
 
 
 def try_lock(tree: CTree, fn, *args):

@@ -87,7 +87,7 @@ async def test_a_message_streams_a_reply_and_is_remembered(server, tmp_path, min
         # the tree pane gained the node; the log shows the retrieval report
         await wait_for(pilot, lambda: "remembered exchange #0" in log_text(app))
         tree_pane = app.query_one(MemoryTree)
-        assert "1 exchanges" in str(tree_pane.root.label)
+        assert "ROOT (1 exchange)" in str(tree_pane.root.label)  # singular
         assert "retrieval:" in log_text(app)
         # a second message: its system prompt carries the memory of the first
         await type_and_send(pilot, app, "What is my cat called?")
@@ -136,6 +136,17 @@ async def test_help_wraps_each_description_under_itself(server, tmp_path, minilm
         follow = lines[row + 1]  # "...never the open one)" goes on in the description's column
         assert follow[:column].strip() == "" and follow[column:].strip(), lines[row:row + 2]
         assert any(line.strip().startswith("ctrl+b") for line in lines)  # the keys, one a line
+
+
+async def test_a_slash_alone_lists_the_commands(server, tmp_path, minilm, data_dir):
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("slash", "enter")  # typed, as a user does: "/" and Enter
+        await wait_for(pilot, lambda: "Commands:" in notices(app))
+        assert "Unknown command" not in notices(app) and "/help" in notices(app)
+        await type_and_send(pilot, app, "/frobnicate")  # a name that is no command is still said
+        await wait_for(pilot, lambda: "Unknown command /frobnicate" in notices(app))
 
 
 def test_search_results_wrap_under_their_own_text():
