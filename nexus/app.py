@@ -191,6 +191,9 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         parsed = C.parse(line)
         if parsed.command is None:
             name = line[1:].split(" ", 1)[0]
+            if not name:  # "/" alone: the commands there are
+                self.cmd_help([])
+                return
             self.chat_notice(C.suggestion(name), "warning")
             return
         handler = getattr(self, f"cmd_{parsed.command.handler}")
