@@ -111,6 +111,11 @@ def test_a_group_of_subtopics_is_named_by_its_two_heaviest_parts_side_by_side():
     assert group_name(["Tomato Seedlings Outside", "Tomato Leaves Yellow"], [2, 3]) == "Tomato Seedlings · Leaves Yellow"
     assert group_name(["Sourdough Starter Weights"], [4]) == "Sourdough Starter Weights"
     assert EmbeddingJudge().name_group(["A b c", "D e f"], [1, 1]) == "A b · D e"
+    # a part that is itself a group: its words, never its separator ("Sourdough Starter · · Listen")
+    assert group_name(["Sourdough Starter", "Sourdough Starter · Listen Jazz"], [4, 4]) == \
+        "Sourdough Starter · Listen Jazz"
+    assert group_name(["Sourdough Starter · Training Marathon", "Sourdough Starter · Listen Jazz"], [5, 4]) == \
+        "Sourdough Starter · Listen Jazz"
 
 
 def test_the_inspector_fixtures_groups_name_their_largest_parts(minilm, tmp_path):

@@ -79,8 +79,9 @@ def group_name(names: Sequence[str], weights: Sequence[float], words: int = 2) -
     top = sorted(sorted(range(len(names)), key=lambda k: (-weights[k], k))[:2])
     shown: list[str] = []
     seen: set[str] = set()
-    for k in top:
-        fresh = [w for w in names[k].split() if w.lower() not in seen][:words]
+    sep = GROUP_SEPARATOR.strip()
+    for k in top:  # a part that is itself a group shows its words, not its separator
+        fresh = [w for w in names[k].split() if w != sep and w.lower() not in seen][:words]
         if fresh:
             shown.append(" ".join(fresh))
             seen |= {w.lower() for w in fresh}
