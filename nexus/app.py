@@ -48,6 +48,9 @@ class NoSession(RuntimeError):
     """A command that needs a session ran with none open."""
 
 
+NARROW_BELOW = 110  # terminal columns: below, the narrow layout
+
+
 class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures, SessionCommands,
                 MemoryCommands, ChatCommands, KeyActions, Drafts, App):
     """The composition point: state and layout here; each job in its own module (the bases)."""
@@ -58,6 +61,10 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
     # terminal delivers them as soon as the app reads it) land there, not on a pane
     AUTO_FOCUS = "#prompt"
     COMMANDS = App.COMMANDS | {CommandProvider, SessionProvider}
+    # a small terminal (80 × 24) gives the chat the room: narrower side panes, a shorter
+    # log, and no server address in the title (app.tcss: Screen.-narrow, Screen.-short)
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW_BELOW, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]
     # priority: the focused editor must not swallow them (it binds ctrl+k, ctrl+y, ctrl+←/→)
     BINDINGS = [Binding(k.key, k.action, k.description, show=k.show, id=k.action, priority=True)
                 for k in APP_KEYS]
@@ -157,7 +164,13 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         where = self.config.base_url
         if self.local_model is not None and not self.local_model.applied:
             where, model = "starting the bundled llama.cpp server", "gemma-3-270m"
-        self.sub_title = f"{where} · {model} · {self.session_path.stem} · embedder {self.embedder_state}"
+        parts = [model, self.session_path.stem, f"embedder {self.embedder_state}"]
+        if not self.size.width or self.size.width >= NARROW_BELOW:  # narrow: the state stays in sight
+            parts.insert(0, where)
+        self.sub_title = " · ".join(parts)
+
+    def on_resize(self) -> None:
+        self.update_header()
 
     # --- messages from workers -----------------------------------------------------------
 

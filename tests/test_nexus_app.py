@@ -361,3 +361,20 @@ async def test_an_older_session_gets_its_sentence_index_in_the_background(server
         await wait_for(pilot, lambda: "indexed the sentences of 2 earlier exchanges" in log_text(app))
         assert app.session.tree.vdb.message_parts(["x0-user"])["x0-user"][0] == [
             "My cat is called Miso.", "She is three."]
+
+
+async def test_a_small_terminal_gives_the_chat_the_room(server, tmp_path, minilm, data_dir):
+    """At 80 × 24 the tree pane took 42 columns, the log 10 rows, and the title lost its
+    end ("embedder loading/ready") to the server's address: now narrower panes, and the
+    address leaves the title first. A wide terminal keeps the full layout."""
+    cfg = make_config(server.base_url, tmp_path)
+    for size, tree_cols, log_rows, address in (((80, 24), 28, 5, False), ((140, 45), 42, 10, True)):
+        app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+        async with app.run_test(size=size) as pilot:
+            await ready(app, pilot)
+            await pilot.pause(0.1)
+            assert app.query_one("#tree").outer_size.width == tree_cols
+            assert app.query_one("#log").outer_size.height == log_rows
+            assert app.sub_title.endswith("embedder ready")
+            assert (server.base_url in app.sub_title) is address
+            assert app.query_one("#chat").size.width >= size[0] - tree_cols - 2
