@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .config import data_dir
 from .history import when
+from .text import counted
 
 
 def default_path(session: Path) -> Path:
@@ -19,7 +20,7 @@ def conversation_markdown(tree, title: str, with_tree: bool = False, system: str
     """Every exchange in order (archived ones marked), each under its date; the topic
     outline at the end with ``with_tree``."""
     lines = [f"# {title}", "", f"Exported {datetime.now().strftime('%Y-%m-%d %H:%M')} · "
-             f"{len(tree.exchanges)} exchanges", ""]
+             f"{counted(len(tree.exchanges), 'exchange')}", ""]
     if system:
         lines += ["> System prompt: " + system.replace("\n", "\n> "), ""]
     day = ""

@@ -10,6 +10,7 @@ from . import sessions
 from .failures import TaskFailed, background
 from .long_tasks import Cancelled
 from .paths import folders_made, make_folders, private_dir, write_problem
+from .text import counted
 
 
 def human_size(n: int) -> str:
@@ -176,7 +177,7 @@ class SessionCommands:
         except Exception as exc:
             sessions.discard(staging)
             raise TaskFailed(f"Cannot load {path}") from exc
-        done = f"Imported {path} ({len(tree.exchanges):,} exchanges) as a new session {target.stem}."
+        done = f"Imported {path} ({counted(len(tree.exchanges), 'exchange')}) as a new session {target.stem}."
         self.ui(self.end_progress, "load", done, "info", False)
         self.ui(self.open_session, target, done)  # said once the switch has cleared the chat pane
 
@@ -205,5 +206,5 @@ class SessionCommands:
         except OSError as exc:
             self.file_not_written("Not exported", path, exc)
             return
-        self.chat_notice(f"Exported {len(session.tree.exchanges)} exchanges to {path.resolve()}"
+        self.chat_notice(f"Exported {counted(len(session.tree.exchanges), 'exchange')} to {path.resolve()}"
                          + (" with the topic outline" if with_tree else "") + f"{folders_made(made)}.")

@@ -76,7 +76,7 @@ async def test_save_and_export_make_a_missing_folder_and_say_so(server, tmp_path
         assert f"Saved the tree to {saved} (made the folders {tmp_path / 'new'} and {saved.parent})." in notices(app)
         assert json.loads(saved.read_text())["format"] == "trace-ctree"
         await type_and_send(pilot, app, f"/export {exported}")
-        await wait_for(pilot, lambda: "Exported 1 exchanges" in notices(app))
+        await wait_for(pilot, lambda: "Exported 1 exchange to" in notices(app))
         assert f"to {exported} (made the folder {exported.parent})." in notices(app)
         # the folder is there now: a second save says nothing about folders
         await type_and_send(pilot, app, f"/save {saved}")
