@@ -10,7 +10,7 @@ from pathlib import Path
 
 from . import events as ev
 from . import messages as M
-from . import parked
+from . import parked, sessions
 from .chat import ChatSession, Turn
 from .failures import TaskFailed, background
 from .widgets import AssistantMessage, PromptInput, UserMessage
@@ -263,7 +263,13 @@ class Replies:
         if not texts:
             return 0
         if session is None or session.tree is None:
-            return len(texts) if parked.park(path, texts) else 0
+            if not parked.park(path, texts):
+                return 0
+            try:  # the next start resumes this session, even if its file is not made yet
+                sessions.remember(path)
+            except OSError:
+                pass
+            return len(texts)
         session.keep_unsent(texts)
         return len(texts)
 

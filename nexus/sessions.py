@@ -55,11 +55,13 @@ def remember(path: Path) -> None:
 
 
 def last_session() -> Path | None:
+    """The session to resume: the last one opened, or one whose file was not made yet
+    because Nexus closed while it opened, with messages waiting for it (``nexus.parked``)."""
     try:
         p = Path(_pointer().read_text().strip())
     except OSError:
         return None
-    return p if p.exists() else None
+    return p if p.exists() or parked_path(p).exists() else None
 
 
 def files_of(session: Path) -> list[Path]:

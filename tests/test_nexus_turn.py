@@ -470,7 +470,7 @@ async def test_a_message_sent_before_the_session_opens_survives_quitting_then_wa
     """Enter while the session still waits for the bundled model, then Ctrl+Q: there is
     no session to keep the message in yet; it is kept beside the file, and the next start
     shows it "not answered" and sends it with Ctrl+R (it was lost before)."""
-    from nexus import parked
+    from nexus import parked, sessions
     from nexus.local_model import LocalModel
     from trace_core import CTree
     from trace_core.local_llm import LocalLLMServer
@@ -497,8 +497,10 @@ async def test_a_message_sent_before_the_session_opens_survives_quitting_then_wa
         gate.set()
     assert parked.read(path) == ["Can I feed my starter rye flour?"]
     assert not chats(server)
+    assert not path.exists()  # the session's file was not made yet: the next start resumes it all the same
+    assert sessions.last_session() == path
 
-    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    app = NexusApp(make_config(server.base_url, tmp_path), None, embed_fn=minilm)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
         shown = [m for m in app.query(UserMessage) if m.text == "Can I feed my starter rye flour?"]
