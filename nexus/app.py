@@ -190,13 +190,16 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             return
         pane.add(text, level)
 
-    def chat_notice(self, text: str, level: str = "info", body=None) -> None:
+    def chat_notice(self, text: str, level: str = "info", body=None, drawing: bool = False) -> None:
+        """A note in the chat; ``drawing``: lines (a tree) cut at the pane's edge, never wrapped."""
         try:
             chat = self.query_one("#chat")
         except NoMatches:  # shutting down
             log.info("notice: %s", text)
             return
-        chat.mount(Notice(text, level, body))
+        notice = Notice(text, level, body)
+        notice.set_class(drawing, "drawing")
+        chat.mount(notice)
 
     # --- commands -----------------------------------------------------------------------------------
 

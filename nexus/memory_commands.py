@@ -19,7 +19,7 @@ class MemoryCommands:
             raise C.UsageError(C.BY_NAME["tree"].usage)
         s = self.need_session()
         # exchanges, as the tree pane counts them (the TRACE README's print_tree counts messages)
-        self.chat_notice(s.tree.render_tree(show_messages=show, count_exchanges=True))
+        self.chat_notice(s.tree.render_tree(show_messages=show, count_exchanges=True), drawing=True)
 
     def cmd_search(self, args: list[str]) -> None:
         every = "--all" in args

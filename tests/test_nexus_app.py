@@ -378,3 +378,21 @@ async def test_a_small_terminal_gives_the_chat_the_room(server, tmp_path, minilm
             assert app.sub_title.endswith("embedder ready")
             assert (server.base_url in app.sub_title) is address
             assert app.query_one("#chat").size.width >= size[0] - tree_cols - 2
+
+
+async def test_the_tree_command_cuts_long_lines_instead_of_wrapping_them(server, tmp_path, minilm, data_dir):
+    """In a narrow chat, /tree --messages wrapped its long lines to column 0, losing the
+    │ guides; each line is now cut with "…" at the pane's edge."""
+    server.respond(chat_reply("Feed it twice a day once it doubles reliably within six hours."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Should I feed my sourdough starter twice a day now that it is active?")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, "/tree --messages")
+        await wait_for(pilot, lambda: "ROOT [0:0] (1 exchange)" in notices(app))
+        await pilot.pause(0.2)
+        drawing = [n for n in app.query(Notice) if "ROOT [0:0]" in n.plain][-1]
+        lines = drawing.plain.splitlines()
+        assert any(len(line) > drawing.content_size.width for line in lines)  # longer than the pane
+        assert drawing.content_size.height == len(lines)  # none wrapped
