@@ -13,15 +13,20 @@ from pathlib import Path
 from .config import APP_NAME, data_dir, user_config_path
 
 
-def private_dir(path: Path) -> Path:
-    """``path`` as a directory only its owner can enter; missing parents are made 0700 too."""
-    path = Path(path)
+def missing_folders(path: Path) -> tuple[list[Path], Path]:
+    """The folders of ``path`` that do not exist, outermost first, and the nearest one that does."""
     missing = []
     p = path
     while not p.exists() and p != p.parent:
         missing.append(p)
         p = p.parent
-    for d in reversed(missing):
+    return missing[::-1], p
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only its owner can enter; missing parents are made 0700 too."""
+    path = Path(path)
+    for d in missing_folders(path)[0]:
         try:
             d.mkdir(mode=0o700)
         except FileExistsError:
@@ -51,16 +56,11 @@ def where() -> list[tuple[str, Path]]:
 def make_folders(folder: Path) -> list[Path]:
     """Make ``folder`` and its missing parents; the folders made, outermost first (none
     when it was there). Raises ``OSError`` (``NotADirectoryError`` when a file is in the way)."""
-    folder = Path(folder)
-    missing = []
-    p = folder
-    while not p.exists() and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    if not p.is_dir():
-        raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(p))
+    missing, there = missing_folders(Path(folder))
+    if not there.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(there))
     made = []
-    for d in reversed(missing):
+    for d in missing:
         try:
             d.mkdir()
         except FileExistsError:  # made meanwhile
