@@ -36,3 +36,20 @@ def test_the_model_is_not_shown_a_mark_as_its_own_words(tmp_path, minilm):
     assert "Porto" in prompt and "Sunny." in prompt  # the memory block and the recent window
     assert "[reply cancelled]" not in prompt and "[reply cut at max_tokens]" not in prompt
     assert "[reply cancelled]" in tree.exchanges[0].assistant  # stored as it was
+
+
+def test_a_replys_own_bracketed_lines_are_its_text_only_the_end_holds_marks():
+    """A model's "[2019-12-05]" or "[Chorus]" line was taken for a mark: hidden from the
+    reply on screen and shown under it as a note. Marks are the app's lines at the end."""
+    from nexus.widgets import PastExchangeView
+    from trace_core.nodes import MessageNode
+    from trace_core.textutil import marks, without_marks
+
+    song = "[2019-12-05]\nVerse one [1]\n[Chorus]\n[1]\nLa la la"
+    assert without_marks(song) == song and marks(song) == []
+    cut = song + "\n\n[reply cut at max_tokens]"
+    assert without_marks(cut) == song and marks(cut) == ["reply cut at max_tokens"]
+    view = PastExchangeView(MessageNode(index=0, messages=[{"role": "user", "content": "Sing"},
+                                                  {"role": "assistant", "content": cut}]))
+    assert "[2019-12-05]" in view.source and "[Chorus]" in view.source
+    assert view.marks == ["reply cut at max_tokens"]

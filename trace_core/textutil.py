@@ -55,22 +55,25 @@ _INNER = re.compile(r"['\-]")
 _POSSESSIVE = re.compile(r"'s$", re.I)
 # what stands in for the missing side of an exchange (a transcript turn without a partner)
 PLACEHOLDERS = frozenset({"(no message)", "(no reply)"})
-# a line that is only a short bracketed note is the app's mark ("[reply cancelled]"),
-# not conversation text: names, summaries and what the model is shown are made without it
+# the app's marks ("[reply cancelled]") are short bracketed lines at the end of a text,
+# not conversation text: names, summaries and what the model is shown are made without
+# them. Only at the end: a reply's own "[Chorus]", "[1]" or "[2019-12-05]" line is its text
 _MARK_LINE = re.compile(r"^[ \t]*\[[^\[\]\n]{1,40}\][ \t]*$", re.M)
+_TRAILING_MARKS = re.compile(r"(?:(?:^|\n)[ \t]*\[[^\[\]\n]{1,40}\][ \t]*)+\s*\Z")
 # a sentence ends at . ! ? and a space, or at a full-width 。！？ (no space follows in CJK)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*")
 
 
 def without_marks(text: str) -> str:
-    """The text without the app's mark lines: the model is not shown "[reply cancelled]"
-    as words of its own (a small model then repeats it)."""
-    return _MARK_LINE.sub("", text).strip() if "[" in text else text
+    """The text without the app's mark lines at its end: the model is not shown "[reply
+    cancelled]" as words of its own (a small model then repeats it)."""
+    return _TRAILING_MARKS.sub("", text).strip() if "[" in text else text
 
 
 def marks(text: str) -> list[str]:
-    """The app's mark lines in ``text``, without their brackets ("reply cancelled")."""
-    return [m.group(0).strip()[1:-1] for m in _MARK_LINE.finditer(text)] if "[" in text else []
+    """The app's mark lines at the end of ``text``, without their brackets ("reply cancelled")."""
+    m = _TRAILING_MARKS.search(text) if "[" in text else None
+    return [line.group(0).strip()[1:-1] for line in _MARK_LINE.finditer(m.group(0))] if m else []
 
 
 def tokens(text: str) -> list[str]:
@@ -167,7 +170,7 @@ def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: Docum
     led: set[str] = set()  # seen in a lead side
     i = 0
     for part, weight, lead in parts:
-        part = _MARK_LINE.sub("", part)
+        part = without_marks(part)
         for m in _TOKEN.finditer(part):
             w = _POSSESSIVE.sub("", m.group()).strip("'-")
             if not w or not w[0].isalpha():
@@ -238,7 +241,7 @@ def extractive_summary(exchanges: list[tuple[str, str]], limit: int = 300,
     sentences: list[str] = []
     for user, assistant in exchanges:
         for text in (user, assistant):
-            for sent in _SENTENCE.split(" ".join(_MARK_LINE.sub("", text).split())):
+            for sent in _SENTENCE.split(" ".join(without_marks(text).split())):
                 if sent and sent not in sentences and sent not in PLACEHOLDERS:
                     sentences.append(sent)
 
