@@ -5,9 +5,16 @@ from __future__ import annotations
 import shlex
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.markup import escape
 
 from . import commands as C
 from . import sessions
+
+
+def usage(c: C.Command) -> str:
+    """The command's usage as the palette shows it: its help is markup, where "[name]"
+    would be a style, not text."""
+    return escape(c.usage)
 
 
 class CommandProvider(Provider):
@@ -19,12 +26,12 @@ class CommandProvider(Provider):
             score = matcher.match(f"{c.name} {c.help}")
             if score > 0:
                 yield Hit(score, matcher.highlight(f"/{c.name} — {c.help}"),
-                          lambda c=c: self.app.palette_command(c), help=c.usage)
+                          lambda c=c: self.app.palette_command(c), help=usage(c))
 
     async def discover(self) -> Hits:
         """The palette opened empty: every slash command, in the registry's order."""
         for c in C.COMMANDS:
-            yield DiscoveryHit(f"/{c.name} — {c.help}", lambda c=c: self.app.palette_command(c), help=c.usage)
+            yield DiscoveryHit(f"/{c.name} — {c.help}", lambda c=c: self.app.palette_command(c), help=usage(c))
 
 
 class SessionProvider(Provider):
@@ -36,9 +43,9 @@ class SessionProvider(Provider):
             score = matcher.match(f"open session {name}")
             if score > 0:
                 yield Hit(score, matcher.highlight(f"open session {name}"),
-                          lambda name=name: self.app.run_command(f"/open {shlex.quote(name)}"), help=f"/open {name}")
+                          lambda name=name: self.app.run_command(f"/open {shlex.quote(name)}"), help=escape(f"/open {name}"))
 
     async def discover(self) -> Hits:
         for name in sessions.names():
             yield DiscoveryHit(f"open session {name}", lambda name=name: self.app.run_command(
-                f"/open {shlex.quote(name)}"), help=f"/open {name}")
+                f"/open {shlex.quote(name)}"), help=escape(f"/open {name}"))

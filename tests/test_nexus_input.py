@@ -410,6 +410,14 @@ async def test_palette_lists_every_command_and_runs_or_fills(server, tmp_path, m
         for c in C.COMMANDS:
             assert f"/{c.name} — " in shown, c.name
         assert "open session garden" in shown  # and the sessions
+        # each entry's usage line, placeholders in brackets included (they were read as markup)
+        from textual.command import CommandList
+
+        from nexus.palette import usage
+        cl = app.screen.query_one(CommandList)
+        helps = [str(cl.get_option_at_index(i).prompt) for i in range(cl.option_count)]
+        assert any("/model [name]" in h for h in helps) and any("/save [path]" in h for h in helps), helps[:6]
+        assert usage(C.BY_NAME["model"]) != C.BY_NAME["model"].usage
         # a command without arguments runs
         await pilot.press(*"stats")
         await pilot.pause(0.3)
