@@ -86,6 +86,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.replies: dict[int, AssistantMessage] = {}  # turn id -> its reply widget
         self.asked: dict[int, UserMessage] = {}  # turn id -> the message it answers
         self.outbox: list[Outgoing] = []  # messages shown, not sent yet
+        self.unsent_notice: Notice | None = None  # "N messages above got no answer…", counted down by Ctrl+R
         self.vision_busy = False  # /ingest holds the vision model: messages wait
         self.listed_model = ""  # the first model the server lists (the start-up probe)
         self._leaving = False
@@ -190,16 +191,18 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             return
         pane.add(text, level)
 
-    def chat_notice(self, text: str, level: str = "info", body=None, drawing: bool = False) -> None:
-        """A note in the chat; ``drawing``: lines (a tree) cut at the pane's edge, never wrapped."""
+    def chat_notice(self, text: str, level: str = "info", body=None, drawing: bool = False) -> Notice | None:
+        """A note in the chat (returned, to change or remove later); ``drawing``: lines (a
+        tree) cut at the pane's edge, never wrapped."""
         try:
             chat = self.query_one("#chat")
         except NoMatches:  # shutting down
             log.info("notice: %s", text)
-            return
+            return None
         notice = Notice(text, level, body)
         notice.set_class(drawing, "drawing")
         chat.mount(notice)
+        return notice
 
     # --- commands -----------------------------------------------------------------------------------
 

@@ -280,11 +280,27 @@ class Replies:
             shown = UserMessage(text)
             chat.mount(shown)
             shown.set_state(UNSENT_STATE)
+        self.unsent_notice = self.chat_notice(self.unsent_note(len(texts)), "warning")
+
+    def unsent_note(self, n: int) -> str:
         key = self.resend_key().replace("ctrl+", "Ctrl+").title()  # as the "(no answer — Ctrl+R …)" note
-        what = "1 message" if len(texts) == 1 else f"{len(texts)} messages"
-        which = "it" if len(texts) == 1 else "the first (again for the next)"
-        self.chat_notice(f"{what} above got no answer when this session was last open: press {key} to send "
-                         f"{which}.", "warning")
+        what = "1 message" if n == 1 else f"{n} messages"
+        which = "it" if n == 1 else "the first (again for the next)"
+        return f"{what} above got no answer when this session was last open: press {key} to send {which}."
+
+    def recount_unsent(self, gone: list[UserMessage]) -> None:
+        """A kept message was sent again (``gone``: its bubbles, on their way out): the note
+        over them counts the ones left, and goes with the last (it stayed, saying "message
+        above" over the message sent below it)."""
+        notice = self.unsent_notice
+        if notice is None or not notice.is_attached:
+            return
+        left = sum(1 for m in self.query(UserMessage) if m.state == UNSENT_STATE and m not in gone)
+        if left:
+            notice.say(self.unsent_note(left))
+        else:
+            notice.remove()
+            self.unsent_notice = None
 
     def action_resend(self) -> None:
         """Ctrl+R: an exchange whose storing failed is stored again (the model is not asked
@@ -296,9 +312,10 @@ class Replies:
             self.store_again_worker(s)
         elif s is not None and s.kept:
             text = s.take_kept()  # kept again if this one fails too
-            for old in self.query(UserMessage):
-                if old.text == text and old.state == UNSENT_STATE:
-                    self.remove_unanswered(old)  # shown again below, as it is sent
+            gone = [old for old in self.query(UserMessage) if old.text == text and old.state == UNSENT_STATE]
+            for old in gone:
+                self.remove_unanswered(old)  # shown again below, as it is sent
+            self.recount_unsent(gone)
             self.send(text)
         else:
             self.chat_notice("Nothing to resend.")

@@ -507,8 +507,10 @@ async def test_a_message_sent_before_the_session_opens_survives_quitting_then_wa
         assert shown and shown[0].state == UNSENT_STATE
         assert not parked.parked_path(path).exists()  # in the session file now
         assert load_kept(app.session.tree.vdb) == ["Can I feed my starter rye flour?"]
+        assert "1 message above got no answer" in notices(app)
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert "got no answer" not in notices(app)  # the note went with the message it was about
     tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
     assert tree.exchanges[0].user == "Can I feed my starter rye flour?" and load_kept(tree.vdb) == []
     tree.vdb.close()
