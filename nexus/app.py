@@ -165,9 +165,11 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         where = self.config.base_url
         if self.local_model is not None and not self.local_model.applied:
             where, model = "starting the bundled llama.cpp server", "gemma-3-270m"
-        parts = [model, self.session_path.stem, f"embedder {self.embedder_state}"]
-        if not self.size.width or self.size.width >= NARROW_BELOW:  # narrow: the state stays in sight
-            parts.insert(0, where)
+        state = f"embedder {self.embedder_state}"
+        if not self.size.width or self.size.width >= NARROW_BELOW:
+            parts = [where, model, self.session_path.stem, state]
+        else:  # narrow: no address, and the state first, where a long session name cannot push it out
+            parts = [state, model, self.session_path.stem]
         self.sub_title = " · ".join(parts)
 
     def on_resize(self) -> None:
@@ -228,7 +230,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
                 self.chat_notice(f"/{parsed.command.name} needs a session: {exc}.", "warning")
         except Exception as exc:  # a command never crashes the app
             self.chat_notice(f"/{parsed.command.name} failed: {exc}", "error")
-            self.log_line(f"/{parsed.command.name} failed: {exc!r}", "error")
+            self.log_line(f"/{parsed.command.name} failed: {type(exc).__name__}: {exc}", "error")
 
     def palette_command(self, c: C.Command) -> None:
         """Chosen in the palette: a command that needs an argument (<...>) fills the input;

@@ -87,6 +87,10 @@ class ChatCommands:
 
     def _last_exchange(self, what: str):
         session = self.need_session()
+        if session.read_only:  # said before anything else: nothing here can replace an exchange
+            reason = session.read_only_reason or "This session is open read-only."
+            self.chat_notice(f"Cannot {what} here: {reason}", "warning")
+            return None
         if self.turn is not None or self.outbox:
             self.chat_notice(f"A reply is on its way: {what} when it has ended.", "warning")
             return None

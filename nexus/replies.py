@@ -50,13 +50,24 @@ class Replies:
     def send(self, text: str, forced_query: str | None = None, replace: bool = False) -> None:
         """Show the message at once and queue it: it is sent when no reply streams, a
         session is open and the text model is free (``drain_outbox``)."""
-        if self.session is not None and self.session.read_only:
+        if self.session is not None and self.session.read_only and not self.reopen_if_writable():
             self.refuse_read_only(text)
             return
         shown = UserMessage(text)
         self.query_one("#chat").mount(shown)
         self.outbox.append(Outgoing(text, forced_query, shown, replace))
         self.drain_outbox()
+
+    def reopen_if_writable(self) -> bool:
+        """(UI thread) A read-only session whose other writer has closed it is opened again,
+        to write; True when it is (a message sent meanwhile waits in the outbox)."""
+        try:
+            sessions.writer_free(self.session_path)
+        except (sessions.SessionInUse, OSError):
+            return False
+        old = self.detach_session()  # from now on messages queue until the session is open again
+        self.reopen_session(old, "The other Nexus has closed this session: it is open here to write now.")
+        return True
 
     def refuse_read_only(self, text: str) -> None:
         """A read-only session stores nothing: say why, and give the text back to edit or keep."""

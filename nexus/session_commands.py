@@ -50,7 +50,10 @@ class SessionCommands:
         if path is None:
             return
         if self.session is not None and path == self.session_path:
-            self.chat_notice(f"{path.stem} is already open.")
+            if self.session.read_only and not self.reopen_if_writable():
+                self.chat_notice(f"{path.stem} is open here read-only: another Nexus still writes it.")
+            elif not self.session.read_only:
+                self.chat_notice(f"{path.stem} is already open.")
             return
         self.switch_session(path, f"Opened {path.stem}.")
 

@@ -38,6 +38,15 @@ class SessionView:
         self.close_session()
         self._open(path, announce)
 
+    @background(group="session", exclusive=True)
+    def reopen_session(self, old: ChatSession | None, announce: str) -> None:
+        """The session, detached from the app already (``old``), opened again: read-only
+        before, writable now that its other writer has closed it."""
+        if old is not None:
+            old.close()
+        self.call_from_thread(self._clear_chat)
+        self._open(self.session_path, announce)
+
     def close_session(self) -> None:
         """(worker thread) Settle the reply, close the session file, clear the chat pane."""
         if self.session is None:

@@ -150,6 +150,15 @@ def _unused(session: Path):
     return lock
 
 
+def writer_free(session: Path) -> bool:
+    """No process writes ``session`` now (its writer lock is free): a window that opened it
+    read-only may open it again to write."""
+    lock = _unused(session)  # raises SessionInUse while another Nexus holds it
+    if lock is not None:
+        lock.release()
+    return True
+
+
 def delete(session: Path) -> None:
     """Remove a session: its database, -wal, -shm and log files."""
     lock = _unused(session)

@@ -72,3 +72,45 @@ async def test_a_session_written_elsewhere_opens_read_only(server, tmp_path, min
     tree = CTree.open(str(path), judge="embedding", embed_fn=minilm, read_only=True)
     assert [x.user for x in tree.exchanges] == ["My bicycle is a green Peugeot from 1982."]
     tree.vdb.close()
+
+
+async def test_a_read_only_window_writes_once_the_other_nexus_has_closed(server, tmp_path, minilm, data_dir):
+    """The second window stayed read-only after the first one quit: sending still said
+    "open in another Nexus (pid …)" and /open said "already open". Now a message sent then
+    reopens the session to write and goes; /open says why while the other still writes."""
+    from test_nexus_app import chat_reply
+
+    server.respond(chat_reply("Noted: sold."))
+    path = tmp_path / "shared.db"
+    holder = start_holder(path)
+    released = False
+    try:
+        app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await ready(app, pilot)
+            assert app.session.read_only
+            await type_and_send(pilot, app, f"/open {path}")
+            await wait_for(pilot, lambda: "shared is open here read-only: another Nexus still writes it" in notices(app))
+            # /retry said "Regenerating the reply…", then refused and left the old message in the input
+            await type_and_send(pilot, app, "/retry")
+            await wait_for(pilot, lambda: "Cannot retry here: This session is open in another Nexus" in notices(app))
+            assert "Regenerating" not in notices(app) and app.query_one("#prompt").value == ""
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+            assert holder.stdout.readline().strip() == "RELEASED"
+            holder.wait(10)
+            released = True
+            await type_and_send(pilot, app, "Remember that I sold it.")
+            await wait_for(pilot, lambda: "it is open here to write now" in notices(app))
+            await wait_for(pilot, lambda: app.session is not None and not app.session.read_only
+                           and len(app.session.tree.exchanges) == 2)
+            assert app.session.tree.exchanges[-1].user == "Remember that I sold it."
+            assert app.query_one("#prompt").value == ""
+    finally:
+        if not released:
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+            holder.wait(10)
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm, read_only=True)
+    assert [x.user for x in tree.exchanges] == ["My bicycle is a green Peugeot from 1982.", "Remember that I sold it."]
+    tree.vdb.close()
