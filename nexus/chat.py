@@ -456,7 +456,9 @@ class ChatSession:
             "judge": self.tree.judge,
             "embedder": getattr(self.tree.embed_fn, "name", "?"),
             "model": self.model or "(first listed)",
-            "memory_model": self.config.memory_model or "(chat model)",
+            # judge "embedding" asks no model (the tree is placed, named, merged by embeddings)
+            "memory_model": "(none: judge embedding)" if self.tree.judge == "embedding"
+            else self.config.memory_model or "(chat model)",
             "last_memory_tokens": r.memory_tokens if r else 0,
             "full_history_tokens": r.full_history_tokens if r else 0,
         }

@@ -72,7 +72,8 @@ def suggestion(name: str) -> str:
     """A hint for an unknown command."""
     import difflib
 
-    close = difflib.get_close_matches(name, list(BY_NAME), n=1)
+    close = difflib.get_close_matches(name, list(BY_NAME), n=1) or \
+        [c for c in BY_NAME if name and c.startswith(name)][:1]  # "/undo" → /undo-reorganize
     return f"Unknown command /{name}." + (f" Did you mean /{close[0]}?" if close else "") + " Type /help for the list."
 
 

@@ -34,7 +34,7 @@ def conversation_markdown(tree, title: str, with_tree: bool = False, system: str
             lines += [f"*{x.system}*", ""]
         lines += ["**You:**", "", x.user, "", "**Assistant:**", "", x.assistant, ""]
     if with_tree:
-        lines += ["## Topic outline", "", "```", tree.render_tree().rstrip(), "```", ""]
+        lines += ["## Topic outline", "", "```", tree.render_tree(count_exchanges=True).rstrip(), "```", ""]
     return "\n".join(lines)
 
 

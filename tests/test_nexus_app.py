@@ -215,6 +215,9 @@ async def test_commands(server, tmp_path, minilm, data_dir):
                        and app.session.tree is not None and len(app.session.tree.exchanges) == 4)
         await type_and_send(pilot, app, "/stats")
         await wait_for(pilot, lambda: "exchanges: 4" in notices(app))
+        assert "memory_model: (none: judge embedding)" in notices(app)  # no model is asked about the tree
+        await type_and_send(pilot, app, "/undo")
+        await wait_for(pilot, lambda: "Unknown command /undo. Did you mean /undo-reorganize?" in notices(app))
         await type_and_send(pilot, app, "/help")
         await wait_for(pilot, lambda: "/undo-reorganize" in notices(app))
 

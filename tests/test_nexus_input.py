@@ -574,6 +574,7 @@ async def test_export_writes_markdown_with_dates_and_the_outline(server, tmp_pat
         assert f"## {day}" in text and "### #0 · " in text
         assert "**You:**\n\nHow do I bake sourdough?\nStep by step." in text
         assert "Sourdough needs a starter." in text and "## Topic outline" in text and "ROOT" in text
+        assert "exchange" in text.split("## Topic outline")[1] and "msgs" not in text  # counted as the app counts
         assert oct(out.stat().st_mode & 0o777) == "0o600"
         prompt.value = "/export"
         await pilot.press("enter")
