@@ -150,7 +150,7 @@ class SessionCommands:
         from trace_core import CTree, VectorDatabase
 
         stop = self.stop_check()
-        target = sessions.new_session_path()
+        target = sessions.imported_session_path(path)
         staging = target.with_name(target.name + ".importing")  # not a session until complete
         last = [0.0]
 

@@ -41,6 +41,16 @@ def new_session_path(prefix: str = "session") -> Path:
     return path
 
 
+def imported_session_path(source: Path) -> Path:
+    """A new session for ``/load source``: named after the file ("bread.json" → "bread"),
+    with a number after it when that name is taken."""
+    safe = re.sub(r"[^\w.-]+", "-", source.stem).strip("-.") or "imported"
+    path, n = sessions_dir() / f"{safe}.db", 2
+    while path.exists() or parked_path(path).exists() or Path(f"{path}.importing").exists():
+        path, n = sessions_dir() / f"{safe}-{n}.db", n + 1
+    return path
+
+
 def _pointer() -> Path:
     return data_dir() / "last-session"
 

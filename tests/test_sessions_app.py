@@ -312,6 +312,10 @@ async def test_every_command_works_or_says_why_with_no_session(server, tmp_path,
         await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None
                        and len(app.session.tree.exchanges) == 3, timeout=60)
         assert "Imported" in notices(app)
+        assert app.session.path.name == "export.db"  # named after the file (it was session-<date>)
+        await type_and_send(pilot, app, f"/load {export}")
+        await wait_for(pilot, lambda: app.session is not None and app.session.path.name == "export-2.db"
+                       and app.session.tree is not None and len(app.session.tree.exchanges) == 3, timeout=60)
         await type_and_send(pilot, app, "/new")
         await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None
                        and not app.session.tree.exchanges)
