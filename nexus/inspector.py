@@ -17,6 +17,8 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
+from trace_core.textutil import speaker_label
+
 from .failures import ReportsFailures, background
 from .treeinfo import ExchangeDetail, TopicDetail, exchange_detail, topic_detail
 
@@ -85,13 +87,18 @@ def exchange_text(d: ExchangeDetail) -> Text:
         t.append(_safe(content) + "\n")
     if d.parts:
         t.append("\nindexed sentence parts\n", style="bold")
+        said = {role: " ".join(content.split()) for role, content in d.messages}
         for role, parts in d.parts:
             if not parts:
-                t.append(f"  {role}: not indexed yet\n", style="dim")
+                why = "one sentence: scored by the message itself" if d.indexed else "not indexed yet"
+                t.append(f"  {role}: {why}\n", style="dim")
                 continue
             for p in parts:
-                t.append(f"  {role}: ", style="dim")
-                t.append(_safe(" ".join(p.split())) + "\n")
+                text = " ".join(p.split())
+                own = text[len(speaker_label(text)):] in said.get(role, "")
+                # the message read after the one it answers: what it means in context
+                t.append(f"  {role}: " if own else f"  {role}, after the message before it: ", style="dim")
+                t.append(_safe(text) + "\n")
     return t
 
 

@@ -113,6 +113,7 @@ class ExchangeDetail:
     archived: bool
     status: str  # "superseded by #j" | "updates #i" | "" | "unknown"
     parts: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())  # role -> indexed sentence parts
+    indexed: bool = True  # the idle sentence index has reached this exchange
 
 
 def nearest_branches(tree: CTree, snap: TreeSnapshot, node_id: str, k: int = 5) -> tuple[Neighbour, ...]:
@@ -189,8 +190,9 @@ def exchange_detail(tree: CTree, index: int, synth=None) -> ExchangeDetail | Non
             for m, mid in zip(x.messages, ids):
                 texts = found.get(mid, ([], None))[0]
                 parts.append((m["role"], tuple(texts)))
+        indexed = index < len(tree.exchanges) - tree.pending_parts()
         return ExchangeDetail(index, x.node_id, tuple((m["role"], m["content"]) for m in x.messages), x.timestamp,
-                              path, x.archived, status, tuple(parts))
+                              path, x.archived, status, tuple(parts), indexed)
 
 
 _finders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tree -> its Supersessions (cached cues)

@@ -607,3 +607,27 @@ async def test_a_long_topic_name_is_clipped_so_its_count_stays_in_sight(server, 
         await pilot.pause(0.2)
         lines = shown_lines(pane)
         assert any(row.name in line for row in long for line in lines)
+
+
+def test_the_inspector_says_what_each_indexed_part_is(tmp_path, minilm):
+    """A message read after the one it answers was listed as one of its sentences (its text
+    began with the reply before it), and a one-sentence message said "not indexed yet" after
+    the index had passed it."""
+    from nexus.inspector import exchange_text
+    from nexus.treeinfo import exchange_detail
+    from trace_core import CTree
+
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
+    tree.add([{"role": "user", "content": "My starter smells of acetone."},
+              {"role": "assistant", "content": "Feed it more often. Keep it warm. Use rye flour."}])
+    tree.add([{"role": "user", "content": "Seven years now."},
+              {"role": "assistant", "content": "That is a long time."}])
+    before = exchange_text(exchange_detail(tree, 1)).plain
+    assert "user: not indexed yet" in before
+    tree.index_pending()
+    first = exchange_text(exchange_detail(tree, 0)).plain
+    assert "user: one sentence: scored by the message itself" in first
+    assert "assistant: Keep it warm." in first
+    second = exchange_text(exchange_detail(tree, 1)).plain
+    assert "user, after the message before it: Feed it more often." in second
+    tree.vdb.close()
