@@ -60,6 +60,7 @@ class ChatSession:
         self.recent: list[dict] = []
         self.read_only = False  # opened read-only: another process writes the session
         self.read_only_reason = ""  # why, in words (set by whoever opened it read-only)
+        self.held_elsewhere = False  # read-only because another process writes it (it may close it)
         web = config.section("web")
         self.web_enabled = web.enabled
         self.web = WebSearch(**({"search_fn": search_fn} if search_fn else {}), max_results=web.max_results,

@@ -59,11 +59,10 @@ class Replies:
         self.drain_outbox()
 
     def reopen_if_writable(self) -> bool:
-        """(UI thread) A read-only session whose other writer has closed it is opened again,
-        to write; True when it is (a message sent meanwhile waits in the outbox)."""
-        try:
-            sessions.writer_free(self.session_path)
-        except (sessions.SessionInUse, OSError):
+        """(UI thread) A session read-only because another Nexus wrote it, which has closed
+        it since, is opened again to write; True when it is (a message sent meanwhile waits
+        in the outbox). A file that cannot be written stays as it is."""
+        if self.session is None or not self.session.held_elsewhere or not sessions.writer_free(self.session_path):
             return False
         old = self.detach_session()  # from now on messages queue until the session is open again
         self.reopen_session(old, "The other Nexus has closed this session: it is open here to write now.")

@@ -51,7 +51,8 @@ class SessionCommands:
             return
         if self.session is not None and path == self.session_path:
             if self.session.read_only and not self.reopen_if_writable():
-                self.chat_notice(f"{path.stem} is open here read-only: another Nexus still writes it.")
+                self.chat_notice(f"{path.stem} is open here read-only: another Nexus still writes it."
+                                 if self.session.held_elsewhere else self.session.read_only_reason)
             elif not self.session.read_only:
                 self.chat_notice(f"{path.stem} is already open.")
             return

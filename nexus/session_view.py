@@ -172,6 +172,7 @@ class SessionView:
             except (SessionLockedError, SessionNotWritableError) as locked:  # read it, and say so
                 session.open(read_only=True)
                 session.read_only_reason = read_only_reason(locked)
+                session.held_elsewhere = isinstance(locked, SessionLockedError)
                 self.call_from_thread(self.chat_notice, session.read_only_reason, "warning")
         except (SessionFileError, Exception) as exc:  # a corrupt file, a foreign file, a mismatched embedder
             self.call_from_thread(self.chat_notice, f"Cannot open the session: {exc}. The file was left untouched. "

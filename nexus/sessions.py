@@ -163,7 +163,10 @@ def _unused(session: Path):
 def writer_free(session: Path) -> bool:
     """No process writes ``session`` now (its writer lock is free): a window that opened it
     read-only may open it again to write."""
-    lock = _unused(session)  # raises SessionInUse while another Nexus holds it
+    try:
+        lock = _unused(session)
+    except (SessionInUse, OSError):
+        return False
     if lock is not None:
         lock.release()
     return True

@@ -100,6 +100,11 @@ async def test_a_read_only_window_writes_once_the_other_nexus_has_closed(server,
             assert holder.stdout.readline().strip() == "RELEASED"
             holder.wait(10)
             released = True
+            # a file read-only for another reason (its permissions) is not reopened, lock or not
+            assert app.session.held_elsewhere
+            app.session.held_elsewhere = False
+            assert not app.reopen_if_writable() and app.session.read_only
+            app.session.held_elsewhere = True
             await type_and_send(pilot, app, "Remember that I sold it.")
             await wait_for(pilot, lambda: "it is open here to write now" in notices(app))
             await wait_for(pilot, lambda: app.session is not None and not app.session.read_only
