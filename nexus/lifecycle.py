@@ -6,10 +6,10 @@ import asyncio
 import logging
 import os
 import signal
-import threading
 import time
 
 from . import events as ev
+from .exit_guard import SignalExit
 from .failures import background
 
 log = logging.getLogger("nexus")
@@ -108,36 +108,30 @@ class Lifecycle:
     async def action_quit(self) -> None:
         await self.leave(0)
 
-    def _on_signal(self, signum: int) -> None:
-        """SIGTERM/SIGHUP: store first, synchronously — the terminal may already be gone,
-        and the reply's worker stores without needing this loop — then exit."""
-        log.warning("signal %s: storing the reply in flight and leaving", signum)
+    def store_on_signal(self, signum: int) -> None:
+        """(a thread of its own: the loop may be blocked) SIGTERM/SIGHUP: what the user
+        typed last, the reply in flight (its worker stores it without this loop), the
+        queued messages; then, on SIGHUP, the dead terminal is swapped for /dev/null."""
         self._leaving = True
         self.save_draft()  # first: a few bytes, and what the user typed last
         self.settle_reply()
         self.store_outbox()
-        code = 128 + signum
         if signum == signal.SIGHUP:  # the terminal is gone: what Textual still writes goes nowhere
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
 
-        def watchdog() -> None:  # everything is stored: never linger on a stuck terminal write
-            time.sleep(5)
-            if self.session is not None:
-                self.session.close()
-            os._exit(code)
-
-        threading.Thread(target=watchdog, name="leave-watchdog", daemon=True).start()
-        self.exit(return_code=code)
+    def close_on_signal(self) -> None:
+        if self.session is not None:
+            self.session.close()
 
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            try:
-                loop.add_signal_handler(sig, self._on_signal, sig)
-            except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / platform
-                return
+
+        def request_exit(code: int) -> None:
+            loop.call_soon_threadsafe(lambda: self.exit(return_code=code))
+
+        SignalExit(self.store_on_signal, request_exit, self.close_on_signal).install()
 
     async def on_unmount(self) -> None:
         # every way out waits for the reply in flight to be stored (and stores what is queued)

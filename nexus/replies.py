@@ -260,7 +260,7 @@ class Replies:
         return self.session, self.session_path, items
 
     def store_outbox(self) -> int:
-        """(UI thread, blocking: the last moments) ``store_unsent`` of the outbox."""
+        """(the last moments, blocking: the UI thread or the signal's) ``store_unsent`` of the outbox."""
         return self.store_unsent(*self.take_outbox())
 
     @staticmethod

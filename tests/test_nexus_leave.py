@@ -113,6 +113,7 @@ def test_leaving_mid_reply_stores_the_message_and_the_partial_reply(how, tmux_se
             end = time.time() + 30
             while time.time() < end and alive(pid):  # it closes the session file before the test reads it
                 time.sleep(0.2)
+            assert not alive(pid), "nexus, closed at its first screen, did not exit"
     finally:
         tmux("kill-session", "-t", name)
     tree = CTree.open(str(session), embed_fn=minilm, judge="embedding")
