@@ -153,9 +153,10 @@ def _run(args: argparse.Namespace, typed: str = "") -> int | None:
         import os
 
         app.handle_signals = True  # SIGTERM/SIGHUP: the reply in flight is stored before the process ends
-        from . import paste_guard
+        from . import paste_guard, terminal_writer
 
         paste_guard.install()  # a paste's escape codes are not replayed as key presses
+        terminal_writer.install()  # a closed terminal cannot block the app's way out
         app.run(headless=bool(os.environ.get("NEXUS_STARTUP_PROBE")))
         code = app.return_code  # 1 after an unhandled exception: a crash never exits 0
     finally:

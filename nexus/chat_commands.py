@@ -142,7 +142,7 @@ class ChatCommands:
         self.query_one("#chat").remove_children()
 
     def cmd_quit(self, args: list[str]) -> None:
-        self.exit(0)
+        self.call_next(self.leave, 0)  # as Ctrl+Q: stored first, then the app exits
 
     def models_for_completion(self) -> list[str]:
         """The cached model list for Tab after /model; the first ask fetches it in the

@@ -83,8 +83,22 @@ class SignalExit:
         except RuntimeError:  # the loop has closed already: the process is on its way out
             pass
         grace = self.grace_after_hangup if signum == getattr(signal, "SIGHUP", None) else self.grace
-        time.sleep(grace)  # an orderly exit ends the process before this does
-        log.warning("leaving: the app did not exit within %g s; ending the process", grace)
-        bounded(self.close, self.close_wait)
-        bounded(logging.shutdown, 1.0)  # the file log's last lines
-        self.end_process(code)
+        end_if_still_running(code, grace, self.close, self.close_wait, self.end_process)
+
+
+def end_if_still_running(code: int, grace: float, close: Callable[[], None], close_wait: float = 3.0,
+                         end_process: Callable[[int], None] = os._exit) -> None:
+    """(a thread of its own, once everything is stored) An orderly exit ends the process
+    within ``grace`` s; if it has not, close the session file (bounded) and end it here."""
+    time.sleep(grace)
+    log.warning("leaving: the app did not exit within %g s; ending the process", grace)
+    bounded(close, close_wait)
+    bounded(logging.shutdown, 1.0)  # the file log's last lines
+    end_process(code)
+
+
+def guard_exit(code: int, close: Callable[[], None], grace: float = 15.0) -> None:
+    """/quit or Ctrl+Q, after storing: the process ends within ``grace`` s even if the
+    app's own way out gets stuck."""
+    threading.Thread(target=end_if_still_running, args=(code, grace, close), name="leave-guard",
+                     daemon=True).start()

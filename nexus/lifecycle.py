@@ -9,7 +9,7 @@ import signal
 import time
 
 from . import events as ev
-from .exit_guard import SignalExit
+from .exit_guard import SignalExit, guard_exit
 from .failures import background
 
 log = logging.getLogger("nexus")
@@ -103,6 +103,8 @@ class Lifecycle:
         self.save_draft()
         await self.settle_reply_async()
         await asyncio.to_thread(self.store_unsent, *self.take_outbox())
+        if self.handle_signals:  # the real process (not a test's app): its end is bounded
+            guard_exit(code, self.close_on_signal)
         self.exit(return_code=code)
 
     async def action_quit(self) -> None:
