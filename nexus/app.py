@@ -93,6 +93,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self._ui_thread = threading.get_ident()
         self.handle_signals = False  # main() sets it: SIGTERM/SIGHUP store the reply in flight, then exit
         self.embedder_state = "loading"
+        self.open_failed: Path | None = None  # the session file that could not be opened (said in the chat)
         self.history: HistoryPager | None = None  # the open session's past exchanges not shown yet
         self._history_busy = False
         self._delete_asked: dict[Path, float] = {}  # /delete NAME asked at (monotonic): a second one confirms

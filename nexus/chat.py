@@ -17,7 +17,7 @@ from trace_core.llm import describe_error
 from trace_core.tokens import count_tokens, truncate_to_tokens
 
 from . import events as ev
-from . import parked
+from . import parked, sessions
 from .config import Config
 from .prompt_budget import fit_recent, limits, prompt_room, recent_tokens
 from .session_settings import SessionSettings, parse_setting
@@ -310,14 +310,16 @@ class ChatSession:
         self.save_kept()
 
     def take_parked(self) -> None:
-        """Messages sent while this session opened last time, when Nexus closed first:
-        kept with the others (in the session file, then the file beside it goes)."""
-        waiting = parked.read(self.path)
-        if not waiting:
-            return
-        self.keep_unsent(waiting)
-        if self.kept[-len(waiting):] == waiting and self._kept_saved == self.kept:  # in the file now
-            parked.clear(self.path)
+        """Messages sent while this session opened last time, when Nexus closed first, and
+        those typed while no session could open: kept with the others (in the session
+        file, then the file they waited in goes)."""
+        for source in (self.path, sessions.no_session_path()):
+            waiting = parked.read(source)
+            if not waiting:
+                continue
+            self.keep_unsent(waiting)
+            if self.kept[-len(waiting):] == waiting and self._kept_saved == self.kept:  # in the file now
+                parked.clear(source)
 
     def take_kept(self, text: str | None = None) -> str | None:
         """The message Ctrl+R sends next (``pending``), or ``text`` when kept, to send

@@ -128,6 +128,8 @@ class Replies:
             return False
         why = ("waiting — /ingest is using the vision model; sent when the text model is back"
                if self.vision_busy else "queued — sent when the reply before it ends" if self.turn is not None
+               else "waiting — no session is open: sent in the one /new or /open opens"
+               if self.session is None and self.open_failed == self.session_path
                else "queued — sent when the session is open" if self.session is None
                else "queued — sent when the embedding model has loaded")
         for item in self.outbox:
@@ -257,7 +259,15 @@ class Replies:
         """(UI thread) The queued messages, the session they belong to (None while it
         opens) and its path; the outbox is empty after."""
         items, self.outbox = self.outbox, []
+        if self.session is None and self.open_failed == self.session_path:  # it never opened: the next one takes them
+            return None, sessions.no_session_path(), items
         return self.session, self.session_path, items
+
+    def take_queued_messages(self) -> list[Outgoing]:
+        """(UI thread) The queued messages out of the outbox (commands stay to run)."""
+        messages = [item for item in self.outbox if not item.command]
+        self.outbox = [item for item in self.outbox if item.command]
+        return messages
 
     def store_outbox(self) -> int:
         """(the last moments, blocking: the UI thread or the signal's) ``store_unsent`` of the outbox."""
@@ -275,6 +285,8 @@ class Replies:
         if session is None or session.tree is None:
             if not parked.park(path, texts):
                 return 0
+            if path == sessions.no_session_path():
+                return len(texts)
             try:  # the next start resumes this session, even if its file is not made yet
                 sessions.remember(path)
             except OSError:

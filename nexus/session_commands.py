@@ -32,9 +32,15 @@ class SessionCommands:
         return path
 
     def switch_session(self, path: Path, announce: str) -> None:
+        """Close the open session (messages queued in it stay there, unsent) and open ``path``.
+        With no session open, queued messages go to the one that opens."""
         if self.refused_while_busy():
             return
-        self.open_session(path, announce)
+        queued = self.take_queued_messages() if self.session is not None else []
+        if queued:
+            announce += (f" {counted(len(queued), 'message')} you queued stayed in {self.session_path.stem}, "
+                         f"unsent ({self.resend_key()} sends {'it' if len(queued) == 1 else 'them'} there).")
+        self.open_session(path, announce, queued)
 
     def cmd_new(self, args: list[str]) -> None:
         if args:
@@ -63,6 +69,11 @@ class SessionCommands:
             raise C.UsageError(C.BY_NAME["rename"].usage)
         self.need_session()
         if self.refused_while_busy():
+            return
+        try:  # a refused name is said at once: the session is not closed and opened again for it
+            sessions.rename_target(self.session_path, " ".join(args))
+        except ValueError as exc:
+            self.chat_notice(f"Not renamed: {exc}.", "warning")
             return
         self.rename_worker(" ".join(args))  # "my chat" becomes the file name my-chat
 

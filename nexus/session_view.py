@@ -34,8 +34,9 @@ class SessionView:
     """NexusApp's session: opened and closed in a worker; the app's state is set on the UI thread."""
 
     @background(group="session", exclusive=True)
-    def open_session(self, path: Path, announce: str = "") -> None:
-        self.close_session()
+    def open_session(self, path: Path, announce: str = "", queued: list | None = None) -> None:
+        """``queued``: messages typed in the open session, kept there unsent as it closes."""
+        self.close_session(queued)
         self._open(path, announce)
 
     @background(group="session", exclusive=True)
@@ -47,13 +48,16 @@ class SessionView:
         self.call_from_thread(self._clear_chat)
         self._open(self.session_path, announce)
 
-    def close_session(self) -> None:
-        """(worker thread) Settle the reply, close the session file, clear the chat pane."""
+    def close_session(self, queued: list | None = None) -> None:
+        """(worker thread) Settle the reply, keep ``queued`` messages unsent in the session,
+        close its file, clear the chat pane."""
         if self.session is None:
             return
         self.settle_reply()  # the reply in flight is cancelled and stored in the session it belongs to
         session = self.call_from_thread(self.detach_session)
         if session is not None:
+            if queued:
+                self.store_unsent(session, self.session_path, queued)
             session.close()
         self.call_from_thread(self._clear_chat)
 
@@ -64,10 +68,17 @@ class SessionView:
         session, self.session, self.history = self.session, None, None
         return session
 
+    def session_failed(self, path: Path) -> None:
+        """``path`` could not be opened: messages typed now wait for the session that opens next."""
+        self.open_failed = path
+        self.set_embedder_state("not loaded")  # no session, no embedder: not "loading" for good
+        self.mark_outbox()
+
     def adopt_session(self, session: ChatSession) -> bool:
         """``session`` is the app's from now on; False when the app is leaving (the caller closes it)."""
         if self._leaving:
             return False
+        self.open_failed = None
         self.session = session
         self.mark_outbox()  # queued messages now say what they wait for (the embedder)
         return True
@@ -77,7 +88,7 @@ class SessionView:
         self.update_header()
 
     def set_embedder_state(self, state: str) -> None:
-        self.embedder_state = state  # loading | ready | failed
+        self.embedder_state = state  # loading | ready | failed | not loaded
         self.update_header()
 
     def _clear_chat(self) -> None:
@@ -178,6 +189,7 @@ class SessionView:
             self.call_from_thread(self.chat_notice, f"Cannot open the session: {exc}. The file was left untouched. "
                                   "Type /new to start a new session, or /open another.", "error")
             self.post_event(ev.Notice(f"session error: {exc}", "error"))
+            self.call_from_thread(self.session_failed, path)
             return None
         return session
 

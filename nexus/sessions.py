@@ -51,6 +51,12 @@ def imported_session_path(source: Path) -> Path:
     return path
 
 
+def no_session_path() -> Path:
+    """Where messages typed while no session could open are parked (``nexus.parked``):
+    the next session that opens takes them. Never a session file itself."""
+    return data_dir() / "no-session"
+
+
 def _pointer() -> Path:
     return data_dir() / "last-session"
 
@@ -183,15 +189,24 @@ def delete(session: Path) -> None:
             lock.release()
 
 
-def rename(session: Path, new_name: str) -> Path:
-    """Rename a closed session (all its files) within its folder; returns the new path.
-    Refuses a name that is taken."""
+def rename_target(session: Path, new_name: str) -> Path:
+    """Where ``rename`` would move ``session``; ``ValueError`` saying why it cannot (checked
+    before the open session is closed for it)."""
     safe = re.sub(r"[^\w.-]+", "-", new_name.removesuffix(".db")).strip("-.")
     if not safe:
         raise ValueError(f"{new_name!r} is not usable as a session name")
     target = session.with_name(f"{safe}.db")
+    if target == session:
+        raise ValueError(f"it is called {safe} already")
     if target.exists():
         raise ValueError(f"a session named {safe} already exists")
+    return target
+
+
+def rename(session: Path, new_name: str) -> Path:
+    """Rename a closed session (all its files) within its folder; returns the new path.
+    Refuses a name that is taken."""
+    target = rename_target(session, new_name)
     lock = _unused(session)
     try:
         move(session, target)

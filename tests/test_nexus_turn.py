@@ -549,3 +549,83 @@ async def test_a_command_typed_while_the_session_opens_runs_in_its_turn(server, 
         said = next(k for k, w in enumerate(shown) if isinstance(w, Notice) and "max_tokens = 30" in w.plain)
         asked = next(k for k, w in enumerate(shown) if isinstance(w, UserMessage) and w.text == "Tell me about bees")
         assert said < asked < next(k for k, w in enumerate(shown) if isinstance(w, AssistantMessage))
+
+
+async def test_a_message_typed_while_no_session_could_open_waits_for_the_next_one(server, tmp_path, minilm,
+                                                                                   data_dir):
+    """The session file is not a session (random bytes): a message typed then waits,
+    saying for what; quitting keeps it for the next session that opens — not beside the
+    foreign file, which is never resumed at the next start (found in a new-user trial)."""
+    from nexus import parked, sessions
+
+    server.respond(chat_only(lambda req: Reply("Blue.")))
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(bytes(range(256)) * 40)
+    before = garbage.read_bytes()
+    app = NexusApp(make_config(server.base_url, tmp_path), garbage, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: "Cannot open the session" in notices(app))
+        await wait_for(pilot, lambda: "embedder not loaded" in app.sub_title)  # not "loading" for good
+        await type_and_send(pilot, app, "What colour is the sky?")
+        shown = [m for m in app.query(UserMessage) if m.text == "What colour is the sky?"]
+        await wait_for(pilot, lambda: "no session is open" in shown[0].state)
+        await pilot.press("ctrl+q")
+    assert garbage.read_bytes() == before and not parked.parked_path(garbage).exists()
+    assert sessions.last_session() != garbage
+
+    app = NexusApp(make_config(server.base_url, tmp_path), None, embed_fn=minilm)  # the next start: a new session
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        shown = [m for m in app.query(UserMessage) if m.text == "What colour is the sky?"]
+        assert shown and shown[0].state == UNSENT_STATE
+        assert load_kept(app.session.tree.vdb) == ["What colour is the sky?"]
+        assert not parked.parked_path(sessions.no_session_path()).exists()
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+
+
+async def test_a_message_queued_before_new_stays_in_its_session(server, tmp_path, minilm, data_dir):
+    """Typed while a reply streams, then /new: the queued message belongs to the
+    conversation it was typed in — kept there unsent, not sent as the first message of
+    the new, empty session (found in a new-user trial)."""
+    from nexus import sessions
+    from trace_core import CTree
+
+    server.respond(chat_only(lambda req: Reply("", chunks=["Paris ", "is ", "the ", "capital."],
+                                                 chunk_delay=0.6)))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "What is the capital of France?")
+        await wait_for(pilot, lambda: app.turn is not None)
+        await type_and_send(pilot, app, "And of Spain?")
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path != path)
+        await pilot.pause(1.0)
+        assert app.session.tree.exchanges == [] and not app.outbox
+        assert "1 message you queued stayed in s" in notices(app)
+        new = app.session_path
+    assert not [r for r in chats(server) if "Spain" in user_of(r)]
+    tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
+    assert load_kept(tree.vdb)[-1] == "And of Spain?"
+    tree.vdb.close()
+    assert sessions.last_session() == new
+
+
+async def test_a_refused_rename_says_so_without_closing_the_session(server, tmp_path, minilm, data_dir):
+    """/rename to a name that is taken: said at once, under the command; the session is
+    not closed and opened again for it (its notice was buried above the history)."""
+    from nexus import sessions
+
+    server.respond(chat_only(lambda req: Reply("Hi.")))
+    taken = sessions.sessions_dir() / "taken.db"
+    taken.write_bytes(b"")
+    app = NexusApp(make_config(server.base_url, tmp_path), sessions.sessions_dir() / "mine.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        session = app.session
+        await type_and_send(pilot, app, "/rename taken")
+        await pilot.pause(0.3)
+        assert "Not renamed: a session named taken already exists." in notices(app)
+        assert app.session is session and app.session_path.stem == "mine"
