@@ -217,6 +217,10 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
                 self.cmd_help([])
                 return
             self.chat_notice(C.suggestion(name), "warning")
+            prompt = self.query_one("#prompt", PromptInput)
+            if not prompt.value.strip():  # given back, to correct or to send with //
+                prompt.value = line
+                prompt.move_cursor(prompt.document.end)
             return
         handler = getattr(self, f"cmd_{parsed.command.handler}")
         self.last_command = parsed  # /system reads its text as typed (quotes and spacing kept)

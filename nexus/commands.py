@@ -68,13 +68,26 @@ def parse(line: str) -> Parsed:
     return Parsed(BY_NAME.get(name.lower()), args, rest.strip())
 
 
+def as_message(line: str) -> str | None:
+    """The message a line starting with "/" sends, or None when it is a command: "//" sends
+    the rest as typed from its second "/" ("//etc is full" → "/etc is full"), and a path
+    ("/usr/bin/python3 crashes…": a "/" inside the first word, which no command has) is a
+    message as it is."""
+    body = line.strip()
+    if body.startswith("//"):
+        return body[1:]
+    first = body.split(maxsplit=1)[0] if body else ""
+    return line if "/" in first[1:] else None
+
+
 def suggestion(name: str) -> str:
     """A hint for an unknown command."""
     import difflib
 
     close = difflib.get_close_matches(name, list(BY_NAME), n=1) or \
         [c for c in BY_NAME if name and c.startswith(name)][:1]  # "/undo" → /undo-reorganize
-    return f"Unknown command /{name}." + (f" Did you mean /{close[0]}?" if close else "") + " Type /help for the list."
+    return (f"Unknown command /{name}." + (f" Did you mean /{close[0]}?" if close else "")
+            + " Type /help for the list, or start with // to send it as a message.")
 
 
 def completions() -> list[str]:

@@ -8,6 +8,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import commands as C
 from . import events as ev
 from . import messages as M
 from . import parked, sessions
@@ -40,8 +41,11 @@ class Replies:
         self.follow_chat()  # what is sent, and its answer, are in sight
         editing, self.editing = self.editing, None
         if text.strip().startswith("/"):
-            self.run_command(text.strip())
-            return
+            message = C.as_message(text)
+            if message is None:
+                self.run_command(text.strip())
+                return
+            text = message
         # /edit put the last message here: sent, it replaces that exchange (if still the last)
         replace = (editing is not None and self.session is not None and self.session.tree is not None
                    and len(self.session.tree.exchanges) == editing + 1)

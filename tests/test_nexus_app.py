@@ -149,6 +149,27 @@ async def test_a_slash_alone_lists_the_commands(server, tmp_path, minilm, data_d
         await wait_for(pilot, lambda: "Unknown command /frobnicate" in notices(app))
 
 
+async def test_a_message_may_start_with_a_slash(server, tmp_path, minilm, data_dir):
+    """A path is a message ("/usr/bin/python3 crashes…"), "//" sends the rest from its
+    second "/", and an unknown command is given back in the input with that hint (it was
+    refused, and the input cleared: such a message could not be sent at all)."""
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format") else Reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/usr/bin/python3 crashes when I run it, why?")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, "//tmp is full")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+        assert [x.user for x in app.session.tree.exchanges] == ["/usr/bin/python3 crashes when I run it, why?",
+                                                                "/tmp is full"]
+        await type_and_send(pilot, app, "/tmp is full")
+        await wait_for(pilot, lambda: "Unknown command /tmp" in notices(app))
+        assert "start with // to send it as a message" in notices(app)
+        assert app.query_one("#prompt").text == "/tmp is full"
+        assert "Unknown command /usr" not in notices(app)
+
+
 def test_search_results_wrap_under_their_own_text():
     import os
 
