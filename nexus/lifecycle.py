@@ -30,7 +30,13 @@ def server_models(base_url: str, api_key: str, timeout: float = 2.0) -> tuple[st
         with urllib.request.urlopen(req, timeout=timeout) as r:
             status, body = r.status, r.read(4_000_000)
     except urllib.error.HTTPError as exc:
-        return f"it answered HTTP {exc.code} to GET /models", []
+        problem = f"it answered HTTP {exc.code} to GET /models"
+        if exc.code == 404:  # a base URL without its /v1 (http://127.0.0.1:1234): say where the API is
+            from trace_core.llm import api_at_v1
+
+            if v1 := api_at_v1(base_url, f"Bearer {api_key}", timeout):
+                problem += f" — the API is at {v1}: start with --base-url {v1}"
+        return problem, []
     except urllib.error.URLError as exc:
         if isinstance(exc.reason, ConnectionRefusedError):
             return "nothing is listening there (connection refused)", []

@@ -54,3 +54,31 @@ def test_the_probe_does_not_import_httpx():
                 f"print(server_models({srv.base_url!r}, 'k')[1], 'httpx' in sys.modules)")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["['test-model']", "False"], out.stdout + out.stderr
+
+
+def test_a_base_url_without_its_v1_is_said_so_at_start_and_at_send():
+    """``--base-url http://127.0.0.1:PORT`` for a server whose API is at /v1: the probe's
+    404 and a send's 404 both name the URL to use (it was "HTTP 404 to GET /models" and
+    "does not know that model or path")."""
+    import openai
+
+    from trace_core.llm import describe_error
+
+    with ScriptedServer() as srv:
+        problem, ids = server_models(srv.root_url, "k")
+        assert problem == (f"it answered HTTP 404 to GET /models — the API is at {srv.base_url}: "
+                           f"start with --base-url {srv.base_url}") and ids == []
+        client = openai.OpenAI(base_url=srv.root_url, api_key="k", max_retries=0, timeout=5)
+        try:
+            client.chat.completions.create(model="test-model", messages=[{"role": "user", "content": "hi"}])
+        except openai.NotFoundError as exc:
+            said = describe_error(exc, srv.root_url)
+        assert said == (f"the model server at {srv.root_url} answered HTTP 404 — the API is at {srv.base_url}: "
+                        f"use the base URL {srv.base_url}"), said
+    # a server that answers 404 at /v1/models too gets the plain words (one extra request, no hint)
+    httpd, url = serve(404, b"no")
+    try:
+        problem, _ = server_models(url.removesuffix("/v1"), "k")
+    finally:
+        httpd.shutdown()
+    assert problem == "it answered HTTP 404 to GET /models", problem

@@ -452,6 +452,23 @@ async def test_first_run_without_a_server_says_so_and_offers_local(tmp_path, min
         assert f"127.0.0.1:{port}" in said and "nexus --local" in said and "connection refused" in said
 
 
+async def test_a_base_url_without_its_v1_names_the_url_to_use(server, tmp_path, minilm, data_dir):
+    """``--base-url http://127.0.0.1:PORT`` (the API is at /v1): the start-up warning and a
+    failed send say where the API is (were "HTTP 404 to GET /models" and "does not know
+    that model or path")."""
+    app = NexusApp(make_config(server.root_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: "No model server answers" in notices(app))
+        assert f"the API is at {server.base_url}: start with --base-url {server.base_url}" in notices(app)
+        await ready(app, pilot)
+        before = notices(app)
+        await type_and_send(pilot, app, "Hello there")
+        await wait_for(pilot, lambda: app.turn is None and not app.outbox)
+        said = notices(app)[len(before):]
+        assert "No reply" in said and f"the API is at {server.base_url}" in said, said
+        assert "does not know that model or path" not in said
+
+
 async def test_a_reachable_server_gets_no_warning(server, tmp_path, minilm, data_dir):
     app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -45,6 +45,31 @@ def resolve_endpoint(api_key: str | None, base_url: str | None) -> tuple[str, st
     return key, url.rstrip("/")
 
 
+def api_at_v1(base_url: str, authorization: str | None = None, timeout: float = 2.0) -> str | None:
+    """``{base_url}/v1`` when the OpenAI API answers there (``GET /v1/models`` lists a
+    model) though ``base_url`` was given without its ``/v1``; else None.
+
+    Asked only after a 404, so a base URL missing its ``/v1`` is said as such rather than
+    as "does not know that model or path". The standard library's HTTP (no httpx import:
+    see ``nexus.lifecycle.server_models``), one request, ``timeout`` seconds at most."""
+    import json
+    import urllib.request
+
+    base = base_url.rstrip("/")
+    if not base or base.endswith("/v1"):
+        return None
+    headers = {"Authorization": authorization} if authorization else {}
+    try:
+        req = urllib.request.Request(base + "/v1/models", headers=headers)
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            if r.status != 200:
+                return None
+            models = json.loads(r.read(4_000_000)).get("data")
+    except Exception:  # a hint only: any failure means no hint
+        return None
+    return base + "/v1" if isinstance(models, list) and models else None
+
+
 def describe_error(exc: BaseException, base_url: str) -> str:
     """Turn an openai/httpx exception into words."""
     import openai
@@ -56,6 +81,10 @@ def describe_error(exc: BaseException, base_url: str) -> str:
     if isinstance(exc, openai.AuthenticationError):
         return f"the model server at {base_url} refused the API key"
     if isinstance(exc, openai.NotFoundError):
+        request = getattr(exc, "request", None)
+        v1 = api_at_v1(base_url, request.headers.get("authorization") if request is not None else None)
+        if v1:
+            return f"the model server at {base_url} answered HTTP 404 — the API is at {v1}: use the base URL {v1}"
         return f"the model server at {base_url} does not know that model or path"
     if isinstance(exc, openai.APIStatusError):
         return f"the model server at {base_url} answered HTTP {exc.status_code}"
