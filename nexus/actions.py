@@ -63,6 +63,26 @@ class KeyActions:
         self.query_one("#prompt").focus()
         self.follow_chat()
 
+    def action_page_chat_up(self) -> None:
+        self._page_chat(up=True)
+
+    def action_page_chat_down(self) -> None:
+        self._page_chat(up=False)
+
+    def _page_chat(self, up: bool) -> None:
+        """PageUp/PageDown while typing scroll the chat (the input's own paging moved its
+        cursor only); in any other pane they are that pane's own keys."""
+        if self.focused is None or self.focused.id != "prompt":
+            raise SkipAction()
+        chat = self.query_one("#chat", VerticalScroll)
+        if up:
+            chat.release_anchor()  # reading up: new text no longer pulls the chat down
+            chat.scroll_page_up(animate=False)
+        else:
+            chat.scroll_page_down(animate=False)
+            if chat.scroll_y >= chat.max_scroll_y:
+                self.follow_chat()  # back at the end: follow new text again
+
     def follow_chat(self) -> None:
         """Back at the chat's end, and kept there as replies stream in: reading up (a
         scroll, Ctrl+↑) lets go of the end until the user sends, or comes back to the input."""

@@ -33,6 +33,8 @@ APP_KEYS: tuple[KeyAction, ...] = (
     KeyAction("select_previous", "ctrl+up", "select previous message"),
     KeyAction("select_next", "ctrl+down", "select next message"),
     KeyAction("focus_input", "ctrl+o", "back to the input"),
+    KeyAction("page_chat_up", "pageup", "scroll the chat a page up (from the input)"),
+    KeyAction("page_chat_down", "pagedown", "scroll the chat a page down (from the input)"),
     KeyAction("cycle_log_level", "ctrl+g", "log level"),
     KeyAction("grow_side", "ctrl+right", "wider tree"),
     KeyAction("shrink_side", "ctrl+left", "narrower tree"),

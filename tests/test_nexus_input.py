@@ -230,6 +230,16 @@ async def test_every_readme_key_works_with_the_input_focused(server, tmp_path, m
         await press("ctrl+left")
         await pilot.pause(0.05)
         assert tree.outer_size.width == width - 4
+        # PageUp / PageDown scroll the chat (test_page_up_and_down_scroll_the_chat_while_typing), the text kept
+        prompt.value = "a draft"
+        await press("pageup")
+        await press("pagedown")
+        assert prompt.text == "a draft"
+        # F7 selects the whole input: Backspace clears it
+        prompt.value = "line one\nline two"
+        await press("f7")
+        await pilot.press("backspace")
+        assert prompt.text == ""
         # Ctrl+G cycles the log level
         level = app.query_one(EventLog).level
         await press("ctrl+g")
@@ -632,3 +642,37 @@ async def test_a_stored_exchange_shown_on_open_can_be_selected_and_copied(server
         assert app.clipboard == "What is a roux?\n\nFlour cooked in fat."
         await pilot.press("escape")
         assert app.focused is app.query_one("#prompt")
+
+
+async def test_page_up_and_down_scroll_the_chat_while_typing(server, tmp_path, minilm, data_dir):
+    """PageUp/PageDown with the input focused scroll the chat (they only moved the input's
+    cursor: reading back needed Ctrl+↑ first); the text typed stays; back at the end the
+    chat follows new text again. In the tree pane they are the tree's own keys."""
+    from textual.containers import VerticalScroll
+
+    server.respond(chat_reply("\n\n".join(f"Paragraph {i} of a long answer." for i in range(12))))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        chat = app.query_one("#chat", VerticalScroll)
+        for k in range(3):
+            app.query_one("#prompt").value = f"question {k}"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda k=k: app.turn is None and len(app.session.tree.exchanges) == k + 1)
+        await pilot.pause(0.2)
+        end = chat.max_scroll_y
+        assert end > 0 and chat.scroll_y >= end - 1
+        app.query_one("#prompt").value = "half a thought"
+        await pilot.press("pageup")
+        await pilot.pause(0.2)
+        assert chat.scroll_y < end - 5
+        await pilot.press("pageup", "pagedown", "pagedown", "pagedown")
+        await pilot.pause(0.2)
+        assert chat.scroll_y >= chat.max_scroll_y - 1
+        assert app.query_one("#prompt").text == "half a thought"
+        app.query_one("#tree").focus()
+        await pilot.pause(0.1)
+        at = chat.scroll_y
+        await pilot.press("pageup")
+        await pilot.pause(0.2)
+        assert chat.scroll_y == at  # the tree's key, not the chat's
