@@ -270,20 +270,27 @@ def load_config(flags: dict | None = None, env: dict | None = None, user_file: P
         chosen |= {(section, key) for section, body in user.items() if section in SECTIONS for key in body}
     environ = dict(os.environ if env is None else env)
     dotenv = (cwd or Path.cwd()) / ".env"
+    from_file: set[str] = set()  # the variables the .env file set (the environment's own win)
     if env is None and dotenv.exists():
         from dotenv import dotenv_values
 
         for k, v in dotenv_values(dotenv).items():
-            environ.setdefault(k, v or "")
+            if k not in environ:
+                environ[k] = v or ""
+                from_file.add(k)
         sources.append(str(dotenv))
+    dotenv_name = "./.env" if cwd is None or Path(cwd).resolve() == Path.cwd().resolve() else str(dotenv)
     for var, (section, key) in ENV_MAP.items():
         if environ.get(var):
             want = _field_types(SECTIONS[section])[key][0]
+            where = f"{dotenv_name} ({var})" if var in from_file else f"the environment variable {var}"
             try:
                 value = _coerce(want, environ[var])
             except ValueError:
-                raise ConfigError(f"{var}={environ[var]!r} is not a valid {section}.{key} ({want.__name__})") from None
-            data[section][key] = _checked({section: {key: value}}, f"the environment variable {var}")[section][key]
+                origin = dotenv_name if var in from_file else "the environment"
+                raise ConfigError(f"{var}={environ[var]!r} in {origin} is not a valid {section}.{key} "
+                                  f"({want.__name__})") from None
+            data[section][key] = _checked({section: {key: value}}, where)[section][key]
             chosen.add((section, key))
     for (section, key), value in (flags or {}).items():
         if value is not None:

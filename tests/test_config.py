@@ -119,3 +119,39 @@ def test_main_reports_a_config_error_and_exits_2(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
     assert main([]) == 2
     assert "memory.max_childs" in capsys.readouterr().err
+
+
+def test_a_bad_dotenv_value_names_the_file_not_the_environment(tmp_path, monkeypatch, capsys):
+    """A ``.env`` in the working directory with ``NEXUS_JUDGE=banana``: the error said
+    "in the environment variable NEXUS_JUDGE" though the shell had no such variable."""
+    from nexus.__main__ import main
+
+    none = tmp_path / "none.toml"
+    (tmp_path / ".env").write_text("NEXUS_JUDGE=banana\n")
+    monkeypatch.chdir(tmp_path)
+    for var in ("NEXUS_JUDGE", "NEXUS_WEB"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ConfigError) as exc:
+        load_config(user_file=none)
+    said = str(exc.value)
+    assert said.startswith("memory.judge in ./.env (NEXUS_JUDGE) must be one of"), said
+    assert "environment variable" not in said
+    # a value the file sets that is not even the right type says the file too
+    (tmp_path / ".env").write_text("NEXUS_WEB=maybe\n")
+    with pytest.raises(ConfigError, match=r"NEXUS_WEB='maybe' in \./\.env is not a valid web\.enabled"):
+        load_config(user_file=none)
+    monkeypatch.setenv("NEXUS_WEB", "off")  # the environment's own value wins over the file's
+    assert load_config(user_file=none).get("web", "enabled") is False
+    monkeypatch.delenv("NEXUS_WEB")
+    # the same bad value in the shell's environment is still blamed on the variable
+    (tmp_path / ".env").unlink()
+    monkeypatch.setenv("NEXUS_JUDGE", "banana")
+    with pytest.raises(ConfigError, match=r"memory\.judge in the environment variable NEXUS_JUDGE must be one of"):
+        load_config(user_file=none)
+    # and the start of Nexus reports the file's name (exit 2)
+    monkeypatch.delenv("NEXUS_JUDGE")
+    (tmp_path / ".env").write_text("NEXUS_JUDGE=banana\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    assert main([]) == 2
+    assert "memory.judge in ./.env (NEXUS_JUDGE) must be one of" in capsys.readouterr().err
