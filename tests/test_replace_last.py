@@ -41,3 +41,30 @@ def test_replace_last_needs_an_exchange(tmp_path, minilm):
     with pytest.raises(ValueError, match="no exchange"):
         tree.replace_last([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
     tree.vdb.close()
+
+
+def test_an_edited_exchange_alone_in_its_topic_names_it_again(tmp_path, minilm):
+    """/edit of a topic's only exchange: the topic was named from the old text ("Long
+    Story Cat" over a story about a dog, found in a new-user trial); it is named again from
+    the new one, in the file too. A topic holding other exchanges keeps its name."""
+    from trace_core import CTree
+
+    path = tmp_path / "n.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    tree.add([{"role": "user", "content": "How do I keep a sourdough starter alive?"},
+              {"role": "assistant", "content": "Feed the starter flour and water daily."}])
+    tree.add([{"role": "user", "content": "Tell me a long story about a cat."},
+              {"role": "assistant", "content": "Once upon a time a cat sailed the seas."}])
+    topic = tree.exchanges[1].parent
+    assert topic is not tree.exchanges[0].parent and "Cat" in topic.topic_name
+    tree.replace_last([{"role": "user", "content": "Tell me a short story about a dog."},
+                       {"role": "assistant", "content": "A dog named Rex found a bone in the garden."}])
+    assert "Cat" not in topic.topic_name and "Dog" in topic.topic_name
+    name = topic.topic_name
+    assert name in tree.thread_path(tree.exchanges[1])
+    tree.vdb.close()
+    again = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    assert again.exchanges[1].parent.topic_name == name
+    hit = again.vdb.search_conversation(minilm.embed("a dog named Rex"), top_k=1, min_similarity=0.0)[0]
+    assert name in hit.thread_path
+    again.vdb.close()

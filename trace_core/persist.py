@@ -163,10 +163,14 @@ class TreeStore:
             self.write_structure()
             self.db.journal_delete(op_id)
 
-    def write_replaced(self, node: MessageNode, first: int, old_ids: list[str], vecs: np.ndarray) -> None:
+    def write_replaced(self, node: MessageNode, first: int, old_ids: list[str], vecs: np.ndarray,
+                       renamed: bool = False) -> None:
         """The newest exchange written again (``CTree.replace_last``): its messages, vectors
-        and FTS rows; its sentences are embedded again at idle time."""
+        and FTS rows (and its topic's name, ``renamed``); its sentences are embedded again
+        at idle time."""
         with self.db.transaction():
+            if renamed:
+                self.db.save_nodes([NodeRow.of(node.parent, _parent_id(node.parent))])
             self.db.delete_exchange_rows(node.index, old_ids)
             self.db.append_messages(node.index, first, node.messages, node.timestamp)
             for cv in conversation_vectors(self.model, node, first, vecs):

@@ -357,11 +357,25 @@ class CTree(TreeReading):
             vector = exchange_vector(role_vecs["user"], role_vecs["assistant"])
             old_ids = [message_id(node.index, m["role"]) for m in node.messages]
             first = self.structure.replace_last(msgs, vector, timestamp or datetime.now(UTC).isoformat(timespec="seconds"))
+            renamed = self._rename_own_topic(node)
             if self._store is not None:
-                self._store.write_replaced(node, first, old_ids, vecs)
+                self._store.write_replaced(node, first, old_ids, vecs, renamed=renamed is not None)
         if self.auto_save_path:
             self.save(self.auto_save_path)
         return node
+
+    def _rename_own_topic(self, node: MessageNode) -> str | None:
+        """A topic that holds only ``node`` was named from its old text: named again from
+        the new one (an edited "story about a cat" no longer files a dog under "Cat").
+        Returns the old name when it changed."""
+        topic = node.parent
+        if topic is None or topic.is_root or topic.children != [node]:
+            return None
+        name = self.judges.name_topic([(node.user, node.assistant)])
+        if not name or name == topic.topic_name:
+            return None
+        before, topic.topic_name = topic.topic_name, name
+        return before
 
     def on_event(self, fn: Callable[[ev.EngineEvent], None]) -> Callable[[], None]:
         return self.events.subscribe(fn)
