@@ -50,21 +50,25 @@ class ScenarioCancelled(Exception):
 
 
 class CancellableTree(CTree):
-    """A scratch tree that stops at the next ``add()`` once cancelled, and keeps the
-    result of its reorganisation for the log."""
+    """A scratch tree that stops at the next ``add()`` once cancelled, or between two
+    merge checks of its reorganisation (each may ask the memory model for seconds), and
+    keeps the result of its reorganisation for the log."""
 
-    cancel_event: threading.Event | None = None
+    should_stop: Callable[[], bool] = staticmethod(lambda: False)
     last_reorganize: dict | None = None
 
     def add(self, messages, timestamp=None):
-        if self.cancel_event is not None and self.cancel_event.is_set():
+        if self.should_stop():
             raise ScenarioCancelled()
         return super().add(messages, timestamp)
 
     def reorganize(self, *args, **kwargs) -> dict:
-        if self.cancel_event is not None and self.cancel_event.is_set():
+        if self.should_stop():
             raise ScenarioCancelled()
+        kwargs.setdefault("should_stop", self.should_stop)
         self.last_reorganize = super().reorganize(*args, **kwargs)
+        if self.last_reorganize.get("cancelled"):  # half a reorganisation proves nothing
+            raise ScenarioCancelled()
         return self.last_reorganize
 
 
@@ -117,16 +121,18 @@ def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url
                  on_start: Callable[[CTree], None] | None = None,
                  on_event: Callable[[str, str], None] | None = None,
                  on_snapshot: Callable[[CTree, TreeSnapshot], None] | None = None,
-                 refresh_seconds: float = 0.3, keep_as: Path | None = None) -> ScenarioOutcome:
+                 refresh_seconds: float = 0.3, keep_as: Path | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> ScenarioOutcome:
     """Run one scenario in a scratch session file in a temporary folder (deleted after;
     with ``keep_as``, a copy of it is kept there once the run ends, to open and inspect).
     Callbacks run in this thread: ``on_event(text, level)`` for the log, ``on_snapshot``
-    at most every ``refresh_seconds`` and once at the end."""
+    at most every ``refresh_seconds`` and once at the end. ``cancel`` (Esc) or
+    ``should_stop()`` (the app closing) stop it at its next step."""
     if name not in S.SCENARIOS:
         raise ValueError(f"no scenario {name!r}; the five are {', '.join(S.SCENARIOS)}")
     cancel = cancel or threading.Event()
     emit = on_event or (lambda text, level: None)
-    total = len(S.TALKS[name]())
+    total = S.exchange_count(name)
     started = time.perf_counter()
     stamp = datetime.now().isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix="nexus-scenario-") as tmp:
@@ -134,7 +140,7 @@ def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url
         if model:
             kwargs["model"] = model
         tree = CancellableTree.open(str(Path(tmp) / f"{name}.db"), **kwargs)
-        tree.cancel_event = cancel
+        tree.should_stop = lambda: cancel.is_set() or (should_stop is not None and should_stop())
         last = [0.0]
 
         def snapshot(force: bool = False) -> None:
@@ -212,7 +218,9 @@ def save_verdict(outcome: ScenarioOutcome, path: Path | None = None) -> None:
     data[outcome.name] = asdict(outcome)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the data dir's files are private
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(data, indent=1))
     tmp.replace(path)
 
 
@@ -290,8 +298,11 @@ class ScenarioController:
 
     # these run in the worker thread
     def _work(self, job) -> None:
-        try:
-            outcome = job()
+        from textual.worker import get_current_worker
+
+        worker = get_current_worker()
+        try:  # quitting stops it too: the app's exit waits for this thread
+            outcome = job(should_stop=lambda: worker.is_cancelled or self.app._leaving)
         except Exception as exc:
             outcome = ScenarioOutcome(self.name or "?", "?", None, "", 0, 0.0, error=str(exc))
         self._call(self._finish, outcome)
@@ -333,5 +344,7 @@ class ScenarioController:
         if self.cancel_event is None or self.cancel_event.is_set():
             return False
         self.cancel_event.set()
-        self.app.log_line(f"scenario {self.name}: cancelling after the current exchange", "warning")
+        self.app.log_line(f"scenario {self.name}: cancelling after the current step", "warning")
+        self.app.chat_notice(f"Cancelling the {self.name} scenario after its current step (an exchange, or one "
+                             "merge check of its reorganisation)…")
         return True

@@ -433,6 +433,9 @@ async def test_scenario_runs_in_a_scratch_session_and_esc_cancels_it(server, tmp
         assert "Checked: allergy, party and cake recipe" in notices(app)
         await command(pilot, app, "/scenario")
         await wait_for(pilot, lambda: "  multihop   PASS (embedding judge" in notices(app), what="last verdict")
+        from nexus.scenario_runner import verdicts_path
+
+        assert oct(verdicts_path().stat().st_mode & 0o777) == "0o600"  # private, as the data dir's files are
         assert "  needle     not run yet" in notices(app).split("multihop   PASS")[0].rsplit("Scenarios (", 1)[1]
         assert tree.snapshot() == before_tree and session_bytes(session_file) == before_bytes
         assert pane.ctree is tree
@@ -562,6 +565,49 @@ def test_a_scenario_that_cannot_keep_its_session_still_gives_its_verdict(tmp_pat
     tree = CTree.open(str(kept), embed_fn=minilm, read_only=True)
     assert len(tree.exchanges) == outcome.exchanges
     tree.vdb.close()
+
+
+def test_a_scenario_stops_inside_its_reorganisation_and_counts_its_steps_right(tmp_path, minilm):
+    """Esc or quitting while a scenario reorganises (each merge check may ask the memory
+    model for seconds) stops it between two checks — it ran on to its verdict, and a
+    quit waited two minutes for it; the log counts its closing exchange in its total
+    (it said #51/50)."""
+    from nexus.scenario_runner import run_scenario
+    from trace_core import scenarios as S
+
+    total = S.exchange_count("theseus")
+    asked = []
+
+    def should_stop() -> bool:  # one ask per exchange, one as the reorganisation starts, then between its steps
+        asked.append(1)
+        return len(asked) > total + 1
+
+    events = []
+    outcome = run_scenario("theseus", embed_fn=minilm, should_stop=should_stop,
+                           on_event=lambda text, level: events.append(text))
+    assert outcome.cancelled and outcome.exchanges == total
+    assert len(asked) == total + 2  # stopped at the reorganisation's first step, not after it
+    steps = [t for t in events if t.startswith("scenario theseus #")]
+    assert len(steps) == total and steps[-1].startswith(f"scenario theseus #{total}/{total}:")
+
+
+async def test_quitting_stops_a_running_scenario(server, tmp_path, minilm, data_dir, session_file):
+    """Ctrl+Q while a scenario runs: it stops at its next step (the app's exit waits for
+    its thread; it ran on to its end, two minutes under --judge auto), and no verdict is
+    recorded for a run that did not finish."""
+    from nexus.scenario_runner import load_verdicts
+
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        await command(pilot, app, "/scenario needle")
+        await wait_for(pilot, lambda: pane.snapshot is not None and pane.showing_scenario
+                       and pane.snapshot.exchanges >= 10, what="scratch tree growing")
+        scratch = pane.ctree
+        await pilot.press("ctrl+q")
+    assert "needle" not in load_verdicts()
+    assert 10 <= len(scratch.exchange_view()) < S.exchange_count("needle")
 
 
 def shown_lines(pane: MemoryTree) -> list[str]:

@@ -154,6 +154,16 @@ LANGUAGE = [
 ]
 
 
+# the exchange that moves the conversation on, so the scenario's last topic freezes before the reorganisation
+CLOSING = {"drift": ("Let's talk about something else: jazz records.", "Sure, what do you like?"),
+           "theseus": ("Unrelated: what's the capital of Australia?", "Canberra.")}
+
+
+def _close(tree: CTree, name: str) -> None:
+    user, assistant = CLOSING[name]
+    tree.add([{"role": "user", "content": user}, {"role": "assistant", "content": assistant}])
+
+
 def drift_talk() -> list[Exchange]:
     # the two senses come back later in separate branches, so a merge is tempting
     return SNAKE + filler(6) + LANGUAGE + filler(6, start=2) + SNAKE[:2] + filler(4, start=4) + LANGUAGE[:2]
@@ -161,8 +171,7 @@ def drift_talk() -> list[Exchange]:
 
 def drift(tree: CTree) -> Verdict:
     _add_all(tree, drift_talk())
-    tree.add([{"role": "user", "content": "Let's talk about something else: jazz records."},
-              {"role": "assistant", "content": "Sure, what do you like?"}])
+    _close(tree, "drift")
     res = tree.reorganize(similarity_threshold=0.55)
     # a topic holding exchanges of both senses directly means a merge joined them
     # (grouping topics under a common ancestor for fan-out is not a merge)
@@ -211,8 +220,7 @@ def theseus_talk() -> list[Exchange]:
 def theseus(tree: CTree) -> Verdict:
     talk = theseus_talk()
     _add_all(tree, talk)
-    tree.add([{"role": "user", "content": "Unrelated: what's the capital of Australia?"},
-              {"role": "assistant", "content": "Canberra."}])
+    _close(tree, "theseus")
     before = _eleanor_branches(tree, talk)
     # 0.45, not the default 0.55: with MiniLM centroids the tyre branch sits at cosine
     # 0.47 from the other Eleanor branches (its words are about wheels); the veto still
@@ -271,6 +279,12 @@ def multihop(tree: CTree) -> Verdict:
 SCENARIOS: dict[str, Callable[[CTree], Verdict]] = {
     "needle": needle, "overwrite": overwrite, "drift": drift, "theseus": theseus, "multihop": multihop,
 }
+
+def exchange_count(name: str) -> int:
+    """How many exchanges the scenario adds: its talk, and the closing exchange of those that have one."""
+    return len(TALKS[name]()) + (name in CLOSING)
+
+
 TALKS = {"needle": needle_talk, "overwrite": overwrite_talk, "drift": drift_talk, "theseus": theseus_talk,
          "multihop": lambda: MULTIHOP}
 
