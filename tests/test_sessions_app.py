@@ -118,12 +118,13 @@ async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, dat
         await ready(app, pilot)
         await type_and_send(pilot, app, "My bike is a blue Gazelle.")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
-        # /sessions: size includes the -wal file (where the recent writes sit), time its last write
+        # /sessions: size counts the writes in the -wal (as the database holds them once
+        # closed), time is its last write
         await type_and_send(pilot, app, "/sessions")
         await wait_for(pilot, lambda: "Sessions (newest first" in notices(app))
         mtime, size = sessions.footprint(first)
-        assert size == sum(f.stat().st_size for f in sessions.files_of(first) if f.exists())
         assert Path(f"{first}-wal").stat().st_size > 0 and size > first.stat().st_size
+        assert size == sessions.database_bytes(first)
         assert mtime == max(f.stat().st_mtime for f in sessions.files_of(first) if f.exists())
         from nexus.app import human_size
         assert "* first" in notices(app) and human_size(size) in notices(app)
@@ -164,6 +165,71 @@ async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, dat
         provider = SessionProvider(app.screen)
         hits = [h async for h in provider.search("bike-trips")]
         assert any("open session bike-trips" in str(h.text) for h in hits)
+
+
+async def test_sessions_and_delete_give_a_session_the_same_size(server, tmp_path, minilm, data_dir):
+    """A new-user trial: /sessions listed the open session as 156.0 KiB and, after /new,
+    /delete asked about "124.0 KiB" for it: an open session's recent writes sit in its
+    -wal beside a 32 KiB -shm, and closing it writes them back into the database. A
+    session's size is now all its files with the database as it is once closed."""
+    import re
+
+    from test_nexus_app import log_text
+
+    server.respond(chat_reply("Noted."))
+    kept = sessions.resolve("kept")
+    make_session(kept, minilm, 12)
+    app = NexusApp(make_config(server.base_url, tmp_path), kept, embed_fn=minilm)
+
+    def size_of(name: str, text: str) -> str:
+        return re.findall(rf"{name}\b.*?(\d+(?:\.\d+)? (?:bytes|KiB|MiB))", text)[-1]
+
+    def files() -> dict[str, int]:
+        return {f.name: f.stat().st_size for f in sessions.files_of(kept) if f.exists()}
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: "indexed the sentences of 12" in log_text(app))
+        await type_and_send(pilot, app, "My bike is a blue Gazelle.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 13)
+        seen = {"files": files(), "at": time.monotonic()}
+
+        def settled() -> bool:  # no write for 0.5 s (the exchange's vectors and sentences are in)
+            now = files()
+            if now != seen["files"]:
+                seen.update(files=now, at=time.monotonic())
+            return time.monotonic() - seen["at"] > 0.5
+
+        await wait_for(pilot, settled)
+        open_files = files()
+        assert open_files.get("kept.db-wal", 0) > 0 and "kept.db-shm" in open_files  # measured while open
+        await type_and_send(pilot, app, "/sessions")
+        await wait_for(pilot, lambda: "Sessions (newest first" in notices(app))
+        listed = size_of("kept", notices(app).split("Sessions (newest first")[-1])
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path != kept
+                       and app.session.tree is not None)
+        assert files() == {"kept.db": kept.stat().st_size}  # closed: the -wal was written back
+        await type_and_send(pilot, app, f"/delete {kept.stem}")
+        await wait_for(pilot, lambda: "again within 30 s to confirm" in notices(app))
+        asked = size_of("Delete kept", notices(app))
+        from nexus.app import human_size
+
+        assert listed == asked == human_size(kept.stat().st_size), (listed, asked, open_files)
+
+
+def test_a_sessions_size_counts_all_its_files(tmp_path, minilm, data_dir):
+    """What /delete removes is counted: the database (as it is closed), the messages
+    parked for it and its log."""
+    from nexus.parked import parked_path
+
+    s = sessions.resolve("counted")
+    make_session(s, minilm, 3)
+    base = s.stat().st_size
+    assert sessions.footprint(s)[1] == sessions.database_bytes(s) == base
+    parked_path(s).write_text('["a message not sent yet"]')
+    sessions.log_path(s).write_text("x" * 1000)
+    assert sessions.footprint(s)[1] == base + parked_path(s).stat().st_size + 1000
 
 
 async def test_new_then_restart_resumes_the_new_one_and_the_old_stays_reachable(server, tmp_path, minilm,
