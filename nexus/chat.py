@@ -462,6 +462,6 @@ class ChatSession:
             # judge "embedding" asks no model (the tree is placed, named, merged by embeddings)
             "memory_model": "(none: judge embedding)" if self.tree.judge == "embedding"
             else self.config.memory_model or "(chat model)",
-            "last_memory_tokens": r.memory_tokens if r else 0,
-            "full_history_tokens": r.full_history_tokens if r else 0,
+            "last_memory_tokens": r.memory_tokens if r else "(no reply yet in this window)",
+            "full_history_tokens": self.synth.full_history_tokens() if self.synth else 0,  # now, not at the last reply
         }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -237,6 +238,10 @@ async def test_commands(server, tmp_path, minilm, data_dir):
         await type_and_send(pilot, app, "/stats")
         await wait_for(pilot, lambda: "exchanges: 4" in notices(app))
         assert "memory_model: (none: judge embedding)" in notices(app)  # no model is asked about the tree
+        # a session just opened: its history is counted now, not "0" until the first reply
+        assert "last_memory_tokens: (no reply yet in this window)" in notices(app)
+        history = int(re.search(r"full_history_tokens: (\d+)", notices(app)).group(1))
+        assert history == app.session.synth.full_history_tokens() > 0
         await type_and_send(pilot, app, "/undo")
         await wait_for(pilot, lambda: "Unknown command /undo. Did you mean /undo-reorganize?" in notices(app))
         await type_and_send(pilot, app, "/help")
