@@ -10,6 +10,24 @@ from .treeinfo import check_health
 from .widgets import MemoryTree, two_columns
 
 
+def reorganize_summary(res: dict, threshold: float) -> str:
+    """What a reorganisation did (at cosine ``threshold``), and when it did nothing, why."""
+    done = (f"Reorganised: {res['merged']} merged, {res['pruned']} archived, {res['vetoed']} vetoed, "
+            f"{res['skipped']} skipped in {res['duration_secs']:.2f} s.")
+    if res["merged"] or res["pruned"]:
+        return done + " /undo-reorganize restores the tree."
+    at = f"{threshold:g}"
+    if res.get("candidates", 0) < 2:
+        why = ("only topics the conversation has left are merged (the current one and those above it stay "
+               f"as they are), and there {'is' if res.get('candidates', 0) == 1 else 'are'} "
+               f"{res.get('candidates', 0)} such")
+    elif not res.get("pairs"):
+        why = f"no two of the {res['candidates']} topics the conversation has left are alike enough (cosine ≥ {at})"
+    else:
+        why = f"the {res['pairs']} similar pairs were vetoed or skipped (the log says why)"
+    return done + f" Nothing changed: {why}."
+
+
 class MemoryCommands:
     """NexusApp's memory commands (cmd_* run by run_command)."""
 
@@ -95,9 +113,8 @@ class MemoryCommands:
                     "rounds finished before were kept; nothing half-done was.", "warning")
             self.ui(self.refresh_tree)
             return
-        self.ui(self.end_progress, "reorganize", f"Reorganised: {res['merged']} merged, {res['pruned']} archived, "
-                f"{res['vetoed']} vetoed, {res['skipped']} skipped in {res['duration_secs']:.2f} s."
-                " /undo-reorganize restores the tree.")
+        used = threshold if threshold is not None else self.config.section("memory").reorganize_threshold
+        self.ui(self.end_progress, "reorganize", reorganize_summary(res, used))
         self.call_from_thread(self.show_reorganization, res)
         self.call_from_thread(self.refresh_tree)
 
@@ -110,6 +127,7 @@ class MemoryCommands:
     def undo_worker(self) -> None:
         self.need_session().tree.undo_reorganize()  # fails: nothing to undo, no session
         self.call_from_thread(self.chat_notice, "The last reorganisation was undone.")
+        self.call_from_thread(self.log_line, "reorganisation undone: the tree is as it was before it")
         self.call_from_thread(lambda: self.query_one(MemoryTree).clear_marks())
         self.call_from_thread(self.refresh_tree)
 

@@ -171,6 +171,23 @@ async def test_a_message_may_start_with_a_slash(server, tmp_path, minilm, data_d
         assert "Unknown command /usr" not in notices(app)
 
 
+def test_a_reorganisation_that_changes_nothing_says_why():
+    """It said "0 merged, 0 archived…  /undo-reorganize restores the tree" with nothing to
+    undo and no reason (found in a new-user trial)."""
+    from nexus.memory_commands import reorganize_summary
+
+    base = {"merged": 0, "pruned": 0, "vetoed": 0, "skipped": 0, "duration_secs": 0.01}
+    one = reorganize_summary({**base, "candidates": 1, "pairs": 0}, 0.55)
+    assert "only topics the conversation has left are merged" in one and "there is 1 such" in one
+    assert "/undo-reorganize" not in one
+    apart = reorganize_summary({**base, "candidates": 6, "pairs": 0}, 0.7)
+    assert "no two of the 6 topics the conversation has left are alike enough (cosine ≥ 0.7)" in apart
+    vetoed = reorganize_summary({**base, "vetoed": 2, "candidates": 6, "pairs": 2}, 0.55)
+    assert "the 2 similar pairs were vetoed or skipped" in vetoed
+    merged = reorganize_summary({**base, "merged": 1, "candidates": 6, "pairs": 2}, 0.55)
+    assert merged.endswith("/undo-reorganize restores the tree.") and "Nothing changed" not in merged
+
+
 def test_search_results_wrap_under_their_own_text():
     import os
 

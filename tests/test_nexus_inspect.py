@@ -355,6 +355,7 @@ async def test_reorganisation_marks_merges_until_undo_or_the_next_exchange(serve
         await wait_for(pilot, lambda: not pane.marks and not any("⇐" in lb for lb in pane_labels(pane)),
                        what="marks cleared")
         assert tree.snapshot() == before
+        assert "reorganisation undone: the tree is as it was before it" in log_text(app)  # said in the log too
         # again, then the next exchange clears the marks
         await command(pilot, app, "/reorganize --threshold 0.5")
         await wait_for(pilot, lambda: notices(app).count("Reorganised:") == 2, what="reorganised again")
