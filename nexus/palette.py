@@ -37,15 +37,20 @@ class CommandProvider(Provider):
 class SessionProvider(Provider):
     """Every session in the command palette: "open NAME" switches to it."""
 
+    def others(self) -> list[str]:
+        """The sessions to switch to: all but the open one."""
+        here = self.app.session_path.stem if self.app.session is not None else None
+        return [name for name in sessions.names() if name != here]
+
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for name in sessions.names():
+        for name in self.others():
             score = matcher.match(f"open session {name}")
             if score > 0:
                 yield Hit(score, matcher.highlight(f"open session {name}"),
                           lambda name=name: self.app.run_command(f"/open {shlex.quote(name)}"), help=escape(f"/open {name}"))
 
     async def discover(self) -> Hits:
-        for name in sessions.names():
+        for name in self.others():
             yield DiscoveryHit(f"open session {name}", lambda name=name: self.app.run_command(
                 f"/open {shlex.quote(name)}"), help=escape(f"/open {name}"))

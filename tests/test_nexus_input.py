@@ -411,6 +411,8 @@ async def test_palette_lists_every_command_and_runs_or_fills(server, tmp_path, m
     from nexus import commands as C
 
     server.respond(chat_reply("ok"))
+    (data_dir / "sessions").mkdir(parents=True, exist_ok=True)
+    (data_dir / "sessions" / "orchard.db").write_bytes(b"")  # another session to switch to
     app = NexusApp(make_config(server.base_url, tmp_path), data_dir / "sessions" / "garden.db", embed_fn=minilm)
     async with app.run_test(size=(120, 50)) as pilot:
         await ready(app, pilot)
@@ -419,7 +421,8 @@ async def test_palette_lists_every_command_and_runs_or_fills(server, tmp_path, m
         shown = "\n".join(palette_prompts(app))
         for c in C.COMMANDS:
             assert f"/{c.name} — " in shown, c.name
-        assert "open session garden" in shown  # and the sessions
+        assert "open session orchard" in shown  # and the sessions to switch to,
+        assert "open session garden" not in shown  # not the one open (found in a new-user trial)
         # each entry's usage line, placeholders in brackets included (they were read as markup)
         from textual.command import CommandList
 

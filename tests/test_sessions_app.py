@@ -159,12 +159,14 @@ async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, dat
         assert app.session_path.name == "bike-trips.db" and not first.exists()
         assert len(app.session.tree.exchanges) == 1 and len(shown_indexes(app)) == 1
         assert sessions.last_session() == app.session_path
-        # the palette lists sessions
+        # the palette lists the sessions to switch to, not the open one
         from nexus.app import SessionProvider
 
         provider = SessionProvider(app.screen)
-        hits = [h async for h in provider.search("bike-trips")]
-        assert any("open session bike-trips" in str(h.text) for h in hits)
+        (sessions.sessions_dir() / "bike-repairs.db").write_bytes(b"")
+        hits = [str(h.text) async for h in provider.search("bike")]
+        assert any("open session bike-repairs" in h for h in hits)
+        assert not any("open session bike-trips" in h for h in hits)
 
 
 async def test_sessions_and_delete_give_a_session_the_same_size(server, tmp_path, minilm, data_dir):
