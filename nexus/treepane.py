@@ -12,6 +12,7 @@ reorganisation merged (⇐, until the next exchange) and /find matches (highligh
 
 from __future__ import annotations
 
+import re
 import weakref
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ from .treesnap import TopicRow, TreeSnapshot, find_topics, snapshot_unlocked, ta
 
 SUMMARY = "summary"  # the key of a topic's summary line among its children
 MIN_NAME_CELLS = 8  # a name clipped to fit the pane keeps at least this many cells
+_RANGE = re.compile(r" \[\d+:\d+\]")  # a label's exchange range, after its name
 FREEZE_AT = 1000  # exchanges: a tree this large is kept out of the collector's full passes (nexus/heap.py)
 
 
@@ -70,12 +72,16 @@ class NameFit:
         over = self.head_cells - room
         if over <= 0 or self.end > len(label):
             return label
-        name = label[self.start:self.end]
+        name, rest = label[self.start:self.end], label[self.end:]
+        if name.cell_len - over < MIN_NAME_CELLS:  # too narrow for name and range: the range goes, the count stays
+            span = _RANGE.match(rest.plain)
+            if span:
+                rest = rest[span.end():]
+                over -= span.end()
         keep = max(MIN_NAME_CELLS, name.cell_len - over)
-        if keep >= name.cell_len:
-            return label
-        name.truncate(keep, overflow="ellipsis")
-        return Text.assemble(label[:self.start], name, label[self.end:])
+        if keep < name.cell_len:
+            name.truncate(keep, overflow="ellipsis")
+        return Text.assemble(label[:self.start], name, rest)
 
 
 class MemoryTree(ReportsFailures, Tree):
@@ -288,6 +294,8 @@ class MemoryTree(ReportsFailures, Tree):
     def label_for(self, row: TopicRow, depth: int) -> Text:
         """The label of a topic at ``depth`` in the pane (the root's children: 1)."""
         label = Text()
+        if row.node_id in self.injected:  # in front, where a narrow pane still shows it; the score after the count
+            label.append("★ ", style="bold magenta")
         if row.active:
             label.append("● ", style="green")
         style = "bold" if row.active else ""

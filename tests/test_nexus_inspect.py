@@ -656,6 +656,30 @@ async def test_a_long_topic_name_is_clipped_so_its_count_stays_in_sight(server, 
         assert any(row.name in line for row in long for line in lines)
 
 
+async def test_in_a_narrow_terminal_the_range_gives_way_and_the_count_stays(server, tmp_path, minilm, data_dir,
+                                                                          session_file):
+    """80 × 24 (a 28-column tree pane): a name cut to its 8 cells and the range still ran
+    past the edge, cutting the count ("Roll Ku… [12:23] (10"); the range now goes first.
+    The ★ of a branch that fed the reply leads its label, where a narrow pane shows it."""
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        for node in topic_nodes(pane):
+            node.expand()
+        await pilot.pause(0.2)
+        rows = {n.data: pane.snapshot.topics[n.data] for n in topic_nodes(pane)}
+        width = pane.scrollable_content_region.width
+        topics = [line for line in shown_lines(pane) if "▶" in line or "▼" in line][1:]  # below ROOT
+        assert topics
+        for line in topics:
+            assert re.search(r" \(\d+\)$", line) and len(line) <= width, line  # the count is never cut off
+        assert any(not re.search(r"\[\d+:\d+\]", line) for line in topics), "no label too long for 28 columns"
+        row = next(iter(rows.values()))
+        pane.injected = {row.node_id: 9.097}
+        assert pane.label_for(row, 1).plain.startswith("★ ")
+
+
 def test_the_inspector_says_what_each_indexed_part_is(tmp_path, minilm):
     """A message read after the one it answers was listed as one of its sentences (its text
     began with the reply before it), and a one-sentence message said "not indexed yet" after
