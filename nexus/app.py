@@ -257,6 +257,10 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
     def tree_node_selected(self, event: MemoryTree.NodeSelected) -> None:
         self.inspect_node(event)
 
+    @on(MemoryTree.Updated)
+    def tree_updated(self, event: MemoryTree.Updated) -> None:
+        self.reinspect(event.ctree)
+
     @property
     def session_opening(self) -> bool:
         """A session is being opened (its worker runs and has not handed it over yet)."""

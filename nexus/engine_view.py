@@ -126,6 +126,12 @@ class EngineView:
             self.log_line(text, level)
         self.query_one(MemoryTree).mark_reorganization(reorganize_marks(res))
 
+    def reinspect(self, ctree) -> None:
+        """The pane shows ``ctree`` anew: an open inspector reads its node again."""
+        own = self.session is not None and ctree is self.session.tree
+        synth = self.session.synth if own else None
+        self.query_one(NodeInspector).refresh_for(ctree, synth.last_report if synth else None, synth)
+
     def inspect_node(self, event: MemoryTree.NodeSelected) -> None:
         """Enter or a click on a topic or exchange: its details beside the pane."""
         pane = self.query_one(MemoryTree)

@@ -120,6 +120,8 @@ class NodeInspector(ReportsFailures, VerticalScroll):
         self.subject = None  # topic id (str) or exchange index (int) on view
         self._request: _Request | None = None  # the inspection in progress
         self.detail: TopicDetail | ExchangeDetail | None = None
+        self._seen: tuple | None = None  # (tree, report, synth) of the node on view
+        self._refreshing = False  # the view is read again: keep where it was scrolled to
         self.border_title = "Inspector · Esc closes"
 
     def compose(self):
@@ -136,7 +138,20 @@ class NodeInspector(ReportsFailures, VerticalScroll):
         """``data``: a topic id or an exchange node, as the tree pane holds them."""
         if ctree is None or data is None:
             return
-        self.subject = data if isinstance(data, str) else data.index
+        self._refreshing = False
+        self._seen = (ctree, report, synth)
+        self._inspect(ctree, data if isinstance(data, str) else data.index, report, synth)
+
+    def refresh_for(self, ctree, report=None, synth=None) -> None:
+        """The tree pane shows ``ctree`` anew: the open view is read again, where it was
+        scrolled to (it went stale: a topic's range and counts as they were when selected)."""
+        if not self.display or self.subject is None or self._seen is None or self._seen[0] is not ctree:
+            return
+        self._refreshing = True
+        self._inspect(ctree, self.subject, report or self._seen[1], synth or self._seen[2])
+
+    def _inspect(self, ctree, subject, report, synth) -> None:
+        self.subject = subject
         from .treepane import MemoryTree
 
         panes = [p for p in self.app.query(MemoryTree) if p.ctree is ctree]
@@ -177,7 +192,8 @@ class NodeInspector(ReportsFailures, VerticalScroll):
             panes = [p for p in self.app.query(MemoryTree) if p.display]
             self.beside(panes[0].outer_size.width if panes else 0)
         self.display = True
-        self.scroll_home(animate=False)
+        if not self._refreshing:
+            self.scroll_home(animate=False)
 
     def beside(self, width: int) -> None:
         """Sit left of the tree pane, ``width`` cells wide (Ctrl+←/→ change it)."""
@@ -191,4 +207,5 @@ class NodeInspector(ReportsFailures, VerticalScroll):
         self.display = False
         self.subject = None
         self.detail = None
+        self._seen = None
         return True

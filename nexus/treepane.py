@@ -17,6 +17,7 @@ import weakref
 from dataclasses import dataclass
 
 from rich.text import Text
+from textual.message import Message
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 from textual.worker import get_current_worker
@@ -86,6 +87,13 @@ class NameFit:
 
 class MemoryTree(ReportsFailures, Tree):
     """The live context tree (see the module docstring)."""
+
+    class Updated(Message):
+        """The pane shows a newer snapshot of ``ctree`` (what the inspector shows may be stale)."""
+
+        def __init__(self, ctree) -> None:
+            super().__init__()
+            self.ctree = ctree
 
     def __init__(self, **kw) -> None:
         super().__init__("ROOT", **kw)
@@ -272,6 +280,7 @@ class MemoryTree(ReportsFailures, Tree):
             self._gen += 1
         self.snapshot = snap
         self.updates += 1
+        self.post_message(self.Updated(self.ctree))
         if self._freeze_pending:
             self._freeze_pending = False
             if snap.exchanges >= FREEZE_AT:

@@ -680,6 +680,36 @@ async def test_in_a_narrow_terminal_the_range_gives_way_and_the_count_stays(serv
         assert pane.label_for(row, 1).plain.startswith("★ ")
 
 
+async def test_the_inspector_follows_the_tree_as_it_grows(server, tmp_path, minilm, data_dir, session_file):
+    """The active topic inspected, then a message sent: the view is read again (it kept
+    the range and counts of when it was selected, beside a pane that had moved on)."""
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply("Canberra was a compromise between Sydney and Melbourne."))
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        inspector = app.query_one(NodeInspector)
+        tree = app.session.tree
+        active = tree.current_node
+        node = pane._topic_nodes[active.node_id] if active.node_id in pane._topic_nodes else None
+        if node is None:  # below a collapsed group: inspect it directly
+            inspector.inspect(tree, active.node_id)
+        else:
+            await select(pilot, pane, node)
+        await wait_for(pilot, lambda: inspector.display and inspector.detail is not None, what="topic inspector")
+        before = f"[{active.start_index}:{active.end_index}]"
+        assert before in inspector_text(app)
+        app.query_one("#prompt").focus()
+        app.query_one("#prompt").value = "Why was Canberra chosen as the capital of Australia?"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(tree.exchanges) == len(TALK) + 1, what="stored")
+        assert tree.current_node is active  # the same topic, one exchange longer
+        after = f"[{active.start_index}:{active.end_index}]"
+        assert after != before
+        await wait_for(pilot, lambda: after in inspector_text(app), what="the inspector read again")
+
+
 def test_the_inspector_says_what_each_indexed_part_is(tmp_path, minilm):
     """A message read after the one it answers was listed as one of its sentences (its text
     began with the reply before it), and a one-sentence message said "not indexed yet" after
