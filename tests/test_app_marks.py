@@ -53,3 +53,8 @@ def test_a_replys_own_bracketed_lines_are_its_text_only_the_end_holds_marks():
                                                   {"role": "assistant", "content": cut}]))
     assert "[2019-12-05]" in view.source and "[Chorus]" in view.source
     assert view.marks == ["reply cut at max_tokens"]
+    # nor at the end: a reply that ends with a date line keeps it after a reopen (it showed
+    # "2026-12-03" as a note under an empty reply; found in a new-user trial)
+    for own in ("Today is\n[2026-12-03]", "[2026-12-03]", "See the note.\n[1]"):
+        assert without_marks(own) == own and marks(own) == []
+    assert marks("[2026-12-03]\n\n[reply cancelled]") == ["reply cancelled"]

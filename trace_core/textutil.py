@@ -55,11 +55,12 @@ _INNER = re.compile(r"['\-]")
 _POSSESSIVE = re.compile(r"'s$", re.I)
 # what stands in for the missing side of an exchange (a transcript turn without a partner)
 PLACEHOLDERS = frozenset({"(no message)", "(no reply)"})
-# the app's marks ("[reply cancelled]") are short bracketed lines at the end of a text,
-# not conversation text: names, summaries and what the model is shown are made without
-# them. Only at the end: a reply's own "[Chorus]", "[1]" or "[2019-12-05]" line is its text
-_MARK_LINE = re.compile(r"^[ \t]*\[[^\[\]\n]{1,40}\][ \t]*$", re.M)
-_TRAILING_MARKS = re.compile(r"(?:(?:^|\n)[ \t]*\[[^\[\]\n]{1,40}\][ \t]*)+\s*\Z")
+# the app's marks ("[reply cancelled]", "[reply cut at max_tokens]") are "[reply …]" lines
+# at the end of a text, not conversation text: names, summaries and what the model is
+# shown are made without them. A reply's own "[Chorus]", "[1]" or "[2019-12-05]" line is
+# its text, at its end too
+_MARK_LINE = re.compile(r"^[ \t]*\[reply [^\[\]\n]{1,34}\][ \t]*$", re.M)
+_TRAILING_MARKS = re.compile(r"(?:(?:^|\n)[ \t]*\[reply [^\[\]\n]{1,34}\][ \t]*)+\s*\Z")
 # a sentence ends at . ! ? and a space, or at a full-width 。！？ (no space follows in CJK)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*")
 
