@@ -347,14 +347,34 @@ class EventLog(RichLog):
     def add(self, text: str, level: str = "info") -> None:
         self.history.append((level, text))
         if self.LEVELS.index(level) >= self.LEVELS.index(self.level):
-            self.write(Text(f"{level[:4].upper():<4} {safe(text)}", style=self.STYLES[level]))
+            self._line(level, text)
+
+    def _line(self, level: str, text: str) -> None:
+        """One line, wrapped at the pane's width (RichLog's own measure stops near 80
+        columns); written while hidden, drawn again when the pane is shown."""
+        width = self.scrollable_content_region.width
+        shown = self.display and width > 0
+        self.write(Text(f"{level[:4].upper():<4} {safe(text)}", style=self.STYLES[level]),
+                   width=width if shown else None)
+        if not shown:
+            self._stale = True
+
+    def on_resize(self, event) -> None:
+        super().on_resize(event)
+        self.redraw_if_stale()  # shown again: the pane has its width back
+
+    def redraw_if_stale(self) -> None:
+        """Lines written while the pane was hidden, drawn again at its width."""
+        if getattr(self, "_stale", False) and self.display and self.scrollable_content_region.width > 0:
+            self._stale = False
+            self.set_level(self.level)
 
     def set_level(self, level: str) -> None:
         self.level = level
         self.clear()
         for lv, text in self.history[-2000:]:
             if self.LEVELS.index(lv) >= self.LEVELS.index(level):
-                self.write(Text(f"{lv[:4].upper():<4} {safe(text)}", style=self.STYLES[lv]))
+                self._line(lv, text)
 
 
 # the memory tree pane lives in its own module (snapshots, in-place updates, marks)

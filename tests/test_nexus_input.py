@@ -679,3 +679,22 @@ async def test_page_up_and_down_scroll_the_chat_while_typing(server, tmp_path, m
         await pilot.press("pageup")
         await pilot.pause(0.2)
         assert chat.scroll_y == at  # the tree's key, not the chat's
+
+
+async def test_log_lines_written_while_the_log_is_hidden_fill_its_width_when_shown(server, tmp_path, minilm,
+                                                                                  data_dir):
+    """Ctrl+L hides the log, a line is logged, Ctrl+L shows it: the line wrapped at about
+    75 columns in a 160-column log (found in a new-user trial); it fills the width now."""
+    from nexus.widgets import EventLog
+
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await ready(app, pilot)
+        log_pane = app.query_one(EventLog)
+        await pilot.press("ctrl+l")
+        assert not log_pane.display
+        app.log_line("word " * 40)  # 200 characters
+        await pilot.press("ctrl+l")
+        await pilot.pause(0.3)
+        shown = [line.text.rstrip() for line in log_pane.lines if "word" in line.text]
+        assert len(shown) == 2 and len(shown[0]) > 120, shown
