@@ -100,6 +100,11 @@ class Lifecycle:
         if event == "ready":
             self.exit(0)
 
+    @property
+    def leaving(self) -> bool:
+        """Nexus is on its way out (/quit, Ctrl+Q, a signal): long work stops at its next step."""
+        return self._leaving
+
     async def leave(self, code: int = 0) -> None:
         """The one orderly way out (/quit, Ctrl+Q, SIGTERM, SIGHUP): the reply in flight is
         cancelled and stored with the user's message, queued messages are stored, then exit."""

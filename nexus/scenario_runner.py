@@ -302,7 +302,7 @@ class ScenarioController:
 
         worker = get_current_worker()
         try:  # quitting stops it too: the app's exit waits for this thread
-            outcome = job(should_stop=lambda: worker.is_cancelled or self.app._leaving)
+            outcome = job(should_stop=lambda: worker.is_cancelled or self.app.leaving)
         except Exception as exc:
             outcome = ScenarioOutcome(self.name or "?", "?", None, "", 0, 0.0, error=str(exc))
         self._call(self._finish, outcome)
