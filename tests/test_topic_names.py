@@ -99,3 +99,20 @@ def test_reply_words_fill_a_name_the_users_words_leave_short():
     # "Any ideas?" says nothing of its subject: the reply names it
     name = extractive_name(exchange_sides([("Any ideas?", "Sourdough starters need rye flour and patience.")]))
     assert set(name.split()) <= {"Sourdough", "Starters", "Flour", "Patience"}, name
+
+
+def test_changing_the_subject_names_the_new_subject_not_the_change():
+    """From a new-user trial: "Switching Subjects October" (for marathon training), "Let
+    Talk Records" (a typographic apostrophe split "Let’s"), "Quick Flour Sourdough", and a
+    merge reason counting "assistant" as a subject word (a small model echoes "Assistant:")."""
+    cases = {
+        "Switching subjects: I'm training for a marathon in October.": ("Marathon",),
+        "Let’s talk about jazz records for a bit.": ("Jazz", "Records"),
+        "Quick question: can I use rye flour in my sourdough?": ("Rye", "Flour", "Sourdough"),
+        "Assistant: the best tyres for a 1967 Mustang?": ("Mustang",),
+    }
+    for user, wanted in cases.items():
+        name = extractive_name(exchange_sides([(user, "Sure.")]))
+        for word in ("Switching", "Subjects", "Let", "Talk", "Quick", "Assistant"):
+            assert word not in name.split(), (user, name)
+        assert any(w in name for w in wanted), (user, name)

@@ -46,10 +46,14 @@ STOPWORDS = FUNCTION_WORDS | frozenset(
     # user's words name first, and these would name every question
     "first next last set keep start need help use try find give take put best better new "
     "tip tips advice idea ideas suggestion suggestions question questions recommend "
-    "today tonight tomorrow yesterday week weeks month months year years".split()
+    "today tonight tomorrow yesterday week weeks month months year years "
+    # and what a user changes the subject with ("Switching subjects: …", "Quick question…",
+    # "Let's talk about…"), and the role labels a small model echoes ("Assistant: …")
+    "let talk talking switch switching subject subjects topic quick assistant user".split()
 )
 
 _TOKEN = re.compile(r"[^\W_][\w'\-]*")
+_APOSTROPHES = str.maketrans({"\u2019": "'", "\u02bc": "'"})  # "Let’s" (a phone's, a model's) is "Let's"
 _INNER = re.compile(r"['\-]")
 # "Coltrane's" names Coltrane (the tokenizer keeps the apostrophe inside words)
 _POSSESSIVE = re.compile(r"'s$", re.I)
@@ -80,7 +84,7 @@ def marks(text: str) -> list[str]:
 def tokens(text: str) -> list[str]:
     """The one tokenizer: runs of letters and digits in any script, with inner
     apostrophes and hyphens ("don't", "self-care", "été", "東京")."""
-    return _TOKEN.findall(text)
+    return _TOKEN.findall(text.translate(_APOSTROPHES))
 
 
 def _ideographic(word: str) -> bool:
@@ -96,7 +100,7 @@ def _length(sentence: str) -> int:
 def words(text: str) -> list[str]:
     """The words of names and word statistics: tokens that start with a letter, without
     edge apostrophes or hyphens, lower-cased."""
-    return [t.strip("'-").lower() for t in _TOKEN.findall(text) if t[0].isalpha()]
+    return [t.strip("'-").lower() for t in _TOKEN.findall(text.translate(_APOSTROPHES)) if t[0].isalpha()]
 
 
 def query_terms(text: str) -> list[str]:
@@ -171,7 +175,7 @@ def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: Docum
     led: set[str] = set()  # seen in a lead side
     i = 0
     for part, weight, lead in parts:
-        part = without_marks(part)
+        part = without_marks(part).translate(_APOSTROPHES)
         for m in _TOKEN.finditer(part):
             w = _POSSESSIVE.sub("", m.group()).strip("'-")
             if not w or not w[0].isalpha():
