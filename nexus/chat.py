@@ -19,6 +19,7 @@ from trace_core.tokens import count_tokens, truncate_to_tokens
 from . import events as ev
 from . import parked, sessions
 from .config import Config
+from .memory_service import SEARCH_FLOOR
 from .prompt_budget import fit_recent, limits, prompt_room, recent_tokens
 from .session_settings import SessionSettings, parse_setting
 from .streaming import stream_reply
@@ -438,7 +439,7 @@ class ChatSession:
     def search(self, query: str, top_k: int = 8) -> list:
         assert self.tree is not None and self.tree.vdb is not None
         qv = self.tree.embed_fn.embed(query)
-        return self.tree.vdb.search_conversation(qv, top_k=top_k, min_similarity=0.2)
+        return self.tree.vdb.search_conversation(qv, top_k=top_k, min_similarity=SEARCH_FLOOR)
 
     def reorganize(self, threshold: float | None = None, prune: bool | None = None, should_stop=None) -> dict:
         assert self.tree is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import commands as C
 from .abandon import Abandoned, call_abandonable
 from .failures import TaskFailed, background
+from .memory_service import SEARCH_FLOOR
 from .text import counted
 from .treeinfo import check_health
 from .widgets import MemoryTree, two_columns
@@ -53,7 +54,8 @@ class MemoryCommands:
             return self.search_all_worker(query)
         hits = self.need_session().search(query)  # fails: a session closed meanwhile, an embedder not loaded
         if not hits:
-            self.call_from_thread(self.chat_notice, f"Nothing in memory matches {query!r}.")
+            self.call_from_thread(self.chat_notice, f"Nothing in memory matches {query!r} (no message reaches "
+                                  f"cosine {SEARCH_FLOOR:.2f}, where unrelated text stops).")
             return
         title = f"Memory search: {query}"
         rows = [(f"{h.similarity:.2f}", f"{h.thread_path}  #{h.exchange_index} {h.role}: "

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from trace_core import CTree, PromptSynthesizer, VectorDatabase
+from trace_core.synthesis.params import SynthesisParams
 from trace_core.synthesizer import RetrievalReport
 
 from . import sessions
@@ -31,6 +32,11 @@ DEFAULT_SESSION = "default"
 class SessionNameError(ValueError):
     """A session name that could reach outside the sessions folder, or is not a name."""
 
+
+
+# a search hit needs the cosine the memory block needs (SynthesisParams.min_relevance):
+# MiniLM puts unrelated sentences at 0.0-0.27, and /search listed them at 0.24-0.28
+SEARCH_FLOOR = SynthesisParams().min_relevance
 
 def session_path(name: str) -> Path:
     """The file of session ``name`` in the sessions folder. Only plain names: no paths,
@@ -157,7 +163,7 @@ def _search_other(path: Path, qvec, embedder, k: int, min_similarity: float, ski
 
 
 def search_sessions(tree: CTree, path: Path, query: str, k: int = 10, all_sessions: bool = True,
-                    min_similarity: float = 0.2) -> SearchResult:
+                    min_similarity: float = SEARCH_FLOOR) -> SearchResult:
     """Search ``tree`` (the session at ``path``, open in this process) and, with
     ``all_sessions``, every other session in the sessions folder, opened read-only."""
     query = (query or "").strip()
@@ -188,7 +194,7 @@ class MemoryService:
     ``tree`` is the session's ``CTree`` (opened for writing by this process); the
     service closes it on ``close()``."""
 
-    def __init__(self, tree: CTree, path: Path, memory_token_budget: int = 1000, min_similarity: float = 0.2) -> None:
+    def __init__(self, tree: CTree, path: Path, memory_token_budget: int = 1000, min_similarity: float = SEARCH_FLOOR) -> None:
         self.tree = tree
         self.path = Path(path)
         self.name = session_name(self.path)

@@ -442,3 +442,21 @@ async def test_the_tree_command_cuts_long_lines_instead_of_wrapping_them(server,
         lines = drawing.plain.splitlines()
         assert any(len(line) > drawing.content_size.width for line in lines)  # longer than the pane
         assert drawing.content_size.height == len(lines)  # none wrapped
+
+
+async def test_search_lists_no_unrelated_messages(server, tmp_path, minilm, data_dir):
+    """/search listed messages at cosine 0.24-0.28 for a subject never mentioned (found in
+    a new-user trial); hits start where the memory block's evidence does (0.30)."""
+    from nexus.memory_service import SEARCH_FLOOR
+
+    server.respond(chat_reply("Feed it daily with equal weights of flour and water."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "How do I keep my sourdough starter alive?")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert SEARCH_FLOOR == 0.30
+        assert app.session.search("my cat is hungry") == []  # the reply sits at 0.29 from it
+        assert app.session.search("feeding a sourdough starter")  # what was said is found
+        await type_and_send(pilot, app, "/search my cat is hungry")
+        await wait_for(pilot, lambda: "Nothing in memory matches 'my cat is hungry'" in notices(app))
