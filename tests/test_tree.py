@@ -196,6 +196,11 @@ def test_print_tree_format(hash_embed, capsys):
     assert out[3] == "└─ Topic 3 [2:2] (2 msgs) *"
     tree.print_tree(show_messages=True)
     assert "#0 message 0" in capsys.readouterr().out
+    long = "a long question about rising times " * 4
+    tree.add(ex(long))
+    tree.print_tree(show_messages=True)
+    line = next(x for x in capsys.readouterr().out.splitlines() if "#3 " in x)
+    assert line.endswith("…") and line.split("#3 ")[1] == " ".join(long.split())[:79] + "…"  # cut, and said so
 
 
 def test_json_export_roundtrip(tmp_path, hash_embed):

@@ -45,7 +45,8 @@ def render_tree(node: TopicNode, active: Collection[TopicNode], show_messages: b
                     lines.append(f"{prefix}{cont}   {s}")
                 walk(c, prefix + cont)
             else:
-                user = " ".join(c.user.split())[:80]
+                user = " ".join(c.user.split())
+                user = user if len(user) <= 80 else user[:79] + "…"  # cut, and said so
                 lines.append(f"{prefix}{branch}#{c.index} {user}")
 
     walk(node, "")
