@@ -109,7 +109,8 @@ class EngineView:
             for x in r.exchanges:
                 node = tree.exchange_view()[x.index]
                 for t in tree.get_ancestors(node.parent, exclude_root=True) if node.parent else []:
-                    injected[t.node_id] = max(injected.get(t.node_id, 0.0), x.fused)
+                    # fused scores are z-scores, below 0 too: ★ shows the best as it is, not "0.000"
+                    injected[t.node_id] = max(injected.get(t.node_id, float("-inf")), x.fused)
         self.refresh_tree(injected)
 
     def refresh_tree(self, injected: dict | None = None) -> None:
