@@ -108,10 +108,11 @@ class SearchHit:
     session: str
     exchange: int
     role: str
-    text: str
+    text: str  # cut at HIT_CHARS with "…" (the exchange resource has it whole)
     branch: str
     timestamp: str
     score: float
+    chars: int = 0  # the message's whole length
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -135,9 +136,13 @@ def open_read_only(path: Path) -> VectorDatabase:
     return VectorDatabase(str(path), read_only=True)
 
 
+HIT_CHARS = 2000  # a hit's text: a pasted megabyte in every hit broke MCP clients' 1 MiB event limit
+
+
 def _hit(session: str, h) -> SearchHit:
-    return SearchHit(session, int(h.exchange_index), h.role, h.text, h.thread_path or "", h.timestamp or "",
-                     round(float(h.similarity), 4))
+    text = h.text if len(h.text) <= HIT_CHARS else h.text[: HIT_CHARS - 1] + "…"
+    return SearchHit(session, int(h.exchange_index), h.role, text, h.thread_path or "", h.timestamp or "",
+                     round(float(h.similarity), 4), len(h.text))
 
 
 def _search_other(path: Path, qvec, embedder, k: int, min_similarity: float, skipped: list[str]) -> list[SearchHit]:
@@ -257,6 +262,8 @@ class MemoryService:
         """Messages closest to ``query`` (cosine), best first; each hit names its session.
         ``all_sessions``: every session in the sessions folder, the others read-only."""
         self._last_request = time.monotonic()
+        if not isinstance(k, int) or k < 1:
+            raise ValueError(f"k is how many hits to return: 1 or more (it was {k!r})")
         return search_sessions(self.tree, self.path, query, k, all_sessions, self.min_similarity)
 
     def outline(self, show_messages: bool = False) -> str:

@@ -253,7 +253,10 @@ class MemoryProxy:
                 await upstream.aclose()
             stored = ""
             if upstream.status_code == 200 and user:
-                stored = await self._remember_json(svc, user, raw)
+                if await request.is_disconnected():  # timed out and gone (its retry asks again): not remembered
+                    stored = " (the client hung up: not remembered)"
+                else:
+                    stored = await self._remember_json(svc, user, raw)
             log.info("session %s: %s %d in %.2f s%s", svc.name, "stream" if stream else "chat",
                      upstream.status_code, time.perf_counter() - started, stored)
             return Response(raw, status_code=upstream.status_code, media_type=ctype)

@@ -38,6 +38,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def argument_problem(args) -> str | None:
+    """What is wrong with the arguments, in words (the server does not start then)."""
+    if args.session is not None and not args.session.strip():
+        return "--session needs a name (leave it out for the session 'default')"
+    upstream = getattr(args, "upstream", None)
+    if upstream is not None and not upstream.startswith(("http://", "https://")):
+        return f"--upstream must be an http:// or https:// URL, e.g. http://127.0.0.1:1234/v1 (it was {upstream!r})"
+    return None
+
+
 def main(argv: list[str]) -> int:
     args = parse(argv)
     from .config import ConfigError, load_config
@@ -49,6 +59,10 @@ def main(argv: list[str]) -> int:
         print(f"nexus: {exc}", file=sys.stderr)
         return 2
     config.set("memory", "judge", args.judge)
+    problem = argument_problem(args)
+    if problem:
+        print(f"nexus {args.mode}: {problem}", file=sys.stderr)
+        return 2
     token = resolve_token(args.token)
     try:
         if args.mode == "mcp":

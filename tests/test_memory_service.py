@@ -133,3 +133,24 @@ def test_concurrent_remember_and_recall_keep_every_exchange_once(data_dir, hash_
     assert got == sorted(f"ack {w}/{i}" for w in range(4) for i in range(25))
     check_invariants(tree)
     tree.vdb.close()
+
+
+def test_search_refuses_a_count_below_one_and_cuts_a_huge_hit(data_dir, minilm):
+    """k=0 and k=-3 were taken (clamped to 1) where recall refuses a bad budget; a
+    megabyte message came back whole in every hit and broke an MCP client's 1 MiB event
+    limit for good (found in a new-user trial). A hit carries its first 2,000 characters and
+    the message's whole length (the exchange resource has the rest)."""
+    from nexus.memory_service import HIT_CHARS
+
+    svc = open_svc("big", minilm)
+    try:
+        huge = "Big paste: lorem ipsum dolor sit amet. " * 30000
+        svc.remember(huge, "That is a lot of lorem ipsum.")
+        for bad in (0, -3):
+            with pytest.raises(ValueError, match="1 or more"):
+                svc.search("lorem ipsum", k=bad)
+        hit = next(h for h in svc.search("Big paste: lorem ipsum dolor sit amet", k=3).hits if h.role == "user")
+        assert len(hit.text) == HIT_CHARS and hit.text.endswith("…") and hit.chars == len(huge)
+        assert huge.startswith(hit.text[:-1])
+    finally:
+        svc.close()

@@ -144,6 +144,23 @@ def test_upstream_errors_reach_the_client_and_are_not_remembered(data_dir, minil
     tree.vdb.close()
 
 
+def test_an_answer_the_client_stopped_waiting_for_is_not_remembered(data_dir, minilm, server):
+    """Not streamed: the client times out (and the openai client retries) while the
+    upstream thinks; each late answer was stored though nobody got it — three copies of
+    one question (found in a new-user trial). Now only an answer delivered is remembered."""
+    server.script(Reply("A late answer.", delay=2.0), Reply("A late answer.", delay=2.0), Reply("Here it is."))
+    with running_proxy(make_pool(minilm), server.base_url) as url:
+        slow = openai.OpenAI(base_url=url, api_key="unused", timeout=0.7, max_retries=1)
+        with pytest.raises(openai.APITimeoutError):
+            slow.chat.completions.create(model="m", messages=[{"role": "user", "content": "What is late?"}])
+        time.sleep(3.5)  # both late answers have come back to the proxy
+        r = client(url).chat.completions.create(model="m", messages=[{"role": "user", "content": "What is late?"}])
+        assert r.choices[0].message.content == "Here it is."
+    tree = stored("default", minilm)
+    assert [(x.user, x.assistant) for x in tree.exchanges] == [("What is late?", "Here it is.")]
+    tree.vdb.close()
+
+
 def test_session_header_picks_another_session(data_dir, minilm, server):
     server.script("Filed under work.")
     with running_proxy(make_pool(minilm), server.base_url) as url:
@@ -412,3 +429,15 @@ def test_upstream_url_is_checked_in_words(server):
     assert check_upstream(server.base_url, "k") == ""
     assert "ends in /v1" in check_upstream(server.root_url, "k")  # /models without /v1: 404
     assert "does not answer yet" in check_upstream("http://127.0.0.1:9/v1", None)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["proxy", "--upstream", "not-a-url"], "--upstream must be an http:// or https:// URL"),
+    (["mcp", "--session", ""], "--session needs a name"),
+    (["proxy", "--upstream", "http://127.0.0.1:9/v1", "--session", " "], "--session needs a name"),
+])
+def test_bad_arguments_stop_the_server_at_start_in_words(data_dir, capsys, argv, said):
+    """'--upstream not-a-url' started a proxy that could never answer; '--session ""'
+    silently served 'default' (found in a new-user trial)."""
+    assert serve_cli.main(argv) == 2
+    assert said in capsys.readouterr().err
