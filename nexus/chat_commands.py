@@ -29,9 +29,10 @@ class ChatCommands:
                 if s.web_enabled else "off: nothing is searched unless you ask with /web <query>"
             self.chat_notice(f"Web routing is {state}. Usage: {C.BY_NAME['web'].usage}")
             return
-        if args == ["on"] or args == ["off"]:
-            s.web_enabled = args[0] == "on"
-            self.chat_notice(f"Web routing is {args[0]}.")
+        if len(args) == 1 and args[0].lower() in ("on", "off"):  # "/web ON" too: it was searched for "ON"
+            state = args[0].lower()
+            s.web_enabled = state == "on"
+            self.chat_notice(f"Web routing is {state}.")
             return
         query = " ".join(args)
         self.send(query, forced_query=query)

@@ -42,6 +42,9 @@ class EngineView:
         if e.problem:
             self.log_line(f"web: {e.reason}; search for {e.query!r} failed: {e.problem} — replying without it",
                           "warning")
+            # said in the chat too: with the log hidden the user never learned the reply had no web results
+            self.chat_notice(f"The web search for {e.query!r} failed ({e.problem}): the reply comes without it.",
+                             "warning")
         elif e.search:
             self.log_line(f"web: {e.reason}; searched {e.query!r}: {e.results} results in {e.seconds:.2f} s")
         else:

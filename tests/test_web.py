@@ -250,6 +250,31 @@ async def test_web_alone_says_whether_routing_is_on(server, tmp_path, minilm, mo
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
         for step, words in (("/web", "Web routing is off: nothing is searched"), ("/web on", "Web routing is on."),
-                            ("/web", "Web routing is on: a question that needs current information")):
+                            ("/web", "Web routing is on: a question that needs current information"),
+                            ("/web OFF", "Web routing is off.")):  # any case: "/web ON" was searched for "ON"
             await type_and_send(pilot, app, step)
             await wait_for(pilot, lambda words=words: words in notices(app))
+        assert app.session.web_enabled is False and app.session.tree.exchanges == []
+
+
+async def test_a_failed_search_is_said_in_the_chat(server, tmp_path, minilm, monkeypatch):
+    """No network: the reply still comes, and the chat says the search failed (it was in
+    the log pane only: with the log hidden a user never learned it; found in a new-user
+    trial). The search is the adapter boundary's stub, failing as the real one does."""
+    from test_nexus_app import chat_reply, make_config, notices, ready, type_and_send, wait_for
+
+    from nexus.app import NexusApp
+
+    def no_network(*_args):  # the adapter boundary: whatever it is handed, no network
+        raise OSError("error sending request > error resolving DNS > no records found for Query")
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    server.respond(chat_reply("Python 3.13, as far as I know."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm,
+                   search_fn=no_network)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/web latest stable Python version")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await wait_for(pilot, lambda: "The web search for 'latest stable Python version' failed" in notices(app))
+        assert "the reply comes without it" in notices(app) and "DNS" in notices(app)
