@@ -81,7 +81,8 @@ def prepare(path: Path, max_side: int, max_file_mb: float, max_megapixels: float
     except ImageError:
         raise
     except UnidentifiedImageError:
-        raise ImageError(f"{path}: not an image (Pillow cannot read it)") from None
+        raise ImageError(f"{path}: not an image — /ingest reads images (PNG, JPEG, GIF, WebP…) and files "
+                         "the vision model's description of each; text can be pasted as a message") from None
     except Image.DecompressionBombError as exc:  # Pillow refuses it in open() already
         import re
 
