@@ -154,3 +154,20 @@ def test_search_refuses_a_count_below_one_and_cuts_a_huge_hit(data_dir, minilm):
         assert huge.startswith(hit.text[:-1])
     finally:
         svc.close()
+
+
+def test_recall_leaves_out_what_the_caller_already_has(data_dir, minilm):
+    """A proxy's client sends its history with its own copy of the replies: an exchange
+    whose user message is already in that history was injected again (found in a
+    new-user trial); it is left out even when the reply the client kept differs."""
+    svc = open_svc("boat", minilm)
+    try:
+        svc.remember("My boat is named Albatross.", "What a lovely name for a boat!")
+        svc.remember("I sail it on Lake Geneva every summer.", "Lake Geneva is beautiful in summer.")
+        recent = [{"role": "user", "content": "My boat is named Albatross."},
+                  {"role": "assistant", "content": "Nice name."}]
+        block = svc.recall("What is my boat called and where do I sail it?", recent=recent).block
+        assert "Lake Geneva" in block and "My boat is named Albatross" not in block
+        assert "My boat is named Albatross" in svc.recall("What is my boat called and where do I sail it?").block
+    finally:
+        svc.close()

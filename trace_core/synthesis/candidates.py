@@ -201,7 +201,9 @@ class CandidateFinder:
             x = exchanges[i]
             if x.archived:
                 return False
-            return not (recent_texts and x.user in recent_texts and x.assistant in recent_texts)
+            # the caller's context holds the user's words already: injecting the exchange again
+            # repeats them (a proxy's client keeps its own copy of the replies, often not the stored one)
+            return not (recent_texts and x.user in recent_texts)
 
         t_embed = time.perf_counter()
         qvec2 = focused_query_vector(query, self.words, embed, p.focus_query)
