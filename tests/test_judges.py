@@ -201,3 +201,12 @@ def test_cached_sentence_weights_give_the_same_summaries():
         texts = talk[k : k + 8]
         assert extractive_summary(texts, limit=80, df=df, cache=cache) == extractive_summary(texts, limit=80, df=df)
     assert cache  # it was used
+
+
+def test_a_reason_never_reads_as_its_own_threshold():
+    """'cosine 0.30 to the current topic < 0.30' (found in a new-user trial): a cosine that
+    rounds to the threshold is shown with four decimals."""
+    from trace_core.judges import _vs
+
+    assert _vs(0.2996, 0.30) == "0.2996" and _vs(0.3012, 0.30) == "0.3012"
+    assert _vs(0.41, 0.30) == "0.41" and _vs(0.12, 0.30) == "0.12"

@@ -88,6 +88,12 @@ def group_name(names: Sequence[str], weights: Sequence[float], words: int = 2) -
     return GROUP_SEPARATOR.join(shown)
 
 
+
+def _vs(sim: float, threshold: float) -> str:
+    """``sim`` as the reason shows it beside ``threshold``: four decimals where two would
+    read as the threshold itself ("cosine 0.30 < 0.30")."""
+    return f"{sim:.4f}" if f"{sim:.2f}" == f"{threshold:.2f}" else f"{sim:.2f}"
+
 @dataclass
 class EmbeddingJudge:
     """Placement by cosine. Thresholds are for all-MiniLM-L6-v2 (tuned on LoCoMo dev)."""
@@ -133,7 +139,7 @@ class EmbeddingJudge:
         if sim >= threshold:
             return Placement(
                 "continue", len(ctx.path_names) - 1, "", "embedding",
-                f"cosine {sim:.2f} to the current topic ≥ {threshold:.2f}", confident,
+                f"cosine {_vs(sim, threshold)} to the current topic ≥ {threshold:.2f}", confident,
             )
         # a new topic: a sibling of the current one, or higher up if it resembles the
         # parent less than branch_threshold (never a child of the topic it left, so
@@ -147,7 +153,7 @@ class EmbeddingJudge:
         where = f"under {ctx.path_names[level]} (cosine {best:.2f})" if level else "under ROOT"
         return Placement(
             "new", level, self.name_for(ctx), "embedding",
-            f"cosine {sim:.2f} to the current topic < {threshold:.2f}; new topic {where}", confident,
+            f"cosine {_vs(sim, threshold)} to the current topic < {threshold:.2f}; new topic {where}", confident,
         )
 
     def name_for(self, ctx: PlacementContext) -> str:
