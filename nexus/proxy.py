@@ -34,11 +34,15 @@ def _error(status: int, message: str, kind: str = "proxy_error"):
 
 
 def content_text(content) -> str:
-    """The text of a message's content: a string, or the text parts of a list."""
+    """The text of a message's content: a string, or the text parts of a list (an image
+    part is noted "[image]", so the stored exchange says one was shown)."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        if any(t.strip() for t in texts) and any(isinstance(p, dict) and p.get("type") == "image_url" for p in content):
+            texts.append("[image]")
+        return "\n".join(texts)
     return ""
 
 
@@ -251,7 +255,7 @@ class MemoryProxy:
                 return _error(502, f"the upstream's answer broke off: {type(exc).__name__}", "upstream_error")
             finally:
                 await upstream.aclose()
-            stored = ""
+            stored = "" if user else " (no text in the last user message: not remembered)"
             if upstream.status_code == 200 and user:
                 if await request.is_disconnected():  # timed out and gone (its retry asks again): not remembered
                     stored = " (the client hung up: not remembered)"

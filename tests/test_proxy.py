@@ -67,6 +67,17 @@ def client(base_url: str, key: str = "unused") -> openai.OpenAI:
 # --- units ----------------------------------------------------------------------------------
 
 
+def test_an_image_shown_with_text_is_noted_in_what_is_stored():
+    """A question asked about an image was stored as its text alone (found in a new-user
+    trial); an image alone is no text to remember."""
+    from nexus.proxy import content_text
+
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    assert content_text([{"type": "text", "text": "What is in this photo?"}, image]) == "What is in this photo?\n[image]"
+    assert content_text([image]) == ""
+    assert content_text([{"type": "text", "text": "plain"}]) == "plain"
+
+
 def test_memory_goes_into_the_system_message():
     msgs = [{"role": "user", "content": "hi"}]
     assert with_memory(msgs, "") is msgs
