@@ -33,10 +33,10 @@ class SessionNameError(ValueError):
     """A session name that could reach outside the sessions folder, or is not a name."""
 
 
-
 # a search hit needs the cosine the memory block needs (SynthesisParams.min_relevance):
 # MiniLM puts unrelated sentences at 0.0-0.27, and /search listed them at 0.24-0.28
 SEARCH_FLOOR = SynthesisParams().min_relevance
+
 
 def session_path(name: str) -> Path:
     """The file of session ``name`` in the sessions folder. Only plain names: no paths,

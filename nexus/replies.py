@@ -132,8 +132,7 @@ class Replies:
             return False
         why = ("waiting — /ingest is using the vision model; sent when the text model is back"
                if self.vision_busy else "queued — sent when the reply before it ends" if self.turn is not None
-               else "waiting — no session is open: sent in the one /new or /open opens"
-               if self.session is None and self.open_failed == self.session_path
+               else "waiting — no session is open: sent in the one /new or /open opens" if self.session_unopenable
                else "queued — sent when the session is open" if self.session is None
                else "queued — sent when the embedding model has loaded")
         for item in self.outbox:
@@ -263,7 +262,7 @@ class Replies:
         """(UI thread) The queued messages, the session they belong to (None while it
         opens) and its path; the outbox is empty after."""
         items, self.outbox = self.outbox, []
-        if self.session is None and self.open_failed == self.session_path:  # it never opened: the next one takes them
+        if self.session_unopenable:  # it never opened: the next session that does takes them
             return None, sessions.no_session_path(), items
         return self.session, self.session_path, items
 

@@ -68,6 +68,11 @@ class SessionView:
         session, self.session, self.history = self.session, None, None
         return session
 
+    @property
+    def session_unopenable(self) -> bool:
+        """No session is open, and the one asked for could not be opened (said in the chat)."""
+        return self.session is None and self.open_failed == self.session_path
+
     def session_failed(self, path: Path) -> None:
         """``path`` could not be opened: messages typed now wait for the session that opens next."""
         self.open_failed = path

@@ -18,8 +18,9 @@ def install() -> bool:
         from textual.drivers._writer_thread import WriterThread
     except ImportError:
         return False
-    if getattr(linux_driver, "WriterThread", None) is not WriterThread:
-        return getattr(linux_driver.WriterThread, "sturdy", False)
+    current = getattr(linux_driver, "WriterThread", None)
+    if current is not WriterThread:  # installed already, or Textual's names have moved
+        return bool(getattr(current, "sturdy", False))
     if not all(hasattr(WriterThread, a) for a in ("run", "stop")):
         return False
 

@@ -343,6 +343,7 @@ class EventLog(RichLog):
         super().__init__(markup=False, highlight=False, wrap=True, max_lines=5000, **kw)
         self.level = level
         self.history: list[tuple[str, str]] = []
+        self._stale = False  # lines were written while hidden (at a default width)
 
     def add(self, text: str, level: str = "info") -> None:
         self.history.append((level, text))
@@ -365,7 +366,7 @@ class EventLog(RichLog):
 
     def redraw_if_stale(self) -> None:
         """Lines written while the pane was hidden, drawn again at its width."""
-        if getattr(self, "_stale", False) and self.display and self.scrollable_content_region.width > 0:
+        if self._stale and self.display and self.scrollable_content_region.width > 0:
             self._stale = False
             self.set_level(self.level)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from .nodes import TopicNode
+from .synthesis.rendering import clip_text
 
 
 def _msgs(node: TopicNode) -> int:
@@ -45,9 +46,7 @@ def render_tree(node: TopicNode, active: Collection[TopicNode], show_messages: b
                     lines.append(f"{prefix}{cont}   {s}")
                 walk(c, prefix + cont)
             else:
-                user = " ".join(c.user.split())
-                user = user if len(user) <= 80 else user[:79] + "…"  # cut, and said so
-                lines.append(f"{prefix}{branch}#{c.index} {user}")
+                lines.append(f"{prefix}{branch}#{c.index} {clip_text(c.user, 80)}")
 
     walk(node, "")
     return "\n".join(lines)

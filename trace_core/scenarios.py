@@ -280,13 +280,13 @@ SCENARIOS: dict[str, Callable[[CTree], Verdict]] = {
     "needle": needle, "overwrite": overwrite, "drift": drift, "theseus": theseus, "multihop": multihop,
 }
 
+TALKS = {"needle": needle_talk, "overwrite": overwrite_talk, "drift": drift_talk, "theseus": theseus_talk,
+         "multihop": lambda: MULTIHOP}
+
+
 def exchange_count(name: str) -> int:
     """How many exchanges the scenario adds: its talk, and the closing exchange of those that have one."""
     return len(TALKS[name]()) + (name in CLOSING)
-
-
-TALKS = {"needle": needle_talk, "overwrite": overwrite_talk, "drift": drift_talk, "theseus": theseus_talk,
-         "multihop": lambda: MULTIHOP}
 
 
 def run(names: list[str], judge: str = "embedding", base_url: str | None = None, model: str | None = None,
