@@ -276,7 +276,7 @@ def evaluate(prep: Prepared, params: SynthesisParams, budgets: Sequence[int], ca
 # the candidate stage's inputs: settings that share them share candidates (cached)
 CANDIDATE_FIELDS = ("min_relevance", "candidates", "topic_candidates", "common_word_share", "focus_query",
                     "use_parts", "part_candidates", "neighbour_seeds", "keyword_candidates", "prf_weight",
-                    "prf_docs", "neighbour_relevance")
+                    "prf_docs", "neighbour_relevance", "dense_scale")
 
 GRIDS = {
     # signals one at a time, default fusion (exploration)
@@ -286,8 +286,9 @@ GRIDS = {
     # neighbour_relevance below 0.1 lets unrelated neighbours in (issue 15.4)
     # keyword_power 1 (BM25 linear in the best match's share) with weight 2 was the default
     # until the sharper keyword term (power 2, weight 5) was measured on all four
-    "full": {"keyword": (5.0, 2.0), "keyword_power": (2.0, 1.0), "neighbour_weight": (0.3, 0.5),
-             "neighbour_relevance": (0.1, 0.2), "group_depth": (1, 2), "diversity": (0.0, 0.15, 0.3)},
+    "full": {"dense_scale": ("conversation", "candidates"), "keyword": (5.0, 2.0), "keyword_power": (2.0, 1.0),
+             "neighbour_weight": (0.3, 0.5), "neighbour_relevance": (0.1, 0.2), "group_depth": (1, 2),
+             "diversity": (0.0, 0.15, 0.3)},
 }
 
 

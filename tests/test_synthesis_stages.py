@@ -184,6 +184,43 @@ def test_z_scores_and_topic_scores():
     assert s == {"a": 0.5, "b": 0.75}  # BM25 nudges by a quarter, relative to the best topic match
 
 
+def test_cosine_spread_is_exact_for_a_small_table_and_sampled_for_a_large_one():
+    from trace_core.synthesis.candidates import MessageCosines
+
+    vecs = spread_vectors(12_000)
+    idx = VectorIndex()
+    for k, v in enumerate(vecs):
+        idx.add(f"x{k}-user", v)
+    for q in spread_vectors(5, seed=2):
+        exact = float((vecs @ q).std())
+        assert MessageCosines(q, full=idx.similarities(q)).spread() == pytest.approx(exact, rel=1e-5)
+        assert MessageCosines(q, index=idx).spread() == pytest.approx(exact, rel=0.05)  # every 3rd row
+
+
+def test_a_candidates_order_does_not_depend_on_what_else_became_a_candidate():
+    """The cosine is read in the conversation's spread for the query: keyword-only
+    candidates far below in meaning do not shrink a close message's lead (in the
+    candidates' own spread they did, and a weak keyword match overtook it)."""
+    from trace_core.synthesis.candidates import Candidates
+
+    root, xs = small_tree([(f"q{i}", f"a{i}") for i in range(40)])
+    p = SynthesisParams(neighbour_weight=0.0, weights=(1.0, 1.5, 0.0))
+    close, weak_match = [(0, "user"), (10, "user")], [0.62, 0.45]
+    extra = [(i, "user") for i in range(20, 40)]  # BM25 hits on a common-ish word, unrelated in meaning
+    rankings = {}
+    for scale in ("conversation", "candidates"):
+        for crowd in (False, True):
+            units = close + (extra if crowd else [])
+            dense = np.array(weak_match + ([0.05] * len(extra) if crowd else []))
+            keyword = np.array([0.0, 2.0] + ([2.0] * len(extra) if crowd else []))  # as good as the weak match's
+            cands = Candidates(units, list(range(len(units))), dense, keyword, {}, {},
+                               dense_spread=0.08 if scale == "conversation" else 0.0)
+            ranking = fuse("which one?", cands, xs, dataclasses.replace(p, dense_scale=scale)).ranking
+            rankings[scale, crowd] = [units[k][0] for k in ranking[:2]]
+    assert rankings["conversation", False] == rankings["conversation", True] == [0, 10]
+    assert rankings["candidates", False] != rankings["candidates", True]  # what the old scale did
+
+
 def test_neighbour_smoothing_lends_to_adjacent_messages_only():
     units = [(0, "user"), (1, "user"), (5, "user")]
     out = neighbour_smoothing(np.array([0.0, 1.0, 0.0]), units, 0.5)

@@ -156,6 +156,15 @@ class VectorIndex:
                 self._basis = basis
             return self._basis
 
+    def spread(self, query: np.ndarray, sample: int) -> float:
+        """The standard deviation of ``query``'s (unit) cosine with the rows, read on an
+        even sample of about ``sample`` of them (a strided view: no copy)."""
+        n = len(self._ids)
+        if n == 0:
+            return 0.0
+        rows = self._matrix[:n:max(1, n // sample)]
+        return float((rows @ np.asarray(query, dtype=np.float32).ravel()).std())
+
     def rows(self, positions) -> np.ndarray:
         """The vectors at these positions (in ``ids`` order)."""
         return self._matrix[np.asarray(positions, dtype=np.int64)]

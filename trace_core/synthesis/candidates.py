@@ -34,6 +34,7 @@ class Candidates:
     topic_dense: dict[str, float]  # topic id -> summary cosine
     topic_keyword: dict[str, float]  # topic id -> BM25 of its name and summary
     vectors: np.ndarray | None = None  # each candidate's unit vector (when the stage read them)
+    dense_spread: float = 0.0  # standard deviation of the query's cosine over every live message (0: unknown)
 
 
 class UnitTable:
@@ -122,6 +123,9 @@ def topic_dense(index: VectorIndex | None, qvec: np.ndarray, limit: int) -> dict
     return {ids[k]: float(s) for k, s in zip(rows.tolist(), sims.tolist())}
 
 
+SPREAD_SAMPLE = 4_000  # rows a large table's cosine spread is estimated on
+
+
 class MessageCosines:
     """The query's cosine to the live messages, by row of the ``UnitTable``: every row's
     at once for a small table, or, from ``approximate_from`` rows of the store's index,
@@ -143,6 +147,13 @@ class MessageCosines:
         m = len(self.full)
         rows = np.argpartition(self.full, m - k)[m - k:] if k < m else np.arange(m)
         return rows, self.full[rows].astype(np.float64)
+
+    def spread(self) -> float:
+        """The standard deviation of the query's cosine over every row: exact for a small
+        table, from an even sample of ``SPREAD_SAMPLE`` rows for a large one."""
+        if self.full is not None:
+            return float(self.full.std()) if len(self.full) else 0.0
+        return self.index.spread(self.qvec, SPREAD_SAMPLE)
 
     def of(self, rows) -> np.ndarray:
         """The cosines of these rows (exact either way)."""
@@ -257,7 +268,8 @@ class CandidateFinder:
             dense = self._feedback(keys, dense, conv_index)
         keyword = np.array([keyword_hits.get(k, 0.0) for k in keys])
         vectors = conv_index.rows(keys) if p.diversity and conv_index is not None else None
-        return Candidates([units[k] for k in keys], keys, dense, keyword, t_dense, t_key, vectors)
+        spread = all_dense.spread() if p.dense_scale == "conversation" else 0.0
+        return Candidates([units[k] for k in keys], keys, dense, keyword, t_dense, t_key, vectors, spread)
 
     def _add_neighbours(self, units, seeds, keyword_hits, all_dense, exchanges, n, live) -> None:
         """Relevant conversation neighbours of the candidates join them (a question's

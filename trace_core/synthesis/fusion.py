@@ -1,6 +1,7 @@
 """Stage 2, scoring and fusion: one score per candidate message, and their ranking.
 
-Cosines and branch scores enter as z-scores among the candidates, BM25 relative to the
+Cosines enter in standard deviations of the query's cosines over the whole
+conversation, branch scores as z-scores among the candidates, BM25 relative to the
 best match, squared (0 without a shared word); unlike ranks, scores keep how far ahead a clear
 winner is. A date named in the question lifts that day's messages; conversation
 neighbours lend each other a share of their score.
@@ -33,6 +34,16 @@ def z_scores(x: np.ndarray) -> np.ndarray:
     """Standard scores (a constant array gives zeros)."""
     sd = float(x.std())
     return (x - x.mean()) / sd if sd > 0 else np.zeros_like(x)
+
+
+def dense_term(cands: Candidates) -> np.ndarray:
+    """The candidates' cosines in standard deviations: of the query's cosines to every
+    live message when known (how far a message stands out in the conversation for this
+    query, whatever else became a candidate), else of the candidates' own. Only the
+    scale matters: the fused scores are shifted to start at 0."""
+    if cands.dense_spread > 0:
+        return (cands.dense - cands.dense.mean()) / cands.dense_spread
+    return z_scores(cands.dense)
 
 
 def topic_scores(topic_dense: dict[str, float], topic_keyword: dict[str, float]) -> dict[str, float]:
@@ -86,7 +97,7 @@ def fuse(query: str, cands: Candidates, exchanges: Sequence[MessageNode], params
     wd, wk, wb = params.weights
     keyword = cands.keyword
     relative = keyword / (keyword.max() or 1.0)
-    fused = wd * z_scores(cands.dense) + wk * relative ** params.keyword_power + wb * z_scores(branch)
+    fused = wd * dense_term(cands) + wk * relative ** params.keyword_power + wb * z_scores(branch)
     if params.date_weight:
         specs = dates_in(query)  # the question names a date: what was said that day
         if specs:

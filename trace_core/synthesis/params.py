@@ -6,6 +6,7 @@ The settings near the top differ by less than 0.005: the weights are not sharp."
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -14,6 +15,10 @@ class SynthesisParams:
     topic_threshold: float = 0.40  # a branch shows its summary when its topic scored this
     max_message_chars: int = 480  # each injected message is clipped to this
     weights: tuple[float, float, float] = (1.0, 5.0, 0.3)  # fusion: dense, keyword, branch
+    # the cosine enters the fusion in standard deviations of the query's cosines to every
+    # stored message ("conversation") or to the candidates only ("candidates"): the first
+    # says how far a message stands out for this query whatever else became a candidate
+    dense_scale: Literal["conversation", "candidates"] = "conversation"
     # BM25 enters the fusion as (score / best score) ** keyword_power: a message sharing
     # the question's rarer words as well as the best match does gains the keyword weight,
     # one sharing a word or two of them little of it
