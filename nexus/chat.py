@@ -7,6 +7,7 @@ manager, and reports through ``emit(event)``. The Textual app calls it from work
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from .session_settings import SessionSettings, parse_setting
 from .streaming import stream_reply
 from .turn import Turn, reply_problem, store_problem, strip_think
 from .web import RouteDecision, WebRouter, WebSearch, WebSearchError, results_block
+
+log = logging.getLogger("nexus")
 
 UNSENT_KEY = "nexus.unsent"  # the session file's meta row of messages kept for Ctrl+R
 
@@ -57,6 +60,7 @@ class ChatSession:
         self.latest_kept: str | None = None  # the one whose failure was said last (Ctrl+R's hint is under it)
         self._kept_saved: list[str] = []
         self.unstored: list[tuple[str, str]] = []  # exchanges whose storing failed: store again with a key
+        self._reloading = False  # reading the file again after a failed store
         self.settings = SessionSettings()  # /system, /set: read from the session file when it opens
         self.recent: list[dict] = []
         self.read_only = False  # opened read-only: another process writes the session
@@ -92,6 +96,8 @@ class ChatSession:
         self.synth = PromptSynthesizer(ctree=tree, vector_db=tree.vdb,
                                        memory_token_budget=mem.memory_token_budget)
         self.recent = self.recent_from_tree()
+        if not read_only and not self._reloading:
+            self.take_unstored()
         return tree
 
     def recent_from_tree(self) -> list[dict]:
@@ -104,6 +110,13 @@ class ChatSession:
             self.tree.vdb.close()
 
     # --- models -----------------------------------------------------------------------------
+
+    def use_server(self) -> None:
+        """Talk to the server the config names now (the bundled one restarted on another port)."""
+        from openai import OpenAI
+
+        self.client = OpenAI(base_url=self.config.base_url, api_key=self.config.api_key,
+                             timeout=self.config.section("server").timeout, max_retries=0)
 
     def resolve_model(self) -> str:
         """The chat model: configured, or the first the server lists."""
@@ -225,6 +238,7 @@ class ChatSession:
             return None
         results: list = []
         finish = None
+        self.hold_in_flight(text)
         try:
             model = self.resolve_model()
             _decision, results = self.route(text, turn.forced_query)
@@ -259,19 +273,37 @@ class ChatSession:
                 note = f"reply cut at the max_tokens limit ({max_tokens})"
                 reply += "\n\n[reply cut at max_tokens]"
             self.emit(ev.ReplyFinished(reply, False, sources, turn.id, note=note))
-        if text in self.kept:  # answered now (a resend)
-            self.kept.remove(text)
-        if self.kept != self._kept_saved:  # a resent message answered: the file lets it go
-            self.save_kept()
         try:
             self.remember(text, reply, index=False, replace=turn.replace)
-        except Exception as exc:  # kept in the app for Ctrl+R; the app keeps running
+        except Exception as exc:  # kept for Ctrl+R (and beside the file, for the next start); the app keeps running
             turn.outcome = "unstored"
             self.unstored.append((text, reply))
+            parked.keep_unstored(self.path, self.unstored)
             self.emit(ev.StoreFailed(text, reply, store_problem(exc), turn.id))
             self.reload()
+            self.let_go(text)
             return None
+        self.let_go(text)
         return reply
+
+    def hold_in_flight(self, text: str) -> None:
+        """Until its exchange is stored, the message being answered is also in the file's
+        unsent row: a Nexus killed mid-reply (kill -9, a power cut) finds it there, unanswered,
+        for Ctrl+R. Not in ``kept``: Ctrl+R must not send it again meanwhile."""
+        if self.tree is None or self.tree.vdb is None or self.read_only or text in self._kept_saved:
+            return
+        try:
+            self.tree.vdb.set_meta(UNSENT_KEY, json.dumps(self.kept + [text]))
+            self._kept_saved = self.kept + [text]
+        except Exception as exc:  # the message is on screen and in the prompt history
+            log.warning("the message being answered could not be held in the session file: %s", exc)
+
+    def let_go(self, text: str) -> None:
+        """The exchange of ``text`` is stored (or kept as unstored): the unsent row lets it go."""
+        if text in self.kept:  # answered now (a resend)
+            self.kept.remove(text)
+        if self.kept != self._kept_saved:
+            self.save_kept()
 
     def reload(self) -> None:
         """After a failed store the tree in memory may hold an exchange the file does not:
@@ -282,10 +314,13 @@ class ChatSession:
             self.close()
         except Exception:
             pass
+        self._reloading = True  # not store_unstored inside itself
         try:
             self.open()
         except Exception as exc:
             self.emit(ev.Notice(f"the session could not be read again after a failed store: {exc}", "error"))
+        finally:
+            self._reloading = False
 
     @property
     def pending(self) -> str | None:
@@ -414,8 +449,23 @@ class ChatSession:
                 self.reload()
                 return done, store_problem(exc)
             self.unstored.pop(0)
+            parked.keep_unstored(self.path, self.unstored)
             done += 1
         return done, ""
+
+    def take_unstored(self) -> None:
+        """Exchanges the file refused last time (kept beside it): stored now, or kept for Ctrl+R."""
+        waiting = [x for x in parked.read_unstored(self.path) if x not in self.unstored]
+        if not waiting:
+            return
+        self.unstored.extend(waiting)
+        done, problem = self.store_unstored()
+        if problem:
+            self.emit(ev.Notice(f"{len(self.unstored)} answered exchange(s) from last time are still not stored: "
+                                f"{problem}; kept — press Ctrl+R to try again", "error", chat=True))
+        else:
+            self.emit(ev.Notice(f"stored {done} answered exchange(s) that could not be stored last time",
+                                chat=True))
 
     def index_sentences(self) -> int:
         """Embed the sentences of exchanges not indexed yet (retrieval scores a message by

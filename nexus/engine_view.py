@@ -30,6 +30,9 @@ class EngineView:
     def on_notice_message(self, message: M.NoticeMessage) -> None:
         if self.on_screen(message):
             self.log_line(message.event.text, message.event.level)
+            if message.event.chat:
+                self.chat_notice(message.event.text[:1].upper() + message.event.text[1:] + ".",
+                                 "error" if message.event.level == "error" else "info")
 
     def on_retrieved_message(self, message: M.RetrievedMessage) -> None:
         if self.on_screen(message):

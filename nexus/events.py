@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 class Notice:
     text: str
     level: str = "info"  # debug | info | warning | error
+    chat: bool = False  # said in the chat too (not only the log pane): the user must see it
 
 
 # Reply events carry their turn's id: a late event of one request never touches another's text.

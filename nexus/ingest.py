@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trace_core import prompts
-from trace_core.llm import describe_error
+from trace_core.llm import completion_content
 
 from . import events as ev
 from .abandon import Abandoned, call_abandonable
+from .turn import reply_problem
 
 IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
 
@@ -104,7 +105,7 @@ def describe(client, model: str, image: PreparedImage, timeout: float) -> str:
             {"type": "image_url", "image_url": {"url": image.data_url}},
         ]}],
     )
-    text = (resp.choices[0].message.content or "").strip() if resp.choices else ""
+    text = (completion_content(resp, str(client.base_url)) or "").strip()
     if not text:
         raise RuntimeError("the vision model returned an empty description")
     return text
@@ -179,8 +180,7 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
                     given_up = True
                     break
                 except Exception as exc:
-                    problem = describe_error(exc, session.config.base_url) if not isinstance(exc, RuntimeError) \
-                        else str(exc)
+                    problem = reply_problem(exc, session.config.base_url)
                     say(f"Could not describe {img.path.name}: {problem}", "error")
                     emit(ev.ModelStep(f"describe {img.path.name}", time.perf_counter() - started, False, problem))
                     continue

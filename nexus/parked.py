@@ -1,7 +1,14 @@
-"""Messages sent while their session was still opening, when Nexus closed before it
-opened: kept in a small file beside the session, which takes them as its unsent
-messages (Ctrl+R) when it opens next. The session file itself cannot take them then:
-the worker that opens it holds it."""
+"""What a session could not hold in its own file, kept in small files beside it:
+
+- messages sent while the session was still opening, when Nexus closed before it
+  opened (``.unsent.json``): the session takes them as its unsent messages (Ctrl+R)
+  when it opens next — the worker that opens it holds the file until then;
+- exchanges whose storing failed (``.unstored.json``): answered, shown, but the
+  session file refused them (disk full, a damaged page); stored when it opens next,
+  or with Ctrl+R.
+
+Each is written whole and renamed into place (a crash leaves the old file or the new
+one), mode 0600, like the session."""
 
 from __future__ import annotations
 
@@ -17,47 +24,77 @@ def parked_path(session: Path) -> Path:
     return session.with_name(session.name + ".unsent.json")
 
 
-def read(session: Path) -> list[str]:
-    """The messages parked for ``session`` (none when there is no such file). An
-    unreadable file is left where it is, for the user, and said in the log."""
-    path = parked_path(session)
+def unstored_path(session: Path) -> Path:
+    return session.with_name(session.name + ".unstored.json")
+
+
+def side_files(session: Path) -> list[Path]:
+    """The files that belong to ``session`` beside it (sized, renamed and deleted with it)."""
+    return [parked_path(session), unstored_path(session)]
+
+
+def _read_list(path: Path) -> list:
+    """The JSON list in ``path`` (none when there is no such file). An unreadable file is
+    left where it is, for the user, and said in the log."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return []
     except (OSError, ValueError) as exc:
-        log.warning("messages kept in %s cannot be read (%s): left there", path, exc)
+        log.warning("what is kept in %s cannot be read (%s): left there", path, exc)
         return []
     if not isinstance(raw, list):
-        log.warning("messages kept in %s are not a list: left there", path)
+        log.warning("what is kept in %s is not a list: left there", path)
         return []
-    return [t for t in raw if isinstance(t, str) and t.strip()]
+    return raw
 
 
-def park(session: Path, texts: list[str]) -> bool:
-    """Add ``texts`` to what is parked for ``session`` (written whole, then renamed into
-    place: a crash leaves the old file or the new one). False when it cannot be written."""
-    texts = [t for t in texts if t.strip()]
-    if not texts:
-        return True
-    path = parked_path(session)
-    old = read(session)
-    merged = old + [t for t in texts if t not in old]
+def _write_list(path: Path, items: list) -> bool:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(merged, fh, ensure_ascii=False)
+            json.dump(items, fh, ensure_ascii=False)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except OSError as exc:
-        log.error("could not keep %d unsent message(s) beside %s: %s", len(texts), session, exc)
+        log.error("could not keep %d item(s) in %s: %s", len(items), path, exc)
         return False
     return True
+
+
+def read(session: Path) -> list[str]:
+    """The messages parked for ``session``."""
+    return [t for t in _read_list(parked_path(session)) if isinstance(t, str) and t.strip()]
+
+
+def park(session: Path, texts: list[str]) -> bool:
+    """Add ``texts`` to what is parked for ``session``. False when it cannot be written."""
+    texts = [t for t in texts if t.strip()]
+    if not texts:
+        return True
+    old = read(session)
+    return _write_list(parked_path(session), old + [t for t in texts if t not in old])
 
 
 def clear(session: Path) -> None:
     """The session has taken them (into its own file)."""
     parked_path(session).unlink(missing_ok=True)
+
+
+def read_unstored(session: Path) -> list[tuple[str, str]]:
+    """The exchanges (user, reply) the session file refused, oldest first."""
+    return [(x[0], x[1]) for x in _read_list(unstored_path(session))
+            if isinstance(x, list) and len(x) == 2 and all(isinstance(t, str) for t in x)]
+
+
+def keep_unstored(session: Path, exchanges: list[tuple[str, str]]) -> bool:
+    """Exactly ``exchanges`` are what the session file still has to take (none: the file
+    goes). False when they cannot be written."""
+    path = unstored_path(session)
+    if not exchanges:
+        path.unlink(missing_ok=True)
+        return True
+    return _write_list(path, [list(x) for x in exchanges])

@@ -8,7 +8,8 @@ from datetime import datetime
 from pathlib import Path
 
 from .config import data_dir
-from .parked import parked_path
+from .parked import side_files
+from .paths import write_problem
 
 
 def sessions_dir() -> Path:
@@ -46,7 +47,7 @@ def imported_session_path(source: Path) -> Path:
     with a number after it when that name is taken."""
     safe = re.sub(r"[^\w.-]+", "-", source.stem).strip("-.") or "imported"
     path, n = sessions_dir() / f"{safe}.db", 2
-    while path.exists() or parked_path(path).exists() or Path(f"{path}.importing").exists():
+    while path.exists() or any(f.exists() for f in side_files(path)) or Path(f"{path}.importing").exists():
         path, n = sessions_dir() / f"{safe}-{n}.db", n + 1
     return path
 
@@ -77,7 +78,7 @@ def last_session() -> Path | None:
         p = Path(_pointer().read_text().strip())
     except OSError:
         return None
-    return p if p.exists() or parked_path(p).exists() else None
+    return p if p.exists() or any(f.exists() for f in side_files(p)) else None
 
 
 def files_of(session: Path) -> list[Path]:
@@ -142,7 +143,7 @@ def footprint(session: Path) -> tuple[float, int]:
         except OSError:
             continue
     size = database_bytes(session)
-    for f in (log_path(session), parked_path(session)):
+    for f in (log_path(session), *side_files(session)):
         try:
             size += f.stat().st_size
         except OSError:
@@ -184,15 +185,15 @@ def export_refusal(target: Path, session: Path) -> str | None:
     own = {f.resolve() for f in [*files_of(session), log_path(session), Path(f"{session}.lock")]}
     if resolved in own:
         return f"{target} is a file of the open session; saving onto it would destroy the session"
-    if resolved.is_dir():
-        return f"{target} is a folder"
     try:
+        if resolved.is_dir():
+            return f"{target} is a folder"
         with open(resolved, "rb") as fh:
             head = fh.read(len(SQLITE_MAGIC))
     except FileNotFoundError:
         return None
     except OSError as exc:
-        return f"{target} cannot be read ({exc})"
+        return write_problem(target, exc)
     if head == SQLITE_MAGIC:
         return f"{target} is a SQLite database (a session?); an export never overwrites one"
     return None
@@ -230,15 +231,32 @@ def writer_free(session: Path) -> bool:
     return True
 
 
+def open_problem(path: Path, embed_fn=None) -> str | None:
+    """Why ``path`` cannot be opened as a session (not a TRACE file, damaged, another
+    embedder's), in words; None when it can. Read-only: takes no lock, writes nothing."""
+    from trace_core import CTree
+
+    try:
+        tree = CTree.open(str(path), embed_fn=embed_fn, judge="embedding", read_only=True)
+    except Exception as exc:  # SessionFileError and whatever else refuses the file: said as it is
+        return str(exc)
+    if tree.vdb is not None:
+        tree.vdb.close()
+    return None
+
+
 def delete(session: Path) -> None:
     """Remove a session: its database, -wal, -shm and log files."""
     lock = _unused(session)
     try:
-        for f in [*files_of(session), log_path(session), parked_path(session)]:
+        for f in [*files_of(session), log_path(session), *side_files(session)]:
             f.unlink(missing_ok=True)
     finally:
         if lock is not None:
             lock.release()
+
+
+MAX_NAME_BYTES = 200  # a session's name: "<name>.db.unstored.json.tmp" must fit a file name's 255 bytes
 
 
 def rename_target(session: Path, new_name: str) -> Path:
@@ -247,6 +265,9 @@ def rename_target(session: Path, new_name: str) -> Path:
     safe = re.sub(r"[^\w.-]+", "-", new_name.removesuffix(".db")).strip("-.")
     if not safe:
         raise ValueError(f"{new_name!r} is not usable as a session name")
+    size = len(safe.encode())
+    if size > MAX_NAME_BYTES:  # its side files add up to 20 bytes to a file name of at most 255
+        raise ValueError(f"the name is too long ({size} bytes in UTF-8; at most {MAX_NAME_BYTES})")
     target = session.with_name(f"{safe}.db")
     if target == session:
         raise ValueError(f"it is called {safe} already")
@@ -269,8 +290,8 @@ def rename(session: Path, new_name: str) -> Path:
 
 
 def move(src: Path, dst: Path) -> None:
-    """Move a closed session's files (database, -wal, -shm, log, parked messages) to another name."""
-    for a, b in zip([*files_of(src), log_path(src), parked_path(src)], [*files_of(dst), log_path(dst), parked_path(dst)]):
+    """Move a closed session's files (database, -wal, -shm, log, side files) to another name."""
+    for a, b in zip([*files_of(src), log_path(src), *side_files(src)], [*files_of(dst), log_path(dst), *side_files(dst)]):
         if a.exists():
             os.replace(a, b)
 

@@ -9,7 +9,9 @@ failure is reported to the caller, who lets the embedding judge decide.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -52,7 +54,6 @@ def api_at_v1(base_url: str, authorization: str | None = None, timeout: float = 
     Asked only after a 404, so a base URL missing its ``/v1`` is said as such rather than
     as "does not know that model or path". The standard library's HTTP (no httpx import:
     see ``nexus.lifecycle.server_models``), one request, ``timeout`` seconds at most."""
-    import json
     import urllib.request
 
     base = base_url.rstrip("/")
@@ -88,7 +89,22 @@ def describe_error(exc: BaseException, base_url: str) -> str:
         return f"the model server at {base_url} does not know that model or path"
     if isinstance(exc, openai.APIStatusError):
         return f"the model server at {base_url} answered HTTP {exc.status_code}"
+    if isinstance(exc, json.JSONDecodeError):  # a streamed chunk that is not JSON
+        return f"the model server at {base_url} sent a broken reply (not valid JSON: {exc.msg})"
     return f"{type(exc).__name__}: {exc}"
+
+
+def completion_content(resp: Any, base_url: str) -> str | None:
+    """The text of a non-streamed chat completion. A server that answered something
+    else with HTTP 200 (a proxy's web page, an event stream; the openai client then hands
+    back the body as a string) raises ``LLMError`` saying so, with the page's words."""
+    if not hasattr(resp, "choices"):
+        raw = resp.decode("utf-8", "replace") if isinstance(resp, bytes) else str(resp)
+        kind = "an event stream" if raw.lstrip().startswith("data:") else "a web page" if "<" in raw else "text"
+        words = " ".join(re.sub(r"<[^>]+>", " ", raw).split())[:200]
+        raise LLMError(f"the model server at {base_url} answered {kind}, not a completion"
+                       + (f": {words}" if words else ""))
+    return resp.choices[0].message.content if resp.choices else None
 
 
 def _refuses_format(exc: Any) -> bool:
@@ -178,7 +194,11 @@ class JSONLLM:
                 self.stats.seconds += time.perf_counter() - started
             with _MODE_LOCK:
                 _MODE_MEMORY.setdefault(self.base_url, mode)
-            content = resp.choices[0].message.content if resp.choices else None
+            try:
+                content = completion_content(resp, self.base_url)
+            except LLMError:
+                self.stats.failures += 1
+                raise
             try:
                 return parse_json_object(content or "")
             except JSONParseError as exc:

@@ -1,0 +1,112 @@
+"""What the user was shown as kept is kept on disk, whatever ends Nexus: an answered
+exchange the session file refused waits beside it for the next start; a message being
+answered is in the file before the model is asked; a memory model that answers a web
+page is a memory-model failure (the embedding judge decides), not a lost exchange.
+Pilot tests against the scripted server (real HTTP, real openai client)."""
+
+from __future__ import annotations
+
+import pytest
+from scripted_server import Reply
+from test_nexus_app import chat_reply, log_text, make_config, notices, ready, type_and_send, wait_for
+
+from nexus import parked
+from nexus.app import NexusApp
+from nexus.chat import load_kept
+from trace_core import CTree
+from trace_core.store import VectorDatabase
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def stored_users(path, minilm) -> list[str]:
+    tree = CTree.open(str(path), embed_fn=minilm, judge="embedding", read_only=True)
+    try:
+        return [x.user for x in tree.exchanges]
+    finally:
+        tree.vdb.close()
+
+
+async def test_an_exchange_the_file_refused_survives_quitting_and_is_stored_at_the_next_start(
+        server, tmp_path, minilm, data_dir):
+    server.respond(chat_reply("Kept safe."))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "first, stored normally")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        app.session.tree.vdb.con.execute("PRAGMA query_only = ON")  # the file refuses writes
+        await type_and_send(pilot, app, "second, the store fails")
+        await wait_for(pilot, lambda: "could not be stored" in notices(app))
+        assert [(u, r.strip()) for u, r in parked.read_unstored(path)] == [("second, the store fails", "Kept safe.")]
+        await pilot.press("ctrl+q")  # not stored again before quitting: it waits beside the file
+    assert stored_users(path, minilm) == ["first, stored normally"]
+    assert load_kept_of(path) == []  # an answered exchange, not an unanswered message
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: "Stored 1 answered exchange" in notices(app))
+        assert [x.user for x in app.session.tree.exchanges] == ["first, stored normally", "second, the store fails"]
+        assert not parked.unstored_path(path).exists() and not app.session.unstored
+        assert len([r for r in server.chat_requests() if not r.get("response_format")]) == 2  # not asked again
+        await pilot.press("ctrl+q")
+
+
+def load_kept_of(path) -> list[str]:
+    db = VectorDatabase(str(path), read_only=True)
+    try:
+        return load_kept(db)
+    finally:
+        db.close()
+
+
+async def test_the_message_being_answered_is_in_the_file_before_the_model_answers(server, tmp_path, minilm,
+                                                                                   data_dir):
+    """kill -9 mid-reply cannot be caught: what a killed Nexus leaves is what the file
+    holds while the reply streams."""
+    def respond(req):
+        if req.get("response_format"):
+            return Reply('{"action": "continue"}')
+        return Reply("slowly, word by word, the answer comes", chunk_delay=0.3)
+
+    server.respond(respond)
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Will this survive a kill?")
+        await wait_for(pilot, lambda: app.current_reply is not None and "slowly" in app.current_reply.text)
+        assert load_kept_of(path) == ["Will this survive a kill?"]  # a reader of the file now: the restart
+        assert app.session.kept == []  # not for Ctrl+R while it is being answered
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert load_kept_of(path) == []  # stored: the unsent row let it go
+        await pilot.press("ctrl+q")
+
+
+async def test_a_memory_model_answering_a_web_page_falls_back_and_the_exchange_is_stored(server, tmp_path, minilm,
+                                                                                          data_dir):
+    page = "<html><body><h1>Welcome to nginx!</h1></body></html>"
+
+    def respond(req):
+        if not req.get("stream"):  # the memory model's calls: a proxy's page with HTTP 200
+            return Reply(body=page)
+        return Reply("Noted.", chunk_delay=0.0)
+
+    server.respond(respond)
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path, {("memory", "judge"): "llm"}), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My sister Alma lives in Lisbon.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, "She works as a marine biologist.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+        assert "could not be stored" not in notices(app)
+        assert "answered a web page, not a completion: Welcome to nginx!" in log_text(app)
+        await pilot.press("ctrl+q")
+    assert stored_users(path, minilm) == ["My sister Alma lives in Lisbon.", "She works as a marine biologist."]
