@@ -88,6 +88,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.outbox: list[Outgoing] = []  # messages shown, not sent yet
         self.unsent_notice: Notice | None = None  # "N messages above got no answer…", counted down by Ctrl+R
         self.vision_busy = False  # /ingest holds the vision model: messages wait
+        self.model_restarting = False  # the bundled server died and starts again: messages wait
         self.listed_model = ""  # the first model the server lists (the start-up probe)
         self._leaving = False
         self._ui_thread = threading.get_ident()
@@ -165,7 +166,9 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
                  or self.listed_model or "auto")
         where = self.config.base_url
         if self.local_model is not None and not self.local_model.applied:
-            where, model = "starting the bundled llama.cpp server", "gemma-3-270m"
+            where = "restarting the bundled llama.cpp server" if self.model_restarting \
+                else "starting the bundled llama.cpp server"
+            model = "gemma-3-270m"
         state = f"embedder {self.embedder_state}"
         if not self.size.width or self.size.width >= NARROW_BELOW:
             parts = [where, model, self.session_path.stem, state]

@@ -46,7 +46,24 @@ class ChatCommands:
             return
         s.model = args[0]
         self.update_header()
-        self.chat_notice(f"Chat model is now {args[0]}.")
+        self.model_check_worker(s, args[0])
+
+    @background(group="models")
+    def model_check_worker(self, s: ChatSession, name: str) -> None:
+        """/model NAME: set, and checked against the server's list (a name it does not list
+        fails at the next message, or — llama.cpp — is answered by the model it has)."""
+        try:
+            models = s.list_models()
+        except Exception as exc:
+            self.call_from_thread(self.chat_notice, f"Chat model is now {name} (not checked: {exc}).", "warning")
+            return
+        self.call_from_thread(self.models_listed, models)
+        if name in models or not models:
+            self.call_from_thread(self.chat_notice, f"Chat model is now {name}.")
+            return
+        self.call_from_thread(self.chat_notice, f"Chat model is now {name}, but the server at "
+                              f"{self.config.base_url} does not list it (it lists {', '.join(models)}): replies "
+                              "may fail, or come from another model. /model alone lists them.", "warning")
 
     @background(group="models")
     def model_worker(self, s: ChatSession) -> None:

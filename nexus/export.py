@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .config import data_dir
 from .history import when
-from .text import counted
+from .text import counted, safe
 
 
 def default_path(session: Path) -> Path:
@@ -35,7 +35,8 @@ def conversation_markdown(tree, title: str, with_tree: bool = False, system: str
         lines += ["**You:**", "", x.user, "", "**Assistant:**", "", x.assistant, ""]
     if with_tree:
         lines += ["## Topic outline", "", "```", tree.render_tree(count_exchanges=True).rstrip(), "```", ""]
-    return "\n".join(lines)
+    # a file to cat: escape sequences and control characters in the text are shown, not obeyed
+    return safe("\n".join(lines)).replace("\r\n", "\n").replace("\r", "\\r")
 
 
 def write_private(path: Path, text: str) -> None:

@@ -93,8 +93,12 @@ class Failures:
         words, level, cause = how.words, how.level, exc
         if isinstance(exc, TaskFailed):
             words, level, cause = exc.words or words, exc.level or level, exc.__cause__
-        log.error("worker %s failed", name, exc_info=cause or exc)
         text = f"{words}: {reason(cause)}{how.end}" if cause is not None else f"{words}{how.end}"
+        if isinstance(exc, TaskFailed):  # foreseen, and said in words: the traceback only at debug
+            log.error("worker %s failed: %s", name, text)
+            log.debug("worker %s failed", name, exc_info=cause or exc)
+        else:
+            log.error("worker %s failed", name, exc_info=cause or exc)
         hook = getattr(self, f"{name}_failed", None)  # a flow of its own (the reply's turn)
         if hook is not None:
             hook(text, exc)

@@ -13,6 +13,7 @@ from trace_core.local_llm import LocalLLMError, LocalLLMServer
 from .config import Config
 
 LOCAL_REPLY_TOKENS = 256  # --local's reply length unless one is chosen
+MAX_RESTARTS = 3  # a server that dies more often than this in one run is not started again
 
 
 class LocalModel:
@@ -28,6 +29,7 @@ class LocalModel:
         self._stopped = threading.Event()
         self.error: str | None = None  # why it did not start, in words
         self.applied = False
+        self.restarts = 0
 
     def begin(self) -> "LocalModel":
         threading.Thread(target=self._start, name="local-model", daemon=True).start()
@@ -79,6 +81,29 @@ class LocalModel:
                          "replies mostly repeat themselves); set models.max_tokens, or /set max_tokens, to change it")
         self.applied = True
         return notes
+
+    def death(self) -> str | None:
+        """How the started server ended, in words (killed, crashed), once it has; None
+        while it runs, before it started, or after ``stop``."""
+        proc = self.server.proc
+        code = proc.poll() if proc is not None and self.done.is_set() and not self.error else None
+        if code is None:
+            return None
+        return f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+
+    def restart(self, give_up=lambda: False) -> bool:
+        """(worker thread) Start the server again after it died: True once the start
+        ended (check ``error``), False if ``give_up()`` became true first. ``apply`` it
+        again: it listens on another port."""
+        self.server.stop()  # reaps the dead process
+        self._stopped.set()  # the old starter thread ends
+        self._stopped = threading.Event()
+        self.done = threading.Event()
+        self.error = None
+        self.applied = False
+        self.restarts += 1
+        self.begin()
+        return self.wait(give_up)
 
     def stop(self) -> None:
         self.server.stop()

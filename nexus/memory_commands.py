@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from trace_core.synthesizer import clip_text
+
 from . import commands as C
 from .abandon import Abandoned, call_abandonable
 from .failures import TaskFailed, background
@@ -54,10 +56,11 @@ class MemoryCommands:
             return self.search_all_worker(query)
         hits = self.need_session().search(query)  # fails: a session closed meanwhile, an embedder not loaded
         if not hits:
-            self.call_from_thread(self.chat_notice, f"Nothing in memory matches {query!r} (no message reaches "
+            self.call_from_thread(self.chat_notice, f"Nothing in memory matches {clip_text(query, 120)!r} "
+                                  "(no message reaches "
                                   f"cosine {SEARCH_FLOOR:.2f}, where unrelated text stops).")
             return
-        title = f"Memory search: {query}"
+        title = f"Memory search: {clip_text(query, 120)}"
         rows = [(f"{h.similarity:.2f}", f"{h.thread_path}  #{h.exchange_index} {h.role}: "
                  f"{' '.join(h.text.split())[:120]}") for h in hits]
         self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}" for a, b in rows]),

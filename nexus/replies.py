@@ -128,10 +128,11 @@ class Replies:
         """(UI thread) Mark each queued message with what it waits for; False when nothing
         stops the next one from going."""
         if self.turn is None and self.session is not None and self.embedder_state != "loading" \
-                and not self.vision_busy:
+                and not self.vision_busy and not self.model_restarting:
             return False
         why = ("waiting — /ingest is using the vision model; sent when the text model is back"
-               if self.vision_busy else "queued — sent when the reply before it ends" if self.turn is not None
+               if self.vision_busy else "waiting — the bundled model is starting again; sent when it is back"
+               if self.model_restarting else "queued — sent when the reply before it ends" if self.turn is not None
                else "waiting — no session is open: sent in the one /new or /open opens" if self.session_unopenable
                else "queued — sent when the session is open" if self.session is None
                else "queued — sent when the embedding model has loaded")
@@ -193,6 +194,7 @@ class Replies:
                 await reply.finish(e.text, note, e.sources)
         if e.empty:
             self.log_line("the model answered nothing: not stored; the message is kept for resend", "warning")
+            self.local_model_lost()  # an empty answer from a server that died as it began
 
     async def on_reply_failed_message(self, message: M.ReplyFailedMessage) -> None:
         e = message.event
@@ -204,6 +206,9 @@ class Replies:
             await reply.finish(e.partial, "reply interrupted")
         elif reply is not None:
             await reply.remove()  # an empty reply box: the notice below says what happened
+        if e.kept and self.local_model_lost():
+            self.log_line(f"reply failed: {e.problem}", "error")
+            return
         if e.kept:
             self.chat_notice(f"No reply: {e.problem}. Your message is kept — press {self.resend_key()} to send "
                              "it again.", "error")

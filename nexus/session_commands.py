@@ -119,7 +119,7 @@ class SessionCommands:
             return
         lines = ["Sessions (newest first; /open NAME switches, * is open):"]
         for p, mtime, size in rows[:30]:
-            mark = "*" if p == self.session_path else " "
+            mark = "*" if p == self.session_path and self.session is not None else " "
             lines.append(f" {mark} {p.stem:<32} {time.strftime('%Y-%m-%d %H:%M', time.localtime(mtime))} "
                          f"{human_size(size):>9}")
         if len(rows) > 30:
@@ -191,7 +191,7 @@ class SessionCommands:
             return
         except Exception as exc:
             sessions.discard(staging)
-            raise TaskFailed(f"Cannot load {path}") from exc
+            raise TaskFailed("Cannot load it" if str(path) in str(exc) else f"Cannot load {path}") from exc
         done = f"Imported {path} ({counted(len(tree.exchanges), 'exchange')}) as a new session {target.stem}."
         self.ui(self.end_progress, "load", done, "info", False)
         self.ui(self.open_session, target, done)  # said once the switch has cleared the chat pane
@@ -207,8 +207,12 @@ class SessionCommands:
             raise C.UsageError(C.BY_NAME["export"].usage)
         session = self.need_session()
         path = Path(args[0]).expanduser() if args else default_path(self.session_path)
-        if path.is_dir():
-            path = path / default_path(self.session_path).name
+        try:
+            if path.is_dir():
+                path = path / default_path(self.session_path).name
+        except OSError as exc:  # a name too long for the file system, a loop of links
+            self.file_not_written("Not exported", path, exc)
+            return
         text = conversation_markdown(session.tree, f"Nexus — {self.session_path.stem}", with_tree,
                                      session.settings.system)
         try:

@@ -14,6 +14,7 @@ from . import sessions
 from .chat import ChatSession
 from .failures import background
 from .history import HistoryPager, newest_from_file
+from .local_model import MAX_RESTARTS
 from .text import counted
 from .widgets import Notice, PastExchangeView
 
@@ -35,9 +36,23 @@ class SessionView:
 
     @background(group="session", exclusive=True)
     def open_session(self, path: Path, announce: str = "", queued: list | None = None) -> None:
-        """``queued``: messages typed in the open session, kept there unsent as it closes."""
+        """``queued``: messages typed in the open session, kept there unsent as it closes.
+        A file that cannot be opened is refused before the open session closes: it stays."""
+        if self.session is not None and Path(path).is_file() and Path(path).stat().st_size:
+            problem = sessions.open_problem(Path(path), self.embed_fn)
+            if problem:
+                self.call_from_thread(self.refuse_open, Path(path), problem, queued or [])
+                return
         self.close_session(queued)
         self._open(path, announce)
+
+    def refuse_open(self, path: Path, problem: str, queued: list) -> None:
+        """(UI thread) ``path`` cannot be opened: the open session stays, its queued messages
+        go back to the outbox, in their order."""
+        self.outbox = queued + self.outbox
+        here = f"; {self.session_path.stem} stays open" if self.session is not None else ""
+        self.chat_notice(f"Cannot open {path.stem}: {problem}. The file was left untouched{here}.", "error")
+        self.post_event(ev.Notice(f"session error: {problem}", "error"))
 
     @background(group="session", exclusive=True)
     def reopen_session(self, old: ChatSession | None, announce: str) -> None:
@@ -108,6 +123,7 @@ class SessionView:
         early = self._show_newest_page(path)
         if not self._wait_for_local_model():
             return
+        emptied = path.is_file() and path.stat().st_size == 0  # a session file emptied outside Nexus
         session = self._open_file(path)
         if session is None:
             return
@@ -129,6 +145,10 @@ class SessionView:
             self.call_from_thread(self.show_history, HistoryPager(past))
         if announce:
             self.call_from_thread(self.chat_notice, announce)
+        if emptied:
+            self.call_from_thread(self.chat_notice, f"The session file {path} was empty (0 bytes): it starts again "
+                                  "as a new session. If it held a conversation, it was emptied outside Nexus.",
+                                  "warning")
         if session.kept:
             self.call_from_thread(self.show_unsent, list(session.kept))
         self.call_from_thread(self.refresh_tree)
@@ -159,6 +179,50 @@ class SessionView:
             return True
         self.call_from_thread(self.local_model_started)
         return True
+
+    def local_model_lost(self) -> bool:
+        """(UI thread) A reply failed or came empty: when the bundled server has died
+        (killed, crashed), say so and start it again — the message is kept and sent again
+        once it is back. False when it runs, or is not ours."""
+        local = self.local_model
+        death = local.death() if local is not None else None
+        if death is None:
+            return False
+        if local.restarts >= MAX_RESTARTS:
+            self.chat_notice(f"The bundled model server stopped ({death}) after {local.restarts} restarts: it is "
+                             "not started again. Your message is kept — restart Nexus, or use another server "
+                             "with --base-url URL.", "error")
+            return True
+        self.chat_notice(f"The bundled model server stopped ({death}). Starting it again (10–20 s): your "
+                         "message is kept and sent again when it is back.", "error")
+        self.post_event(ev.Notice(f"{local.label} stopped ({death}); starting it again"))
+        self.model_restarting = True
+        self.update_header()
+        self.restart_local_model()
+        return True
+
+    @background(group="local-model", exclusive=True)
+    def restart_local_model(self) -> None:
+        if self.local_model.restart(self.quit_check()):
+            self.call_from_thread(self.local_model_back)
+
+    def local_model_back(self) -> None:
+        """(UI thread) The restart ended: the session talks to the new server, and the
+        message that found it dead goes again."""
+        self.model_restarting = False
+        local = self.local_model
+        if local.error:
+            self.update_header()
+            self.chat_notice(f"The bundled model could not start again: {local.error}. Your message is kept — "
+                             "restart Nexus, or use another server with --base-url URL.", "error")
+            return
+        self.local_model_started()
+        if self.session is not None:
+            self.session.use_server()
+        self.chat_notice("The bundled model is back.")
+        if self.session is not None and self.session.pending is not None and self.turn is None:
+            self.action_resend()
+        self.drain_outbox()
 
     def local_model_started(self) -> None:
         for note in self.local_model.apply(self.config):

@@ -88,3 +88,73 @@ def test_a_half_written_model_file_is_made_again_not_refused(tmp_path, monkeypat
     assert digest.hexdigest() == gguf.EXPECTED_SHA256
     assert sorted(p.name for p in target.parent.iterdir()) == [target.name]  # no temporary file left
     assert model_path() == str(target)  # whole now: taken as it is
+
+
+class ScriptedBundledServer:
+    """The bundled server's stand-in for ``LocalModel``: the scripted OpenAI-compatible
+    server (real HTTP), with a real child process as the server's process, killed with
+    SIGKILL as a user (or the OOM killer) would."""
+
+    model_name = "gemma-3-270m"
+    n_ctx = 4096
+
+    def __init__(self, respond) -> None:
+        self.respond = respond
+        self.proc = None
+        self.srv = None
+        self.starts = 0
+
+    @property
+    def base_url(self) -> str:
+        return self.srv.base_url
+
+    def start(self, timeout: float = 120) -> "ScriptedBundledServer":
+        import subprocess
+
+        from scripted_server import ScriptedServer
+
+        self.srv = ScriptedServer().start()
+        self.srv.respond(self.respond)
+        self.proc = subprocess.Popen(["sleep", "600"])
+        self.starts += 1
+        return self
+
+    def die(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.srv.stop()  # nothing listens on its port any more
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+        if self.srv is not None:
+            self.srv.stop()
+
+
+async def test_a_bundled_server_that_dies_is_said_started_again_and_the_message_sent_again(tmp_path, minilm,
+                                                                                           data_dir):  # noqa: F811
+    from scripted_server import Reply
+    from test_nexus_app import ready, type_and_send
+
+    fake = ScriptedBundledServer(lambda req: Reply("Hello.", chunk_delay=0.0))
+    local = LocalModel(fake).begin()
+    app = NexusApp(make_config("http://127.0.0.1:9/v1", tmp_path), tmp_path / "s.db", embed_fn=minilm,
+                   local_model=local)
+    try:
+        async with app.run_test(size=(140, 40)) as pilot:
+            await ready(app, pilot)
+            await type_and_send(pilot, app, "first, answered")
+            await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+            first_url = app.config.base_url
+            fake.die()
+            await type_and_send(pilot, app, "second, the server is dead")
+            await wait_for(pilot, lambda: "The bundled model server stopped (killed by signal 9)" in notices(app))
+            await wait_for(pilot, lambda: "The bundled model is back" in notices(app))
+            await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)  # sent again, answered, stored
+            assert [x.user for x in app.session.tree.exchanges] == ["first, answered", "second, the server is dead"]
+            assert fake.starts == 2 and app.config.base_url != first_url and not app.session.kept
+            assert "(is it running?)" not in notices(app)
+    finally:
+        local.stop()

@@ -192,6 +192,8 @@ async def test_failures_are_reported_in_words_kept_and_never_stored(server, tmp_
          ["HTTP 400", "exceed context window of 8192"]),
         (Reply(status=500, body="<html><title>oops</title>Internal failure in the model</html>"),
          ["HTTP 500", "Internal failure in the model"]),
+        (Reply(body="data: {not json at all\n\n", content_type="text/event-stream"),
+         ["sent a broken reply (not valid JSON"]),
         (Reply("", chunks=[]), None),  # empty
         (Reply("", chunks=["   ", "\n\n"]), None),  # whitespace only
         (Reply("", chunks=["<think>hmm</think>", "  "]), None),  # reasoning only: no answer

@@ -73,7 +73,9 @@ async def test_a_failing_worker_is_reported_in_words_and_the_app_keeps_running(s
         bad = tmp_path / "not-a-tree.json"
         bad.write_text(json.dumps({"hello": "world"}))
         await type_and_send(pilot, app, f"/load {bad}")
-        await wait_for(pilot, lambda: f"Cannot load {bad}:" in notices(app))
+        await wait_for(pilot, lambda: "Cannot load" in notices(app))
+        said = [n.plain for n in app.query(Notice) if "Cannot load" in n.plain][-1]
+        assert said.count(str(bad)) == 1, said  # the file is named once
         await pilot.pause(0.2)
         assert "reading…" not in notices(app)  # the progress line was taken away
         assert not list(data_dir.rglob("*.importing*"))
@@ -118,6 +120,13 @@ async def test_app_state_is_assigned_on_the_ui_thread_only(server, tmp_path, min
         app.query_one("#prompt").value = ""
         await type_and_send(pilot, app, "/model")
         await wait_for(pilot, lambda: "Available: alpha-model, beta-model" in notices(app))
+        await type_and_send(pilot, app, "/model beta-model")
+        await wait_for(pilot, lambda: "Chat model is now beta-model." in notices(app))
+        await type_and_send(pilot, app, "/model no-such-model")
+        await wait_for(pilot, lambda: "Chat model is now no-such-model, but the server" in notices(app))
+        assert "does not list it (it lists alpha-model, beta-model)" in notices(app)
+        await type_and_send(pilot, app, "/model alpha-model")
+        await wait_for(pilot, lambda: "Chat model is now alpha-model." in notices(app))
         await type_and_send(pilot, app, "/rename harbour")
         await wait_for(pilot, lambda: "Renamed first to harbour" in notices(app) and app.session is not None
                        and app.session_path.stem == "harbour" and app.embedder_state == "ready")

@@ -17,7 +17,7 @@ from test_nexus_app import chat_reply, make_config, notices, ready, type_and_sen
 from nexus import sessions
 from nexus.app import NexusApp
 from nexus.history import HistoryPager
-from nexus.widgets import PastExchangeView
+from nexus.widgets import PastExchangeView, UserMessage
 from trace_core import CTree
 
 
@@ -167,6 +167,39 @@ async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, dat
         hits = [str(h.text) async for h in provider.search("bike")]
         assert any("open session bike-repairs" in h for h in hits)
         assert not any("open session bike-trips" in h for h in hits)
+
+
+async def test_a_session_that_cannot_be_opened_leaves_the_open_one_open(server, tmp_path, minilm, data_dir):
+    server.respond(chat_reply("Noted."))
+    first = sessions.resolve("first")
+    bad = sessions.resolve("damaged")
+    bad.write_bytes(b"definitely not sqlite" * 50)
+    app = NexusApp(make_config(server.base_url, tmp_path), first, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My bike is a blue Gazelle.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, "/open damaged")
+        await wait_for(pilot, lambda: "Cannot open damaged" in notices(app))
+        assert "left untouched; first stays open" in notices(app)
+        assert app.session is not None and app.session_path == first
+        assert [m.text for m in app.query(UserMessage)] == ["My bike is a blue Gazelle."]  # the chat stays too
+        await type_and_send(pilot, app, "/sessions")
+        await wait_for(pilot, lambda: "* first" in notices(app))
+        assert "* damaged" not in notices(app)
+        await type_and_send(pilot, app, "Still here?")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+    assert bad.read_bytes() == b"definitely not sqlite" * 50
+
+
+async def test_an_emptied_session_file_opens_as_a_new_session_and_says_so(server, tmp_path, minilm, data_dir):
+    emptied = sessions.resolve("emptied")
+    emptied.write_bytes(b"")
+    app = NexusApp(make_config(server.base_url, tmp_path), emptied, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: "was empty (0 bytes)" in notices(app))
+        assert app.session is not None and not app.session.tree.exchanges
 
 
 async def test_sessions_and_delete_give_a_session_the_same_size(server, tmp_path, minilm, data_dir):
@@ -655,3 +688,30 @@ async def test_a_reopened_reply_shows_its_mark_as_a_note_not_as_its_words(server
         assert "Once upon a time a hive" in first and "reply cancelled" in first and "[reply cancelled]" not in first
         assert "reply cut at max_tokens" in second and "[reply" not in second
         assert "[reply cancelled]" in app.session.tree.exchanges[0].assistant  # what is stored is unchanged
+
+
+async def test_names_too_long_and_escape_codes_in_an_export_are_said_and_made_harmless(server, tmp_path, minilm,
+                                                                                     data_dir):
+    """A file name over the file system's 255 bytes is refused in words (it raised
+    'Errno 36' through the command); an export is a file to ``cat``: a reply's escape
+    codes are written visible, not obeyed."""
+    server.respond(chat_reply("plain \x1b[31mred\x1b[0m and \x1b]0;TITLE\x07 done"))
+    app = NexusApp(make_config(server.base_url, tmp_path), sessions.resolve("first"), embed_fn=minilm)
+    long = "n" * 300
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "colours?")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        for command, said in ((f"/rename {long}", "Not renamed: the name is too long (300 bytes"),
+                              (f"/export {tmp_path / long}.md", "Not exported: "),
+                              (f"/save {tmp_path / long}.json", "Not saved: ")):
+            await type_and_send(pilot, app, command)
+            await wait_for(pilot, lambda said=said: said in notices(app))
+        assert "the name is too long" in notices(app) and "Errno" not in notices(app)
+        assert app.session_path.stem == "first"
+        out = tmp_path / "out.md"
+        await type_and_send(pilot, app, f"/export {out}")
+        await wait_for(pilot, lambda: out.exists())
+    text = out.read_text()
+    assert "\x1b" not in text and "\x07" not in text
+    assert "␛[31mred␛[0m" in text
