@@ -32,6 +32,7 @@ COMMANDS = [
     Command("open", "/open <name>", "switch to another session (Tab completes names)", "open"),
     Command("rename", "/rename <new name>", "rename the open session", "rename"),
     Command("delete", "/delete <name>", "delete a session (asks to confirm; never the open one)", "delete"),
+    Command("repair", "/repair <name>", "rebuild a damaged session from what it holds (the damaged file is kept)", "repair"),
     Command("sessions", "/sessions", "list sessions with sizes and last writes", "sessions"),
     Command("stats", "/stats", "session statistics", "stats"),
     Command("system", "/system [text|--clear]", "show or set this session's system prompt (sent before memory)", "system"),

@@ -50,6 +50,9 @@ class Failure:
 FAILURES: dict[str, Failure] = {  # by worker name (the worker method's name)
     "open_session": Failure("Cannot open the session"),
     "rename_worker": Failure("Not renamed"),
+    "repair_worker": Failure("Not repaired", "warning"),
+    "model_check_worker": Failure("Cannot check the model", "warning"),
+    "restart_local_model": Failure("The bundled model could not start again"),
     "search_worker": Failure("/search failed"),
     "reorganize_worker": Failure("Reorganisation failed", task="reorganize"),
     "undo_worker": Failure("Nothing undone", "warning", end="."),

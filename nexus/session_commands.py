@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from trace_core import SessionFileError
+
 from . import commands as C
 from . import sessions
 from .failures import TaskFailed, background
@@ -111,6 +113,31 @@ class SessionCommands:
             self.chat_notice(f"Not deleted: {exc}.", "error")
             return
         self.chat_notice(f"Deleted {path.stem}.")
+
+    def cmd_repair(self, args: list[str]) -> None:
+        if len(args) != 1:
+            raise C.UsageError(C.BY_NAME["repair"].usage)
+        path = self.named_session(args[0])
+        if path is None:
+            return
+        if path == self.session_path and self.session is not None:
+            self.chat_notice(f"{path.stem} is open, so it opened: nothing to repair.")
+            return
+        self.repair_worker(path)
+
+    @background(group="session", exclusive=True)
+    def repair_worker(self, path: Path) -> None:
+        from trace_core.repair import salvage
+
+        try:
+            report = salvage(str(path))
+        except SessionFileError as exc:
+            raise TaskFailed("Not repaired", "warning") from exc
+        if self.session is None and path == self.session_path:  # the session that could not open: open it now
+            self.call_from_thread(self.open_session, path, f"Repaired {path.stem}: {report.summary()}.")
+        else:
+            self.call_from_thread(self.chat_notice, f"Repaired {path.stem}: {report.summary()}. /open {path.stem} "
+                                  "opens it.")
 
     def cmd_sessions(self, args: list[str]) -> None:
         rows = sessions.list_sessions()

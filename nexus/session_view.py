@@ -51,7 +51,8 @@ class SessionView:
         go back to the outbox, in their order."""
         self.outbox = queued + self.outbox
         here = f"; {self.session_path.stem} stays open" if self.session is not None else ""
-        self.chat_notice(f"Cannot open {path.stem}: {problem}. The file was left untouched{here}.", "error")
+        repair = f" /repair {path.stem} rebuilds what it can from what it holds." if "damaged" in problem else ""
+        self.chat_notice(f"Cannot open {path.stem}: {problem}. The file was left untouched{here}.{repair}", "error")
         self.post_event(ev.Notice(f"session error: {problem}", "error"))
 
     @background(group="session", exclusive=True)
@@ -255,8 +256,10 @@ class SessionView:
                 session.held_elsewhere = isinstance(locked, SessionLockedError)
                 self.call_from_thread(self.chat_notice, session.read_only_reason, "warning")
         except (SessionFileError, Exception) as exc:  # a corrupt file, a foreign file, a mismatched embedder
-            self.call_from_thread(self.chat_notice, f"Cannot open the session: {exc}. The file was left untouched. "
-                                  "Type /new to start a new session, or /open another.", "error")
+            repair = f" /repair {path.stem} rebuilds what it can from what it holds (the damaged file is kept)," \
+                if "damaged" in str(exc) else ""
+            self.call_from_thread(self.chat_notice, f"Cannot open the session: {exc}. The file was left untouched."
+                                  f"{repair} Type /new to start a new session, or /open another.", "error")
             self.post_event(ev.Notice(f"session error: {exc}", "error"))
             self.call_from_thread(self.session_failed, path)
             return None

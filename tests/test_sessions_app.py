@@ -372,7 +372,7 @@ SAMPLE_ARGS = {"search": "cats", "ingest": "x.png", "web": "on", "open": "nosuch
                "rename": "zzz", "find": "cats", "model": "", "save": "", "scenario": ""}
 NEEDS_SESSION = {"tree", "search", "reorganize", "ingest", "web", "model", "save", "stats", "rename"}
 SAYS = {"sessions": "No sessions yet", "help": "Commands:", "open": "No session named",
-        "delete": "No session named", "undo-reorganize": "Nothing undone"}
+        "delete": "No session named", "repair": "No session named", "undo-reorganize": "Nothing undone"}
 
 
 async def test_every_command_works_or_says_why_with_no_session(server, tmp_path, minilm, data_dir):
