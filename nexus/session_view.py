@@ -125,6 +125,8 @@ class SessionView:
         if not self._wait_for_local_model():
             return
         emptied = path.is_file() and path.stat().st_size == 0  # a session file emptied outside Nexus
+        # folders a session file named outside Nexus's own folder brings (--session /new/place/x.db)
+        missing = [] if path.parent == sessions.sessions_dir() else [p for p in path.parents if not p.exists()]
         session = self._open_file(path)
         if session is None:
             return
@@ -146,6 +148,9 @@ class SessionView:
             self.call_from_thread(self.show_history, HistoryPager(past))
         if announce:
             self.call_from_thread(self.chat_notice, announce)
+        if missing:
+            self.call_from_thread(self.chat_notice, f"Made the folder {missing[-1]} for this new session "
+                                  f"({path}).", "warning")
         if emptied:
             self.call_from_thread(self.chat_notice, f"The session file {path} was empty (0 bytes): it starts again "
                                   "as a new session. If it held a conversation, it was emptied outside Nexus.",

@@ -715,3 +715,16 @@ async def test_names_too_long_and_escape_codes_in_an_export_are_said_and_made_ha
     text = out.read_text()
     assert "\x1b" not in text and "\x07" not in text
     assert "␛[31mred␛[0m" in text
+
+
+async def test_a_session_in_a_folder_that_does_not_exist_says_it_made_it(server, tmp_path, minilm, data_dir):
+    path = tmp_path / "new" / "place" / "x.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: f"Made the folder {tmp_path / 'new'} for this new session" in notices(app))
+    app = NexusApp(make_config(server.base_url, tmp_path), sessions.resolve("inside"), embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.pause(0.2)
+        assert "Made the folder" not in notices(app)  # Nexus's own sessions folder is no news
