@@ -341,21 +341,54 @@ class Replies:
         if s is not None and s.unstored:
             self.store_again_worker(s)
         elif s is not None and s.kept:
-            text = s.take_kept()  # kept again if this one fails too
-            gone = [old for old in self.query(UserMessage) if old.text == text and old.state == UNSENT_STATE]
-            for old in gone:
-                self.remove_unanswered(old)  # shown again below, as it is sent
-            self.recount_unsent(gone)
-            self.send(text)
+            self.resend_pending()
         else:
             self.chat_notice("Nothing to resend.")
 
+    def resend_pending(self, first: bool = False) -> None:
+        """Send again the message ``ChatSession.pending`` names; ``first``: ahead of the
+        messages waiting (the one that found the bundled server dead goes before those typed
+        after it)."""
+        text = self.session.take_kept()  # kept again if this one fails too
+        if text is None:
+            return
+        gone = [old for old in self.query(UserMessage) if old.text == text and old.state == UNSENT_STATE]
+        for old in gone:
+            self.remove_unanswered(old)  # shown again below, as it is sent
+        self.recount_unsent(gone)
+        if first:
+            self.send_first(text)
+        else:
+            self.send(text)
+
+    def send_first(self, text: str) -> None:
+        """``send``, ahead of the messages waiting in the outbox (shown above them too)."""
+        shown = UserMessage(text)
+        self.mount_before_waiting(shown)
+        self.outbox.insert(0, Outgoing(text, None, shown))
+        self.drain_outbox()
+
+    def mount_before_waiting(self, widget) -> None:
+        """Mount ``widget`` in the chat above the first message still waiting to go."""
+        chat = self.query_one("#chat")
+        waiting = next((item.shown for item in self.outbox if item.shown.parent is chat), None)
+        if waiting is None:
+            chat.mount(widget)
+        elif widget.parent is chat:
+            chat.move_child(widget, before=waiting)
+        else:
+            chat.mount(widget, before=waiting)
+
     def remove_unanswered(self, asked: UserMessage) -> None:
-        """A message about to be sent again leaves the chat with its empty "(no answer)" box."""
+        """A message about to be sent again leaves the chat with its empty "(no answer)" box;
+        one with a partial reply under it (interrupted) stays above it, marked."""
         siblings = list(asked.parent.children) if asked.parent is not None else []
         at = siblings.index(asked) if asked in siblings else -1
         after = siblings[at + 1] if 0 <= at < len(siblings) - 1 else None
-        if isinstance(after, AssistantMessage) and not after.text.strip():
+        if isinstance(after, AssistantMessage) and after.text.strip():
+            asked.set_state("sent again below")
+            return
+        if isinstance(after, AssistantMessage):
             after.remove()
         asked.remove()
 

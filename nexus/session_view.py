@@ -225,9 +225,11 @@ class SessionView:
         self.local_model_started()
         if self.session is not None:
             self.session.use_server()
-        self.chat_notice("The bundled model is back.")
+        back = self.chat_notice("The bundled model is back.")
+        if back is not None:
+            self.mount_before_waiting(back)  # said above what goes now
         if self.session is not None and self.session.pending is not None and self.turn is None:
-            self.action_resend()
+            self.resend_pending(first=True)
         self.drain_outbox()
 
     def local_model_started(self) -> None:

@@ -103,6 +103,7 @@ class ScriptedBundledServer:
         self.proc = None
         self.srv = None
         self.starts = 0
+        self.restart_seconds = 1.5
 
     @property
     def base_url(self) -> str:
@@ -110,9 +111,12 @@ class ScriptedBundledServer:
 
     def start(self, timeout: float = 120) -> "ScriptedBundledServer":
         import subprocess
+        import time
 
         from scripted_server import ScriptedServer
 
+        if self.starts:
+            time.sleep(self.restart_seconds)  # loading the model again takes a while
         self.srv = ScriptedServer().start()
         self.srv.respond(self.respond)
         self.proc = subprocess.Popen(["sleep", "600"])
@@ -138,6 +142,8 @@ async def test_a_bundled_server_that_dies_is_said_started_again_and_the_message_
     from scripted_server import Reply
     from test_nexus_app import ready, type_and_send
 
+    from nexus.widgets import UserMessage
+
     fake = ScriptedBundledServer(lambda req: Reply("Hello.", chunk_delay=0.0))
     local = LocalModel(fake).begin()
     app = NexusApp(make_config("http://127.0.0.1:9/v1", tmp_path), tmp_path / "s.db", embed_fn=minilm,
@@ -151,9 +157,14 @@ async def test_a_bundled_server_that_dies_is_said_started_again_and_the_message_
             fake.die()
             await type_and_send(pilot, app, "second, the server is dead")
             await wait_for(pilot, lambda: "The bundled model server stopped (killed by signal 9)" in notices(app))
+            await type_and_send(pilot, app, "third, typed while it restarts")  # waits behind the second
+            assert "the bundled model is starting again" in [m for m in app.query(UserMessage)][-1].state
             await wait_for(pilot, lambda: "The bundled model is back" in notices(app))
-            await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)  # sent again, answered, stored
-            assert [x.user for x in app.session.tree.exchanges] == ["first, answered", "second, the server is dead"]
+            await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 3)  # sent again, answered, stored
+            assert [x.user for x in app.session.tree.exchanges] == [
+                "first, answered", "second, the server is dead", "third, typed while it restarts"]
+            assert [m.text for m in app.query(UserMessage)] == [
+                "first, answered", "second, the server is dead", "third, typed while it restarts"]
             assert fake.starts == 2 and app.config.base_url != first_url and not app.session.kept
             assert "(is it running?)" not in notices(app)
     finally:

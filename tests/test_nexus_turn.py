@@ -631,3 +631,32 @@ async def test_a_refused_rename_says_so_without_closing_the_session(server, tmp_
         await pilot.pause(0.3)
         assert "Not renamed: a session named taken already exists." in notices(app)
         assert app.session is session and app.session_path.stem == "mine"
+
+
+async def test_a_resent_message_with_a_partial_reply_stays_above_it(server, tmp_path, minilm, data_dir):
+    """The question of an interrupted reply keeps its place over the partial text (it
+    moved down with the resend, and the partial text read as the answer to the message
+    before it)."""
+    script = {"n": 0}
+
+    def respond(req):
+        script["n"] += 1
+        if script["n"] == 1:
+            return Reply("", chunks=["Once upon ", "a time "], drop=True)  # the stream breaks
+        return Reply("The whole poem.", chunk_delay=0.0)
+
+    server.respond(chat_only(respond))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Write a poem about the sea.")
+        await wait_for(pilot, lambda: "No reply" in notices(app))
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        chat = list(app.query_one("#chat").children)
+        asked = [w for w in chat if isinstance(w, UserMessage)]
+        replies = [w for w in chat if isinstance(w, AssistantMessage)]
+        assert [m.text for m in asked] == ["Write a poem about the sea."] * 2
+        assert asked[0].state == "sent again below"
+        assert chat.index(asked[0]) < chat.index(replies[0]) < chat.index(asked[1]) < chat.index(replies[1])
+        assert "Once upon" in replies[0].text and "The whole poem" in replies[1].text
