@@ -17,7 +17,8 @@ def test_replace_last_swaps_the_newest_exchange_everywhere(tmp_path, minilm):
               {"role": "assistant", "content": "Bogota, I think."}])
     tree.index_pending()
     node = tree.replace_last([{"role": "user", "content": "What is the capital of Peru?"},
-                              {"role": "assistant", "content": "Lima is the capital of Peru."}])
+                              {"role": "assistant", "content": "Lima is the capital of Peru."}],
+                             timestamp="2026-12-03T07:52:00+00:00")
     assert node.index == 1 and len(tree.exchanges) == 2
     assert tree.exchanges[1].assistant == "Lima is the capital of Peru."
     assert [m["content"] for m in tree.conversation][-1] == "Lima is the capital of Peru."
@@ -30,6 +31,9 @@ def test_replace_last_swaps_the_newest_exchange_everywhere(tmp_path, minilm):
     tree.vdb.close()
     again = CTree.open(str(path), judge="embedding", embed_fn=minilm)
     assert [x.assistant for x in again.exchanges] == ["Nice.", "Lima is the capital of Peru."]
+    assert again.exchanges[1].timestamp == "2026-12-03T07:52:00+00:00"  # the edit's time, in every row
+    stamps = again.vdb.con.execute("SELECT DISTINCT timestamp FROM messages WHERE exchange_index = 1").fetchall()
+    assert stamps == [("2026-12-03T07:52:00+00:00",)]  # what the chat's history shows
     assert again.pending_parts() == 0
     again.vdb.close()
 

@@ -169,8 +169,11 @@ class TreeStore:
         and FTS rows (and its topic's name, ``renamed``); its sentences are embedded again
         at idle time."""
         with self.db.transaction():
+            # its own row too: it holds the exchange's time, which the replacement's is now
+            rows = [NodeRow.of(node, _parent_id(node))]
             if renamed:
-                self.db.save_nodes([NodeRow.of(node.parent, _parent_id(node.parent))])
+                rows.append(NodeRow.of(node.parent, _parent_id(node.parent)))
+            self.db.save_nodes(rows)
             self.db.delete_exchange_rows(node.index, old_ids)
             self.db.append_messages(node.index, first, node.messages, node.timestamp)
             for cv in conversation_vectors(self.model, node, first, vecs):
