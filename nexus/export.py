@@ -16,9 +16,11 @@ def default_path(session: Path) -> Path:
     return data_dir() / "exports" / f"{session.stem}-{stamp}.md"
 
 
-def conversation_markdown(tree, title: str, with_tree: bool = False, system: str = "") -> str:
-    """Every exchange in order (archived ones marked), each under its date; the topic
-    outline at the end with ``with_tree``."""
+def conversation_markdown(tree, title: str, with_tree: bool = False, system: str = "",
+                          unanswered: list[str] | None = None) -> str:
+    """Every exchange in order (archived ones marked), each under its date; then the
+    messages that got no answer (kept for Ctrl+R: no exchange, but the user's words); the
+    topic outline at the end with ``with_tree``."""
     lines = [f"# {title}", "", f"Exported {datetime.now().strftime('%Y-%m-%d %H:%M')} · "
              f"{counted(len(tree.exchanges), 'exchange')}", ""]
     if system:
@@ -33,6 +35,10 @@ def conversation_markdown(tree, title: str, with_tree: bool = False, system: str
         if x.system:
             lines += [f"*{x.system}*", ""]
         lines += ["**You:**", "", x.user, "", "**Assistant:**", "", x.assistant, ""]
+    if unanswered:
+        lines += ["## Not answered", ""]
+        for text in unanswered:
+            lines += ["**You:**", "", text, "", "*(no answer yet)*", ""]
     if with_tree:
         lines += ["## Topic outline", "", "```", tree.render_tree(count_exchanges=True).rstrip(), "```", ""]
     # a file to cat: escape sequences and control characters in the text are shown, not obeyed

@@ -169,7 +169,9 @@ class SessionCommands:
         except OSError as exc:  # said with the user's path: the engine writes a temporary file first
             self.file_not_written("Not saved", path, exc)
             return
-        self.chat_notice(f"Saved the tree to {path}{folders_made(made)}.")
+        left = (f" {counted(len(s.kept), 'message')} with no answer {'is' if len(s.kept) == 1 else 'are'} not in "
+                "it (a tree export holds exchanges; /export writes them too)." if s.kept else "")
+        self.chat_notice(f"Saved the tree to {path}{folders_made(made)}.{left}")
 
     def file_not_written(self, what: str, path: Path, exc: OSError) -> None:
         problem = write_problem(path, exc)
@@ -241,7 +243,7 @@ class SessionCommands:
             self.file_not_written("Not exported", path, exc)
             return
         text = conversation_markdown(session.tree, f"Nexus — {self.session_path.stem}", with_tree,
-                                     session.settings.system)
+                                     session.settings.system, list(session.kept))
         try:
             if args:
                 made = make_folders(path.parent)
@@ -252,5 +254,6 @@ class SessionCommands:
         except OSError as exc:
             self.file_not_written("Not exported", path, exc)
             return
-        self.chat_notice(f"Exported {counted(len(session.tree.exchanges), 'exchange')} to {path.resolve()}"
+        also = f" and {counted(len(session.kept), 'message')} with no answer" if session.kept else ""
+        self.chat_notice(f"Exported {counted(len(session.tree.exchanges), 'exchange')}{also} to {path.resolve()}"
                          + (" with the topic outline" if with_tree else "") + f"{folders_made(made)}.")

@@ -110,3 +110,20 @@ async def test_a_memory_model_answering_a_web_page_falls_back_and_the_exchange_i
         assert "answered a web page, not a completion: Welcome to nginx!" in log_text(app)
         await pilot.press("ctrl+q")
     assert stored_users(path, minilm) == ["My sister Alma lives in Lisbon.", "She works as a marine biologist."]
+
+
+async def test_an_export_carries_the_messages_with_no_answer_and_save_says_it_leaves_them_out(server, tmp_path,
+                                                                                             minilm, data_dir):
+    server.respond(lambda req: Reply(status=500, error="model crashed"))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Should pods have memory requests equal to limits?")
+        await wait_for(pilot, lambda: "No reply" in notices(app))
+        out = tmp_path / "out.md"
+        await type_and_send(pilot, app, f"/export {out}")
+        await wait_for(pilot, lambda: "Exported 0 exchanges and 1 message with no answer" in notices(app))
+        await type_and_send(pilot, app, f"/save {tmp_path / 'out.json'}")
+        await wait_for(pilot, lambda: "1 message with no answer is not in it" in notices(app))
+    text = out.read_text()
+    assert "## Not answered" in text and "Should pods have memory requests equal to limits?" in text
