@@ -116,6 +116,45 @@ def keep_session(scratch: CTree, dest: Path) -> None:
         part.unlink(missing_ok=True)  # a failed copy leaves no half file behind
 
 
+SCRATCH_PREFIX = "nexus-scenario-"
+
+
+def sweep_scratch(root: str | None = None, grace: float = 60.0) -> list[Path]:
+    """Remove the scratch folders of scenarios that no process runs any more (a terminal
+    closed mid-run ends Nexus before its clean-up): ours, with no session lock held in
+    them, and older than ``grace`` seconds when they hold no lock file at all. Returns
+    the folders removed."""
+    import shutil
+
+    from trace_core.locking import LockBusy, WriterLock
+
+    gone = []
+    for folder in Path(root or tempfile.gettempdir()).glob(SCRATCH_PREFIX + "*"):
+        try:
+            st = folder.stat()
+            if not folder.is_dir() or st.st_uid != os.getuid():
+                continue
+            locks = list(folder.glob("*.lock"))
+            if not locks and time.time() - st.st_mtime < grace:
+                continue  # being made: its session is not open yet
+            held = []
+            try:
+                for lock_path in locks:
+                    lock = WriterLock(str(lock_path))
+                    lock.acquire()  # LockBusy: a live scenario
+                    held.append(lock)
+            except LockBusy:
+                continue
+            finally:
+                for lock in held:
+                    lock.release()
+            shutil.rmtree(folder, ignore_errors=True)
+            gone.append(folder)
+        except OSError:
+            continue
+    return gone
+
+
 def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url: str | None = None,
                  api_key: str | None = None, model: str | None = None, cancel: threading.Event | None = None,
                  on_start: Callable[[CTree], None] | None = None,
@@ -130,12 +169,13 @@ def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url
     ``should_stop()`` (the app closing) stop it at its next step."""
     if name not in S.SCENARIOS:
         raise ValueError(f"no scenario {name!r}; the five are {', '.join(S.SCENARIOS)}")
+    sweep_scratch()
     cancel = cancel or threading.Event()
     emit = on_event or (lambda text, level: None)
     total = S.exchange_count(name)
     started = time.perf_counter()
     stamp = datetime.now().isoformat(timespec="seconds")
-    with tempfile.TemporaryDirectory(prefix="nexus-scenario-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX) as tmp:
         kwargs = dict(judge=judge, base_url=base_url, api_key=api_key, embed_fn=embed_fn, llm_timeout=60)
         if model:
             kwargs["model"] = model
