@@ -161,7 +161,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             prompt.value = rest
             prompt.move_cursor(prompt.document.end)
 
-    def update_header(self) -> None:
+    def update_header(self, width: int | None = None) -> None:
         model = ((self.session.model if self.session and self.session.model else self.config.chat_model)
                  or self.listed_model or "auto")
         where = self.config.base_url
@@ -170,14 +170,15 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
                 else "starting the bundled llama.cpp server"
             model = "gemma-3-270m"
         state = f"embedder {self.embedder_state}"
-        if not self.size.width or self.size.width >= NARROW_BELOW:
+        width = self.size.width if width is None else width
+        if not width or width >= NARROW_BELOW:
             parts = [where, model, self.session_path.stem, state]
         else:  # narrow: no address, and the state first, where a long session name cannot push it out
             parts = [state, model, self.session_path.stem]
         self.sub_title = " · ".join(parts)
 
-    def on_resize(self) -> None:
-        self.update_header()
+    def on_resize(self, event) -> None:
+        self.update_header(event.size.width)  # the app's own size is the old one still, here
 
     # --- messages from workers -----------------------------------------------------------
 

@@ -20,6 +20,7 @@ from textual.worker import get_current_worker
 from trace_core.textutil import speaker_label
 
 from .failures import ReportsFailures, background
+from .text import counted
 from .treeinfo import ExchangeDetail, TopicDetail, exchange_detail, topic_detail
 
 
@@ -60,7 +61,7 @@ def topic_text(d: TopicDetail) -> Text:
         t.append("\nfed the last reply\n", style="bold magenta")
         if r.similarity is not None:
             t.append(f"  branch cos {r.similarity:.3f}  bm25 {r.keyword or 0:.3f}\n")
-        t.append(f"  {r.injected} exchanges injected, best fused {r.best_fused:.4f}\n")
+        t.append(f"  {counted(r.injected, 'exchange')} injected, best fused {r.best_fused:.4f}\n")
         t.append(f"  for: {_safe(r.query[:120])}\n", style="dim")
     if d.nearest:
         t.append("\nnearest branches (centroid cosine)\n", style="bold")

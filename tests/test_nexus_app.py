@@ -424,6 +424,16 @@ async def test_a_small_terminal_gives_the_chat_the_room(server, tmp_path, minilm
             assert app.sub_title.startswith("embedder ready") if size[0] < 110 else app.sub_title.endswith("embedder ready")
             assert (server.base_url in app.sub_title) is address
             assert app.query_one("#chat").size.width >= size[0] - tree_cols - 2
+    # resized while running: the title follows at once (it was one resize behind)
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await ready(app, pilot)
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.1)
+        assert app.sub_title.startswith("embedder ready") and server.base_url not in app.sub_title
+        await pilot.resize_terminal(140, 45)
+        await pilot.pause(0.1)
+        assert app.sub_title.endswith("embedder ready") and server.base_url in app.sub_title
 
 
 async def test_the_tree_command_cuts_long_lines_instead_of_wrapping_them(server, tmp_path, minilm, data_dir):
