@@ -344,6 +344,7 @@ class EventLog(RichLog):
         self.level = level
         self.history: list[tuple[str, str]] = []
         self._stale = False  # lines were written while hidden (at a default width)
+        self._drawn_width = 0  # the width the shown lines were wrapped at
 
     def add(self, text: str, level: str = "info") -> None:
         self.history.append((level, text))
@@ -359,14 +360,17 @@ class EventLog(RichLog):
                    width=width if shown else None)
         if not shown:
             self._stale = True
+        else:
+            self._drawn_width = width
 
     def on_resize(self, event) -> None:
         super().on_resize(event)
-        self.redraw_if_stale()  # shown again: the pane has its width back
+        self.redraw_if_stale()  # shown again, or narrowed or widened: wrapped again at its width
 
     def redraw_if_stale(self) -> None:
-        """Lines written while the pane was hidden, drawn again at its width."""
-        if self._stale and self.display and self.scrollable_content_region.width > 0:
+        """Lines written while the pane was hidden, or at another width, drawn again at its width."""
+        width = self.scrollable_content_region.width
+        if self.display and width > 0 and (self._stale or (self._drawn_width and width != self._drawn_width)):
             self._stale = False
             self.set_level(self.level)
 

@@ -698,3 +698,12 @@ async def test_log_lines_written_while_the_log_is_hidden_fill_its_width_when_sho
         await pilot.pause(0.3)
         shown = [line.text.rstrip() for line in log_pane.lines if "word" in line.text]
         assert len(shown) == 2 and len(shown[0]) > 120, shown
+        # the terminal narrowed, then widened: the lines are wrapped again at each width
+        # (they kept the old width: cut at the pane's edge, their end out of sight)
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause(0.3)
+        narrow = [line.text.rstrip() for line in log_pane.lines if "word" in line.text]
+        assert len(narrow) >= 3 and all(len(t) <= log_pane.scrollable_content_region.width for t in narrow), narrow
+        await pilot.resize_terminal(160, 40)
+        await pilot.pause(0.3)
+        assert len([line for line in log_pane.lines if "word" in line.text]) == 2
