@@ -83,19 +83,36 @@ def test_a_group_is_not_named_again_while_its_largest_parts_stay_the_same():
 
     names = GroupNames(name_topic)
     group = TopicNode("Original", node_id="g1")
-    big, small = TopicNode("Big"), TopicNode("Small")
+    big, small, other = TopicNode("Big"), TopicNode("Small"), TopicNode("Other")
     for k in range(4):
         big.add_child(MessageNode(k, exchange("u", "a")))
     small.add_child(MessageNode(4, exchange("u", "a")))
-    group.add_child(big)
-    group.add_child(small)
-    assert names.refresh(group) is False  # the first look records what named it
-    small.add_child(MessageNode(5, exchange("u", "a")))
-    assert names.refresh(group) is False and not calls  # Big still holds two thirds
-    for k in range(6, 10):
-        small.add_child(MessageNode(k, exchange("u", "a")))
+    other.add_child(MessageNode(5, exchange("u", "a")))
+    for part in (big, small, other):
+        group.add_child(part)
+    assert names.refresh(group) is False  # the first look records what named it (Big and Small)
+    small.add_child(MessageNode(6, exchange("u", "a")))
+    assert names.refresh(group) is False and not calls  # Big and Small still hold two thirds
+    for k in range(7, 12):
+        other.add_child(MessageNode(k, exchange("u", "a")))
     assert names.refresh(group) is True and group.topic_name == "Named 1"
-    assert calls == [[("Big", ""), ("Small", "")]]
+    assert calls == [[("Big", ""), ("Other", "")]]
+
+
+def test_a_group_is_named_by_two_parts_even_when_one_holds_most_of_it():
+    """A group named by its one large part bore that part's name: a tomato topic's copy
+    hid "Sarah Negative Peanuts" beside it."""
+    from trace_core.judges import group_name
+
+    names = GroupNames(lambda texts, weights: "unused", group_name)
+    group = TopicNode("Original", node_id="g2")
+    big, small = TopicNode("Tomato Seedlings Outside"), TopicNode("Sarah Negative Peanuts")
+    for k in range(5):
+        big.add_child(MessageNode(k, exchange("u", "a")))
+    small.add_child(MessageNode(5, exchange("u", "a")))
+    group.add_child(small)
+    group.add_child(big)
+    assert names.name(list(group.children)) == "Sarah Negative · Tomato Seedlings"
 
 
 def test_a_group_of_subtopics_is_named_by_its_two_heaviest_parts_side_by_side():

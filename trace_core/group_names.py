@@ -25,11 +25,13 @@ def part_weight(part: Node) -> float:
 
 def largest_parts(parts: Sequence[Node]) -> list[int]:
     """Indexes (in conversation order) of the largest parts holding two thirds of the
-    exchanges."""
+    exchanges, and at least two: a group named by one part alone bore that part's name,
+    and hid its other parts behind a copy of it ("Tomato Seedlings Outside" over
+    "Tomato Seedlings Outside" and "Sarah Negative Peanuts")."""
     weights = [part_weight(p) for p in parts]
     keep, held, total = set(), 0.0, sum(weights)
     for k in sorted(range(len(parts)), key=lambda k: -weights[k]):
-        if held >= total * 2 / 3:
+        if held >= total * 2 / 3 and len(keep) >= 2:
             break
         keep.add(k)
         held += weights[k]
