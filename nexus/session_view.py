@@ -263,7 +263,7 @@ class SessionView:
                 session.held_elsewhere = isinstance(locked, SessionLockedError)
                 self.call_from_thread(self.chat_notice, session.read_only_reason, "warning")
         except (SessionFileError, Exception) as exc:  # a corrupt file, a foreign file, a mismatched embedder
-            repair = f" /repair {path.stem} rebuilds what it can from what it holds (the damaged file is kept)," \
+            repair = f" /repair {path.stem} rebuilds what it can from what it holds (the damaged file is kept)." \
                 if "damaged" in str(exc) else ""
             self.call_from_thread(self.chat_notice, f"Cannot open the session: {exc}. The file was left untouched."
                                   f"{repair} Type /new to start a new session, or /open another.", "error")

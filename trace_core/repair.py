@@ -39,10 +39,13 @@ class SalvageReport:
     kept_as: str  # where the damaged file went
     rows: dict[str, int] = field(default_factory=dict)  # table -> rows copied
     lost: dict[str, str] = field(default_factory=dict)  # optional table -> why it was not copied
+    exchanges: int = 0
 
     def summary(self) -> str:
-        ex = self.rows.get("messages", 0) // 2
-        out = f"{self.path}: repaired — about {ex:,} exchanges copied, search indexes rebuilt; the damaged file is {self.kept_as}"
+        """What was done, in words (the file named by its name: the caller says where)."""
+        n = f"{self.exchanges:,} exchange" + ("" if self.exchanges == 1 else "s")
+        out = (f"{n} copied into a new file, search indexes rebuilt; the damaged file is kept as "
+               f"{os.path.basename(self.kept_as)}")
         if self.lost:
             out += "; not copied: " + ", ".join(f"{t} ({why})" for t, why in self.lost.items())
         return out
@@ -148,6 +151,7 @@ def _copy_into(path: str, new: str) -> SalvageReport:
             names = ", ".join(cols)
             con.execute(f"DELETE FROM main.{fts}")
             con.execute(f"INSERT INTO main.{fts}(rowid, {names}) SELECT rowid, {names} FROM main.{table}")
+        report.exchanges = con.execute("SELECT COUNT(DISTINCT exchange_index) FROM main.messages").fetchone()[0]
         con.execute("COMMIT")
         con.execute("DETACH DATABASE old")
         check = con.execute("PRAGMA integrity_check").fetchone()[0]
