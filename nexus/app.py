@@ -265,6 +265,13 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
     def tree_updated(self, event: MemoryTree.Updated) -> None:
         self.reinspect(event.ctree)
 
+    @on(MemoryTree.Typed)
+    def tree_typed(self, event: MemoryTree.Typed) -> None:
+        """Typing in the tree goes on in the input, where the text was meant to go."""
+        prompt = self.query_one("#prompt", PromptInput)
+        prompt.focus()
+        prompt.insert(event.text)
+
     @property
     def session_opening(self) -> bool:
         """A session is being opened (its worker runs and has not handed it over yet)."""

@@ -95,6 +95,21 @@ class MemoryTree(ReportsFailures, Tree):
             super().__init__()
             self.ctree = ctree
 
+    class Typed(Message):
+        """A character typed while the tree has focus: it belongs in the input (it was lost)."""
+
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    def on_key(self, event) -> None:
+        # the tree's own keys are arrows, Enter and space; any other character is the start
+        # of a message or command the user began typing without leaving the tree
+        if event.is_printable and event.character and event.character != " ":
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.Typed(event.character))
+
     def __init__(self, **kw) -> None:
         super().__init__("ROOT", **kw)
         self.ctree = None

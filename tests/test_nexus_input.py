@@ -707,3 +707,20 @@ async def test_log_lines_written_while_the_log_is_hidden_fill_its_width_when_sho
         await pilot.resize_terminal(160, 40)
         await pilot.pause(0.3)
         assert len([line for line in log_pane.lines if "word" in line.text]) == 2
+
+
+async def test_typing_while_the_tree_has_focus_goes_to_the_input(server, tmp_path, minilm, data_dir):
+    """Ctrl+B into the tree, then typing a command: the text went nowhere (found in a
+    new-user trial). The tree's own keys (arrows, Enter, space) stay the tree's."""
+    from nexus.widgets import MemoryTree, PromptInput
+
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("ctrl+b")
+        assert isinstance(app.focused, MemoryTree)
+        await pilot.press("down", "space")
+        assert isinstance(app.focused, MemoryTree)
+        await pilot.press(*"/check")
+        await pilot.pause(0.1)
+        assert isinstance(app.focused, PromptInput) and app.query_one("#prompt").value == "/check"
