@@ -190,7 +190,9 @@ def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url
                 on_snapshot(tree, take_snapshot(tree))
 
         def judged(e: tev.JudgeDecided) -> None:
-            emit(f"scenario {name} #{e.exchange_index + 1}/{total}: judge {e.judge}: {e.action} → {e.topic} "
+            # "#13" as the kept session and the tree number it; "14/18" how far the run is
+            emit(f"scenario {name} #{e.exchange_index} ({e.exchange_index + 1}/{total}): judge {e.judge}: "
+                 f"{e.action} → {e.topic} "
                  f"({e.reason})", "info")
             snapshot()
 

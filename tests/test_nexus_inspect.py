@@ -589,7 +589,8 @@ def test_a_scenario_stops_inside_its_reorganisation_and_counts_its_steps_right(t
     assert outcome.cancelled and outcome.exchanges == total
     assert len(asked) == total + 2  # stopped at the reorganisation's first step, not after it
     steps = [t for t in events if t.startswith("scenario theseus #")]
-    assert len(steps) == total and steps[-1].startswith(f"scenario theseus #{total}/{total}:")
+    assert len(steps) == total and steps[-1].startswith(f"scenario theseus #{total - 1} ({total}/{total}):")
+    assert steps[0].startswith("scenario theseus #0 (1/")  # numbered as the tree numbers the exchange
 
 
 async def test_quitting_stops_a_running_scenario(server, tmp_path, minilm, data_dir, session_file):
