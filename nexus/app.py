@@ -270,7 +270,12 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         """Typing in the tree goes on in the input, where the text was meant to go."""
         prompt = self.query_one("#prompt", PromptInput)
         prompt.focus()
-        prompt.insert(event.text)
+        if event.text:
+            prompt.insert(event.text)
+        elif event.key == "backspace":
+            prompt.action_delete_left()
+        elif event.key == "enter":
+            prompt.action_submit()
 
     @property
     def session_opening(self) -> bool:

@@ -96,23 +96,42 @@ class MemoryTree(ReportsFailures, Tree):
             self.ctree = ctree
 
     class Typed(Message):
-        """A character typed while the tree has focus: it belongs in the input (it was lost)."""
+        """Text typed or pasted while the tree has focus: it belongs in the input (it was
+        lost); ``key``: backspace or enter, typed in the same run of keys."""
 
-        def __init__(self, text: str) -> None:
+        def __init__(self, text: str = "", key: str = "") -> None:
             super().__init__()
             self.text = text
+            self.key = key
+
+    def on_focus(self) -> None:
+        self._typing = False
 
     def on_key(self, event) -> None:
-        # the tree's own keys are arrows, Enter and space; any other character is the start
-        # of a message or command the user began typing without leaving the tree
-        if event.is_printable and event.character and event.character != " ":
-            event.stop()
-            event.prevent_default()
+        # the tree's own keys are arrows, Enter and space; any other character starts a
+        # message or command typed without leaving the tree. Keys that arrive before the
+        # input has the focus (a fast typist, a burst) follow it there, spaces, Backspace
+        # and Enter included
+        typing = self._typing
+        if event.is_printable and event.character and (event.character != " " or typing):
+            self._typing = True
             self.post_message(self.Typed(event.character))
+        elif typing and event.key in ("enter", "backspace"):
+            self.post_message(self.Typed(key=event.key))
+        else:
+            return
+        event.stop()
+        event.prevent_default()
+
+    def on_paste(self, event) -> None:
+        self._typing = True
+        event.stop()
+        self.post_message(self.Typed(event.text))
 
     def __init__(self, **kw) -> None:
         super().__init__("ROOT", **kw)
         self.ctree = None
+        self._typing = False  # keys typed here go on in the input, until the tree has the focus again
         self.snapshot: TreeSnapshot | None = None
         self.expanded_ids: set[str] = {"root"}
         self.injected: dict[str, float] = {}  # topic id -> fused score of the last reply

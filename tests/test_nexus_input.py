@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from scripted_server import Reply
 from test_nexus_app import chat_reply, make_config, notices, ready, wait_for
+from textual import events
 
 from nexus.app import NexusApp
 from nexus.completion import Completer
@@ -724,3 +725,20 @@ async def test_typing_while_the_tree_has_focus_goes_to_the_input(server, tmp_pat
         await pilot.press(*"/check")
         await pilot.pause(0.1)
         assert isinstance(app.focused, PromptInput) and app.query_one("#prompt").value == "/check"
+        # a burst that reaches the tree before the input has the focus: spaces, Backspace
+        # and Enter follow the letters (the spaces went to the tree: "/findryebread")
+        app.query_one("#prompt").value = ""
+        await pilot.press("ctrl+b")
+        tree = app.query_one(MemoryTree)
+        names = {"/": "slash", " ": "space"}
+        for char in "/find rye breadx":
+            tree.post_message(events.Key(names.get(char, char), char))  # all queued before the first is read
+        tree.post_message(events.Key("backspace", "\x08"))
+        tree.post_message(events.Key("enter", "\r"))
+        await wait_for(pilot, lambda: "rye bread" in notices(app))
+        assert app.query_one("#prompt").value == "" and "ryebread" not in notices(app)
+        # a paste while the tree has the focus lands in the input too (it was dropped)
+        await pilot.press("ctrl+b")
+        app.query_one(MemoryTree).post_message(events.Paste("pasted into the tree"))
+        await pilot.pause(0.1)
+        assert app.query_one("#prompt").value == "pasted into the tree"
