@@ -21,8 +21,9 @@ def conversation_markdown(tree, title: str, with_tree: bool = False, system: str
     """Every exchange in order (archived ones marked), each under its date; then the
     messages that got no answer (kept for Ctrl+R: no exchange, but the user's words); the
     topic outline at the end with ``with_tree``."""
+    waiting = f" · {counted(len(unanswered), 'message')} with no answer" if unanswered else ""
     lines = [f"# {title}", "", f"Exported {datetime.now().strftime('%Y-%m-%d %H:%M')} · "
-             f"{counted(len(tree.exchanges), 'exchange')}", ""]
+             f"{counted(len(tree.exchanges), 'exchange')}{waiting}", ""]
     if system:
         lines += ["> System prompt: " + system.replace("\n", "\n> "), ""]
     day = ""

@@ -127,3 +127,4 @@ async def test_an_export_carries_the_messages_with_no_answer_and_save_says_it_le
         await wait_for(pilot, lambda: "1 message with no answer is not in it" in notices(app))
     text = out.read_text()
     assert "## Not answered" in text and "Should pods have memory requests equal to limits?" in text
+    assert "0 exchanges · 1 message with no answer" in text

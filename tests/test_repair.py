@@ -52,6 +52,7 @@ def test_a_damaged_keyword_index_is_rebuilt_from_the_messages(tmp_path, minilm):
     damaged = sha(path)
     report = salvage(str(path))
     assert sha(tmp_path / os.path.basename(report.kept_as)) == damaged  # the damaged file is kept as it was
+    assert not list(tmp_path.glob("*.damaged-*-shm"))  # nobody's data beside it
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
     try:

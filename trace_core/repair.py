@@ -87,9 +87,11 @@ def salvage(path: str) -> SalvageReport:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         kept = f"{path}.damaged-{stamp}"
         os.replace(path, kept)
-        for ext in ("-wal", "-shm"):
+        if os.path.exists(path + "-wal") and os.path.getsize(path + "-wal"):
+            os.replace(path + "-wal", kept + "-wal")  # writes the damaged file still holds, kept with it
+        for ext in ("-wal", "-shm"):  # an empty log and the shared-memory index are nobody's data
             if os.path.exists(path + ext):
-                os.replace(path + ext, kept + ext)
+                os.unlink(path + ext)
         os.replace(new, path)
         report.kept_as = kept
         return report
