@@ -323,7 +323,7 @@ class MemoryTree(ReportsFailures, Tree):
             self.expanded_ids.update(row.node_id for row in snap.path(tid)[:-1])
             self._reveal.discard(tid)
             self._gen += 1
-        self.border_title = snap.title()
+        self.border_title = snap.title(self.title_room)
         root = snap.topics[snap.root_id]
         label = Text(f"ROOT ({counted(snap.exchanges, 'exchange')})")
         if self.root.data != snap.root_id or str(self.root.label) != label.plain:
@@ -467,8 +467,16 @@ class MemoryTree(ReportsFailures, Tree):
                 self._synced.pop(n.data, None)
             stack.extend(n.children)
 
+    @property
+    def title_room(self) -> int | None:
+        """Cells the border leaves a title (its corners and a dash each side)."""
+        return self.outer_size.width - 4 if self.outer_size.width else None
+
     def on_resize(self) -> None:
         from .inspector import NodeInspector  # drawn over the chat, beside this pane
+
+        if self.snapshot is not None:
+            self.border_title = self.snapshot.title(self.title_room)
 
         for inspector in self.app.query(NodeInspector):
             inspector.beside(self.outer_size.width)

@@ -93,8 +93,15 @@ class TreeSnapshot:
             row = self.topics.get(row.parent_id) if row.parent_id else None
         return out[::-1]
 
-    def title(self) -> str:
-        return f"depth {self.depth} · {counted(self.topic_count, 'topic')} · {counted(self.exchanges - self.archived, 'exchange')}"
+    def title(self, room: int | None = None) -> str:
+        """The pane's title; in less than its length of ``room``, the counts alone,
+        exchanges first (the depth went, and then the exchange count was cut)."""
+        exchanges = counted(self.exchanges - self.archived, 'exchange')
+        full = f"depth {self.depth} · {counted(self.topic_count, 'topic')} · {exchanges}"
+        if room is None or len(full) <= room:
+            return full
+        return f"{exchanges} · {counted(self.topic_count, 'topic')}"
+
 
 
 def try_lock(tree: CTree, fn, *args):

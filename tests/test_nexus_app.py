@@ -424,6 +424,9 @@ async def test_a_small_terminal_gives_the_chat_the_room(server, tmp_path, minilm
             assert app.sub_title.startswith("embedder ready") if size[0] < 110 else app.sub_title.endswith("embedder ready")
             assert (server.base_url in app.sub_title) is address
             assert app.query_one("#chat").size.width >= size[0] - tree_cols - 2
+            # the tree pane's title keeps its counts whole (narrow: the depth goes, exchanges first)
+            assert app.query_one("#tree").border_title == ("0 exchanges · 0 topics" if size[0] < 110
+                                                           else "depth 0 · 0 topics · 0 exchanges")
     # resized while running: the title follows at once (it was one resize behind)
     app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
     async with app.run_test(size=(140, 45)) as pilot:
