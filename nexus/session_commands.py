@@ -145,9 +145,11 @@ class SessionCommands:
             self.chat_notice("No sessions yet.")
             return
         lines = ["Sessions (newest first; /open NAME switches, * is open):"]
-        for p, mtime, size in rows[:30]:
+        shown = rows[:30]
+        width = max(len(p.stem) for p, _, _ in shown)  # the columns line up whatever the names
+        for p, mtime, size in shown:
             mark = "*" if p == self.session_path and self.session is not None else " "
-            lines.append(f" {mark} {p.stem:<32} {time.strftime('%Y-%m-%d %H:%M', time.localtime(mtime))} "
+            lines.append(f" {mark} {p.stem:<{width}}  {time.strftime('%Y-%m-%d %H:%M', time.localtime(mtime))} "
                          f"{human_size(size):>9}")
         if len(rows) > 30:
             lines.append(f"   … and {len(rows) - 30} more")

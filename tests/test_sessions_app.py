@@ -17,7 +17,7 @@ from test_nexus_app import chat_reply, make_config, notices, ready, type_and_sen
 from nexus import sessions
 from nexus.app import NexusApp
 from nexus.history import HistoryPager
-from nexus.widgets import PastExchangeView, UserMessage
+from nexus.widgets import Notice, PastExchangeView, UserMessage
 from trace_core import CTree
 
 
@@ -184,9 +184,14 @@ async def test_a_session_that_cannot_be_opened_leaves_the_open_one_open(server, 
         assert "left untouched; first stays open" in notices(app)
         assert app.session is not None and app.session_path == first
         assert [m.text for m in app.query(UserMessage)] == ["My bike is a blue Gazelle."]  # the chat stays too
+        sessions.resolve("scenario-overwrite-20261203-081359-with-a-long-name").write_bytes(b"")
         await type_and_send(pilot, app, "/sessions")
         await wait_for(pilot, lambda: "* first" in notices(app))
         assert "* damaged" not in notices(app)
+        import re
+        said = [n.plain for n in app.query(Notice) if "Sessions (newest first" in n.plain][-1]
+        columns = {re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", line).start() for line in said.splitlines()[1:]}
+        assert len(columns) == 1  # the dates line up whatever the names' lengths
         await type_and_send(pilot, app, "Still here?")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
     assert bad.read_bytes() == b"definitely not sqlite" * 50
