@@ -39,7 +39,7 @@ class SessionView:
         """``queued``: messages typed in the open session, kept there unsent as it closes.
         A file that cannot be opened is refused before the open session closes: it stays."""
         if self.session is not None and Path(path).is_file() and Path(path).stat().st_size:
-            problem = sessions.open_problem(Path(path), self.embed_fn)
+            problem = sessions.open_problem(Path(path))
             if problem:
                 self.call_from_thread(self.refuse_open, Path(path), problem, queued or [])
                 return

@@ -231,17 +231,17 @@ def writer_free(session: Path) -> bool:
     return True
 
 
-def open_problem(path: Path, embed_fn=None) -> str | None:
-    """Why ``path`` cannot be opened as a session (not a TRACE file, damaged, another
-    embedder's), in words; None when it can. Read-only: takes no lock, writes nothing."""
-    from trace_core import CTree
+def open_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be opened as a session (not a SQLite file, another program's,
+    damaged, a newer schema), in words; None when it can. The store's own check, read-only:
+    no lock taken, nothing written, the tree not read."""
+    from trace_core import SessionFileError
+    from trace_core.schema import inspect_session_file
 
     try:
-        tree = CTree.open(str(path), embed_fn=embed_fn, judge="embedding", read_only=True)
-    except Exception as exc:  # SessionFileError and whatever else refuses the file: said as it is
+        inspect_session_file(str(path))
+    except SessionFileError as exc:
         return str(exc)
-    if tree.vdb is not None:
-        tree.vdb.close()
     return None
 
 
