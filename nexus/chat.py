@@ -44,14 +44,11 @@ def load_kept(db) -> list[str]:
 class ChatSession:
     def __init__(self, config: Config, session_path: Path, emit: Callable[[object], None] = lambda e: None,
                  embed_fn=None, search_fn=None) -> None:
-        from openai import OpenAI
-
         self.config = config
         self.path = Path(session_path)
         self.emit = emit
         self._embed_fn = embed_fn
-        self.client = OpenAI(base_url=config.base_url, api_key=config.api_key,
-                             timeout=config.section("server").timeout, max_retries=0)
+        self.use_server()
         self.model = config.chat_model
         self.tree: CTree | None = None
         self.synth: PromptSynthesizer | None = None
@@ -112,7 +109,8 @@ class ChatSession:
     # --- models -----------------------------------------------------------------------------
 
     def use_server(self) -> None:
-        """Talk to the server the config names now (the bundled one restarted on another port)."""
+        """The chat client, for the server the config names now (at start; and when the
+        bundled server restarted on another port)."""
         from openai import OpenAI
 
         self.client = OpenAI(base_url=self.config.base_url, api_key=self.config.api_key,
