@@ -135,9 +135,13 @@ class EngineView:
 
     def reinspect(self, ctree) -> None:
         """The pane shows ``ctree`` anew: an open inspector reads its node again."""
+        try:
+            inspector = self.query_one(NodeInspector)
+        except NoMatches:  # shutting down: the pane's last update arrived after the screen went
+            return
         own = self.session is not None and ctree is self.session.tree
         synth = self.session.synth if own else None
-        self.query_one(NodeInspector).refresh_for(ctree, synth.last_report if synth else None, synth)
+        inspector.refresh_for(ctree, synth.last_report if synth else None, synth)
 
     def inspect_node(self, event: MemoryTree.NodeSelected) -> None:
         """Enter or a click on a topic or exchange: its details beside the pane."""
