@@ -31,6 +31,13 @@ def read_only_reason(locked: SessionLockedError | SessionNotWritableError) -> st
             "/new starts another session.")
 
 
+def repair_hint(path: Path, problem: str) -> str:
+    """The sentence that offers /repair, for a file said to be damaged (else nothing)."""
+    if "damaged" not in problem:
+        return ""
+    return f" /repair {path.stem} rebuilds what it can from what it holds (the damaged file is kept)."
+
+
 class SessionView:
     """NexusApp's session: opened and closed in a worker; the app's state is set on the UI thread."""
 
@@ -51,8 +58,8 @@ class SessionView:
         go back to the outbox, in their order."""
         self.outbox = queued + self.outbox
         here = f"; {self.session_path.stem} stays open" if self.session is not None else ""
-        repair = f" /repair {path.stem} rebuilds what it can from what it holds." if "damaged" in problem else ""
-        self.chat_notice(f"Cannot open {path.stem}: {problem}. The file was left untouched{here}.{repair}", "error")
+        self.chat_notice(f"Cannot open {path.stem}: {problem}. The file was left untouched{here}."
+                         f"{repair_hint(path, problem)}", "error")
         self.post_event(ev.Notice(f"session error: {problem}", "error"))
 
     @background(group="session", exclusive=True)
@@ -263,10 +270,8 @@ class SessionView:
                 session.held_elsewhere = isinstance(locked, SessionLockedError)
                 self.call_from_thread(self.chat_notice, session.read_only_reason, "warning")
         except (SessionFileError, Exception) as exc:  # a corrupt file, a foreign file, a mismatched embedder
-            repair = f" /repair {path.stem} rebuilds what it can from what it holds (the damaged file is kept)." \
-                if "damaged" in str(exc) else ""
             self.call_from_thread(self.chat_notice, f"Cannot open the session: {exc}. The file was left untouched."
-                                  f"{repair} Type /new to start a new session, or /open another.", "error")
+                                  f"{repair_hint(path, str(exc))} Type /new to start a new session, or /open another.", "error")
             self.post_event(ev.Notice(f"session error: {exc}", "error"))
             self.call_from_thread(self.session_failed, path)
             return None
