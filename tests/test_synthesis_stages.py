@@ -14,7 +14,7 @@ from trace_core import CTree, PromptSynthesizer
 from trace_core.nodes import MessageNode, TopicNode
 from trace_core.synthesis import SynthesisParams
 from trace_core.synthesis.candidates import CandidateFinder, UnitTable, focused_query_vector, keyword_query
-from trace_core.synthesis.fusion import fuse, neighbour_smoothing, queue_order, topic_scores, z_scores
+from trace_core.synthesis.fusion import answer_lift, fuse, neighbour_smoothing, next_message, queue_order, topic_scores, z_scores
 from trace_core.synthesis.rendering import BlockLayout, render
 from trace_core.synthesis.selection import UPDATE_CUES, Supersessions, pair_status, select
 from trace_core.textutil import DocumentFrequency
@@ -225,6 +225,28 @@ def test_neighbour_smoothing_lends_to_adjacent_messages_only():
     units = [(0, "user"), (1, "user"), (5, "user")]
     out = neighbour_smoothing(np.array([0.0, 1.0, 0.0]), units, 0.5)
     assert list(out) == [0.5, 1.0, 0.0]  # exchange 0 sits next to 1; exchange 5 does not
+
+
+def test_the_message_after_a_question_gains_a_share_of_its_score():
+    """A message that asks what the query asks is answered by the next one: that one
+    gains a share of the question's score (the one before it does not), in any script's
+    question mark."""
+    root, xs = small_tree([("How long have you had the turtles?", "Three years now."),
+                           ("Nice weather.", "Yes, sunny."),
+                           ("カメをどのくらい飼っていますか？", "三年です。")])
+    assert next_message(xs, 0, "user") == (0, "assistant")
+    assert next_message(xs, 0, "assistant") == (1, "user")
+    assert next_message(xs, 2, "assistant") is None
+    units = [(0, "user"), (0, "assistant"), (1, "user"), (2, "user"), (2, "assistant")]
+    base = np.array([2.0, 0.5, 0.5, 2.0, 0.5])
+    out = answer_lift(base, base.copy(), units, xs, 0.25)
+    assert list(out) == [2.0, 1.0, 0.5, 2.0, 1.0]  # the replies gain; the message after a statement does not
+    # in the ranking: the reply overtakes a message of equal cosine that answers nothing
+    from trace_core.synthesis.candidates import Candidates
+    cands = Candidates(units[:3], [0, 1, 2], np.array([0.6, 0.3, 0.31]), np.zeros(3), {}, {})
+    p = SynthesisParams(neighbour_weight=0.0, answer_weight=0.2)
+    assert fuse("how long has he had turtles?", cands, xs, p).ranking == [0, 1, 2]
+    assert fuse("how long has he had turtles?", cands, xs, dataclasses.replace(p, answer_weight=0.0)).ranking == [0, 2, 1]
 
 
 def test_fuse_ranks_keyword_and_named_date():

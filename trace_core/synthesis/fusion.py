@@ -4,7 +4,8 @@ Cosines enter in standard deviations of the query's cosines over the whole
 conversation, branch scores as z-scores among the candidates, BM25 relative to the
 best match, squared (0 without a shared word); unlike ranks, scores keep how far ahead a clear
 winner is. A date named in the question lifts that day's messages; conversation
-neighbours lend each other a share of their score.
+neighbours lend each other a share of their score, and a message that asks lends the
+one right after it a share more.
 """
 
 from __future__ import annotations
@@ -88,6 +89,42 @@ def neighbour_smoothing(fused: np.ndarray, units: list[tuple[int, str]], weight:
     return out
 
 
+# a message that asks: "?" and its full-width and Arabic forms
+QUESTION_MARKS = ("?", "\uff1f", "\u061f")
+
+
+def asks(text: str) -> bool:
+    return any(mark in text for mark in QUESTION_MARKS)
+
+
+def next_message(exchanges: Sequence[MessageNode], i: int, role: str) -> tuple[int, str] | None:
+    """The message said right after ``(i, role)``: the exchange's next role, else the
+    next exchange's first (None at the end)."""
+    roles = [m["role"] for m in exchanges[i].messages]
+    if role in roles and roles.index(role) + 1 < len(roles):
+        return i, roles[roles.index(role) + 1]
+    if i + 1 < len(exchanges) and exchanges[i + 1].messages:
+        return i + 1, exchanges[i + 1].messages[0]["role"]
+    return None
+
+
+def answer_lift(base: np.ndarray, fused: np.ndarray, units: list[tuple[int, str]],
+                exchanges: Sequence[MessageNode], weight: float) -> np.ndarray:
+    """The message right after a question gains ``weight`` of the question's score
+    (``base``: before neighbours lent theirs), on top of what neighbours lend: a message
+    in the conversation that asks what the query asks is answered by what follows it,
+    and seldom holds the answer itself."""
+    pos = {u: k for k, u in enumerate(units)}
+    out = fused.copy()
+    for k, (i, role) in enumerate(units):
+        if not asks(exchanges[i].role_text(role)):
+            continue
+        nxt = next_message(exchanges, i, role)
+        if nxt is not None and nxt in pos:
+            out[pos[nxt]] += weight * base[k]
+    return out
+
+
 def fuse(query: str, cands: Candidates, exchanges: Sequence[MessageNode], params: SynthesisParams) -> Scores:
     """Stage 2: the fused score of every candidate and the ranking."""
     units = cands.units
@@ -104,8 +141,11 @@ def fuse(query: str, cands: Candidates, exchanges: Sequence[MessageNode], params
             fused += params.date_weight * np.array(
                 [any(sp.matches(exchanges[i].timestamp) for sp in specs) for i, _ in units], dtype=float)
     fused -= fused.min()  # non-negative: neighbours below lend score, never take it
+    base = fused
     if params.neighbour_weight:
         fused = neighbour_smoothing(fused, units, params.neighbour_weight)
+    if params.answer_weight:
+        fused = answer_lift(base, fused, units, exchanges, params.answer_weight)
     ranking = [int(k) for k in np.argsort(-fused, kind="stable")]
     if params.diversity and cands.vectors is not None:
         ranking = diversify(ranking, fused, cands.vectors, params.diversity, params.diversity_pool)

@@ -24,6 +24,9 @@ class SynthesisParams:
     # one sharing a word or two of them little of it
     keyword_power: float = 2.0
     neighbour_weight: float = 0.3  # share of a conversation neighbour's score a message gains
+    # share of a question's score the message said right after it gains (a message that
+    # asks what the query asks is answered by the next one), beside the neighbour share
+    answer_weight: float = 0.2
     supersede_similarity: float = 0.65  # cosine from which a later update supersedes
     group_depth: int | None = 1  # entries are grouped under their ancestor at this depth
     # evidence of relevance: a message is a candidate only from this cosine (MiniLM puts
