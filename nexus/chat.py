@@ -217,7 +217,8 @@ class ChatSession:
             if self.turn is turn:
                 self.turn = None
             turn.settled.set()
-            self.emit(ev.TurnSettled(turn.id, turn.outcome))
+            index, stamp = turn.stored or (-1, "")
+            self.emit(ev.TurnSettled(turn.id, turn.outcome, index, stamp))
         if reply is not None and not turn.keep:
             self.index_sentences()  # idle work, after the turn is over
         return reply
@@ -272,7 +273,8 @@ class ChatSession:
                 reply += "\n\n[reply cut at max_tokens]"
             self.emit(ev.ReplyFinished(reply, False, sources, turn.id, note=note))
         try:
-            self.remember(text, reply, index=False, replace=turn.replace)
+            node = self.remember(text, reply, index=False, replace=turn.replace)
+            turn.stored = (node.index, node.timestamp)
         except Exception as exc:  # kept for Ctrl+R (and beside the file, for the next start); the app keeps running
             turn.outcome = "unstored"
             self.unstored.append((text, reply))
@@ -415,9 +417,9 @@ class ChatSession:
         return number
 
     def remember(self, user: str, reply: str, system: str | None = None, index: bool = True,
-                 replace: bool = False) -> None:
+                 replace: bool = False):
         """Store the exchange (called from a worker: add() embeds and writes to disk);
-        ``replace``: it takes the place of the newest exchange (/retry, /edit)."""
+        ``replace``: it takes the place of the newest exchange (/retry, /edit). Returns its node."""
         assert self.tree is not None
         content = strip_think(reply) or "(empty reply)"
         msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": content}]
@@ -434,6 +436,7 @@ class ChatSession:
         self.emit(ev.Remembered(node.index, self.tree.thread_path(node)))
         if index:
             self.index_sentences()
+        return node
 
     def store_unstored(self) -> tuple[int, str]:
         """Store again the exchanges whose storing failed (no new request to the model).

@@ -68,6 +68,8 @@ class TurnSettled:
     """A turn is over and its exchange stored (or kept): the next queued message may go."""
     turn: int
     outcome: str  # answered | cancelled | failed | empty | refused | unstored
+    exchange: int = -1  # the stored exchange's number (-1: none stored)
+    timestamp: str = ""  # its timestamp
 
 
 @dataclass(frozen=True)

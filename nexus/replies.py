@@ -14,7 +14,8 @@ from . import messages as M
 from . import parked, sessions
 from .chat import ChatSession, Turn
 from .failures import TaskFailed, background
-from .widgets import AssistantMessage, PromptInput, UserMessage
+from .history import when
+from .widgets import AssistantMessage, ExchangeHead, PromptInput, UserMessage
 
 log = logging.getLogger("nexus")
 UNSENT_STATE = "not answered — kept to send again"
@@ -245,6 +246,8 @@ class Replies:
         asked = self.asked.pop(turn, None)
         if asked is not None and asked.is_attached and self.session is not None and asked.text in self.session.kept:
             asked.set_state(UNSENT_STATE)  # no answer: Ctrl+R sends it again, and this one goes
+        elif asked is not None and asked.is_attached and message.event.exchange >= 0 and asked.parent is not None:
+            asked.parent.mount(ExchangeHead(message.event.exchange, when(message.event.timestamp)), before=asked)
         if self.turn is not None and self.turn.id == turn:
             self.turn = None
         if not self._leaving:

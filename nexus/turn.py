@@ -37,6 +37,7 @@ class Turn:
     replace: bool = False  # /retry, /edit: the reply replaces the newest exchange in memory
     partial: str = ""
     outcome: str = ""  # answered | cancelled | failed | empty | refused | unstored
+    stored: tuple[int, str] | None = None  # (exchange index, timestamp) once its exchange is stored
 
     def cancel(self, keep: bool = False) -> None:
         self.keep = self.keep or keep

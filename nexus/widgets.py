@@ -38,6 +38,14 @@ def message_text(widget) -> str:
     return getattr(widget, "text", "")
 
 
+class ExchangeHead(Static):
+    """The line over a live exchange once it is stored: its number and time, as a
+    reopened session shows them (``PastExchangeView``)."""
+
+    def __init__(self, index: int, when: str) -> None:
+        super().__init__(Text(f"#{index}" + (f" · {when}" if when else ""), justify="center"), classes="exchange-head")
+
+
 class UserMessage(Static):
     can_focus = True  # selectable: click it or Ctrl+↑/↓, then Ctrl+Y copies it
 

@@ -733,3 +733,30 @@ async def test_a_session_in_a_folder_that_does_not_exist_says_it_made_it(server,
         await ready(app, pilot)
         await pilot.pause(0.2)
         assert "Made the folder" not in notices(app)  # Nexus's own sessions folder is no news
+
+
+async def test_a_live_exchange_gets_its_number_and_time_once_stored_as_a_reopened_one_shows(server, tmp_path,
+                                                                                           minilm, data_dir):
+    """The line over an exchange ("#0 · 2026-12-03 10:04") was drawn only after a reopen:
+    a live one showed none, so /search's and the tree's numbers matched nothing on screen."""
+    from nexus.widgets import ExchangeHead
+
+    server.script("Bees dance.", "They smell it.")
+    app = NexusApp(make_config(server.base_url, tmp_path), sessions.resolve("heads"), embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "How do bees talk?")
+        await wait_for(pilot, lambda: len(app.query(ExchangeHead)) == 1)
+        await type_and_send(pilot, app, "How do they find flowers?")
+        await wait_for(pilot, lambda: len(app.query(ExchangeHead)) == 2)
+        live = [rendered(h).strip() for h in app.query(ExchangeHead)]
+        chat = list(app.query_one("#chat").children)
+        for head in app.query(ExchangeHead):  # each right over its message
+            assert isinstance(chat[chat.index(head) + 1], UserMessage)
+    assert [h.split(" · ")[0] for h in live] == ["#0", "#1"]
+    app = NexusApp(make_config(server.base_url, tmp_path), sessions.resolve("heads"), embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: len(shown_indexes(app)) == 2)
+        reopened = [rendered(v).strip().splitlines()[0].strip() for v in app.query(PastExchangeView)]
+    assert reopened == live

@@ -14,7 +14,15 @@ from trace_core import CTree, PromptSynthesizer
 from trace_core.nodes import MessageNode, TopicNode
 from trace_core.synthesis import SynthesisParams
 from trace_core.synthesis.candidates import CandidateFinder, UnitTable, focused_query_vector, keyword_query
-from trace_core.synthesis.fusion import answer_lift, fuse, neighbour_smoothing, next_message, queue_order, topic_scores, z_scores
+from trace_core.synthesis.fusion import (
+    answer_lift,
+    fuse,
+    neighbour_smoothing,
+    next_message,
+    queue_order,
+    topic_scores,
+    z_scores,
+)
 from trace_core.synthesis.rendering import BlockLayout, render
 from trace_core.synthesis.selection import UPDATE_CUES, Supersessions, pair_status, select
 from trace_core.textutil import DocumentFrequency
