@@ -112,6 +112,10 @@ class Lifecycle:
             return
         self._leaving = True
         self.save_draft()
+        if self.turn is not None and not self.turn.settled.is_set():
+            # a stalled server can hold this for seconds: say why nothing seems to happen
+            self.chat_notice("Quitting: the reply in progress is stopped and stored with your message "
+                             "first (at most 15 s)…")
         await self.settle_reply_async()
         await asyncio.to_thread(self.store_unsent, *self.take_outbox())
         if self.handle_signals:  # the real process (not a test's app): its end is bounded

@@ -467,6 +467,23 @@ async def test_quitting_before_the_first_token_keeps_the_message_unanswered(serv
     tree.vdb.close()
 
 
+async def test_quitting_mid_reply_says_what_it_waits_for(server, tmp_path, minilm, data_dir):
+    """A stalled server can hold the way out for seconds (11 s with a stopped bundled
+    model, in a trial): the chat says why nothing seems to happen."""
+    import asyncio
+
+    server.respond(chat_only(lambda req: Reply("too late", delay=8.0)))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "q.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Still there?")
+        await wait_for(pilot, lambda: app.turn is not None and "working" in app.current_reply.waiting_text)
+        assert "Quitting" not in notices(app)
+        leaving = asyncio.create_task(app.leave())
+        await wait_for(pilot, lambda: "Quitting: the reply in progress is stopped and stored" in notices(app))
+        await leaving
+
+
 async def test_a_message_sent_before_the_session_opens_survives_quitting_then_waits_for_ctrl_r(
         server, tmp_path, minilm, data_dir):
     """Enter while the session still waits for the bundled model, then Ctrl+Q: there is
