@@ -255,8 +255,12 @@ def load_verdicts(path: Path | None = None) -> dict[str, dict]:
 
 
 def save_verdict(outcome: ScenarioOutcome, path: Path | None = None) -> None:
+    """Remember a run for the listing. A cancelled or failed run is listed until there is
+    a verdict; it never takes a verdict's place."""
     path = path or verdicts_path()
     data = load_verdicts(path)
+    if outcome.passed is None and (data.get(outcome.name) or {}).get("passed") is not None:
+        return
     data[outcome.name] = asdict(outcome)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -273,6 +277,9 @@ def listing(verdicts: dict[str, dict]) -> str:
         v = verdicts.get(name)
         if v is None:
             last = "not run yet"
+        elif v.get("passed") is None:  # only cancelled or failed runs so far
+            last = (f"no verdict yet: cancelled after {v['exchanges']} exchanges ({v['when']})" if v.get("cancelled")
+                    else f"no verdict yet: could not run ({v['when']}): {v.get('error', '')}")
         else:
             last = f"{'PASS' if v['passed'] else 'FAIL'} ({v['judge']} judge, {v['when']}): {v['detail']}"
         lines.append(f"  {name:<10} {last}")
@@ -376,8 +383,7 @@ class ScenarioController:
         self.outcome = outcome
         self._pane().end_scenario()
         level = "info" if outcome.passed else ("warning" if outcome.cancelled else "error")
-        if outcome.passed is not None:
-            save_verdict(outcome)
+        save_verdict(outcome)
         self.app.chat_notice(outcome.summary() + "\nYour session is back in the tree pane.", level)
         self.app.log_line(f"scenario {outcome.name}: " + outcome.summary().splitlines()[0], level)
 

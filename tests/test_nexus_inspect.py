@@ -441,7 +441,8 @@ async def test_scenario_runs_in_a_scratch_session_and_esc_cancels_it(server, tmp
         from nexus.scenario_runner import verdicts_path
 
         assert oct(verdicts_path().stat().st_mode & 0o777) == "0o600"  # private, as the data dir's files are
-        assert "  needle     not run yet" in notices(app).split("multihop   PASS")[0].rsplit("Scenarios (", 1)[1]
+        listed = notices(app).split("multihop   PASS")[0].rsplit("Scenarios (", 1)[1]
+        assert "  needle     no verdict yet: cancelled after " in listed  # it said "not run yet"
         assert tree.snapshot() == before_tree and session_bytes(session_file) == before_bytes
         assert pane.ctree is tree
 
@@ -737,3 +738,17 @@ def test_the_inspector_says_what_each_indexed_part_is(tmp_path, minilm):
     second = exchange_text(exchange_detail(tree, 1)).plain
     assert "user, after the message before it: Feed it more often." in second
     tree.vdb.close()
+
+
+def test_a_cancelled_scenario_is_listed_until_a_verdict_and_never_hides_one(tmp_path):
+    from nexus.scenario_runner import ScenarioOutcome, listing, load_verdicts, save_verdict
+
+    path = tmp_path / "verdicts.json"
+    cancelled = ScenarioOutcome("needle", "embedding", None, "", 37, 4.0, cancelled=True, when="2026-12-03 10:00")
+    save_verdict(cancelled, path)
+    assert "  needle     no verdict yet: cancelled after 37 exchanges (2026-12-03 10:00)" in listing(load_verdicts(path))
+    passed = ScenarioOutcome("needle", "embedding", True, "found it", 200, 20.0, when="2026-12-03 10:05")
+    save_verdict(passed, path)
+    save_verdict(cancelled, path)  # a later cancelled run
+    assert "  needle     PASS (embedding judge, 2026-12-03 10:05): found it" in listing(load_verdicts(path))
+    assert "  overwrite  not run yet" in listing(load_verdicts(path))
