@@ -17,6 +17,19 @@ def safe(text: str) -> str:
     return CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
 
 
+# a reply of Markdown syntax only ("-", "#", "1.") draws as nothing: it is shown as written
+_ONLY_SYNTAX = re.compile(r"[\s\-*+#>_=`~.|0-9)]+")
+_SYNTAX_CHAR = re.compile(r"([\-*+#>_=`~.|)])")
+
+
+def visible_markdown(text: str) -> str:
+    """``text`` as Markdown that draws something: a text of Markdown syntax only is
+    escaped, so the reply "-" shows "-", not an empty line."""
+    if text.strip() and _ONLY_SYNTAX.fullmatch(text):
+        return _SYNTAX_CHAR.sub(r"\\\1", text)
+    return text
+
+
 def log_safe(text: str) -> str:
     """One log record as ``cat`` shows it: ``safe``, with carriage returns visible and
     continuation lines indented, so no text can pass for another record."""

@@ -19,7 +19,7 @@ from trace_core.textutil import marks, without_marks
 from .completion import Completer
 from .keys import PROMPT_KEYS, key_for
 from .prompt_history import PromptHistory
-from .text import safe
+from .text import safe, visible_markdown
 
 THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
 CODE = re.compile(r"```[^\n]*\n(.*?)```", re.S)
@@ -110,7 +110,7 @@ class PastExchangeView(Widget):
         self.exchange = x
         # the reply's Markdown source, made safe; the app's marks ("[reply cancelled]") are
         # shown under it as a note, as in a live reply, not as words of the reply
-        self.source = safe(without_marks(x.assistant))
+        self.source = visible_markdown(safe(without_marks(x.assistant)))
         self.marks = [safe(m) for m in marks(x.assistant)]
         self._reply = None  # parsed once: render() runs for layout and for each paint
 
@@ -211,7 +211,7 @@ class AssistantMessage(Vertical):
         elif thoughts:
             await self.mount(Collapsible(Static(Text(safe("\n\n".join(thoughts)))), title="reasoning",
                                         collapsed=True), before=self.body)
-        await self.body.update(safe(answer))
+        await self.body.update(visible_markdown(safe(answer)))
         if sources:
             lines = "\n".join(f"[{i}] {title} — {url}" for i, (title, url) in enumerate(sources, 1))
             await self.mount(Static(Text(safe("Sources:\n" + lines)), classes="sources"))

@@ -220,6 +220,28 @@ async def test_markup_and_escape_sequences_are_shown_as_text(server, tmp_path, m
         assert "\x1b" not in shown and "␛[31m" in shown
 
 
+def test_a_reply_of_markdown_syntax_only_is_shown_as_written():
+    """The reply "-" (a small model's answer) drew as an empty line: nothing said the
+    model had answered at all."""
+    import io
+
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from nexus.text import visible_markdown
+
+    def drawn(text: str) -> str:
+        console = Console(width=40, color_system=None, record=True, file=io.StringIO())
+        console.print(Markdown(text))
+        return console.export_text().strip()
+
+    for reply in ("-", "*", "#", "---", ">", "1.", "2)", "+ -"):
+        assert drawn(reply) == "" or reply == "---"  # what Markdown alone draws
+        assert drawn(visible_markdown(reply)) == reply
+    for reply in ("- a list", "# Title", "42", "ok."):  # text with words is Markdown as ever
+        assert visible_markdown(reply) == reply
+
+
 async def test_commands(server, tmp_path, minilm, data_dir):
     server.respond(chat_reply("Noted."))
     app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
