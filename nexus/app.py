@@ -123,8 +123,14 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         yield EventLog(level=self.config.section("ui").log_level, id="log")
         yield PromptInput(placeholder="Message, or /help  (Enter sends, Shift+Enter or Ctrl+J: new line)",
                           id="prompt", completer=Completer(
-                              lambda: [p.stem for p, _, _ in sessions.list_sessions()], self.models_for_completion))
+                              self.other_session_names, self.models_for_completion))
         yield Footer()
+
+    def other_session_names(self) -> list[str]:
+        """Sessions to complete for /open and /delete: not the open one (/open has nothing
+        to do with it, /delete refuses it)."""
+        here = self.session_path.resolve() if self.session_path is not None else None
+        return [p.stem for p, _, _ in sessions.list_sessions() if p.resolve() != here]
 
     def on_mount(self) -> None:
         ui = self.config.section("ui")
@@ -222,9 +228,9 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
                 return
             self.chat_notice(C.suggestion(name), "warning")
             prompt = self.query_one("#prompt", PromptInput)
-            if not prompt.value.strip():  # given back, to correct or to send with //
-                prompt.value = line
-                prompt.move_cursor(prompt.document.end)
+            if not prompt.value.strip():  # given back, to correct or to send with //; selected, so
+                prompt.value = line     # what is typed next replaces it ("/undo" then "/edit" sent "/undo/edit")
+                prompt.select_all()
             return
         handler = getattr(self, f"cmd_{parsed.command.handler}")
         self.last_command = parsed  # /system reads its text as typed (quotes and spacing kept)

@@ -10,6 +10,9 @@ from . import commands as C
 
 FLAGS = {
     "tree": ["--messages"],
+    "search": ["--all"],
+    "scenario": ["needle", "overwrite", "drift", "theseus", "multihop", "--judge", "--keep"],
+    "system": ["--clear"],
     "reorganize": ["--threshold", "--prune"],
     "export": ["--tree"],
     "web": ["on", "off"],

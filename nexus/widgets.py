@@ -248,6 +248,7 @@ class PromptInput(TextArea):
         self.prompts = history if history is not None else PromptHistory()  # (TextArea.history is undo)
         self.completer = completer or Completer()
         self._cycle: tuple[str, list[str], int] | None = None  # Tab pressed again: next candidate
+        self._choices_for: set[str] = set()  # the texts the choices on the border are about
 
     @property
     def value(self) -> str:
@@ -341,6 +342,14 @@ class PromptInput(TextArea):
             self._cycle = (text, found, 0)
             self.value = found[0]
         self.border_subtitle = "  ".join(f.rstrip().rsplit(" ", 1)[-1] for f in found[:8]) if len(found) > 1 else ""
+        self._choices_for = set(found) | {self.text} if len(found) > 1 else set()
+
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        # the choices stay while Tab cycles through them; other typing, a send or a recalled
+        # prompt takes them away (they stayed on the border through later messages)
+        if self.border_subtitle and self.text not in self._choices_for:
+            self.border_subtitle = ""
+            self._choices_for = set()
 
 
 class EventLog(RichLog):

@@ -169,6 +169,14 @@ async def test_a_message_may_start_with_a_slash(server, tmp_path, minilm, data_d
         assert "start with // to send it as a message" in notices(app)
         assert app.query_one("#prompt").text == "/tmp is full"
         assert "Unknown command /usr" not in notices(app)
+        # given back selected: a correction with the arrows keeps it, a new line typed replaces it
+        # (typed after "/undo", "/edit" made "/undo/edit", which went to the model as a path)
+        await pilot.press("slash", "s", "t", "a", "t", "s")
+        assert app.query_one("#prompt").text == "/stats"
+        await type_and_send(pilot, app, "/undo")
+        await wait_for(pilot, lambda: "Unknown command /undo." in notices(app))
+        await pilot.press("end", "s")
+        assert app.query_one("#prompt").text == "/undos"
 
 
 def test_a_reorganisation_that_changes_nothing_says_why():

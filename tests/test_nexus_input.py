@@ -117,6 +117,11 @@ def test_completer_commands_and_arguments(tmp_path):
     found = c.complete(f"/ingest {tmp_path}/pho")
     assert found == [f"/ingest {tmp_path}/photo.jpg", f"/ingest {tmp_path}/photos{os.sep}"]
     assert c.complete("hello /reo") == [] and c.complete("/reo\nx") == []
+    assert c.complete("/search --a") == ["/search --all"]  # flags too (it completed none)
+    from nexus.completion import FLAGS
+    from trace_core.scenarios import SCENARIOS
+
+    assert [f for f in FLAGS["scenario"] if not f.startswith("-")] == list(SCENARIOS)
 
 
 async def test_tab_completes_commands_sessions_models_and_paths(server, tmp_path, minilm, data_dir):
@@ -124,6 +129,10 @@ async def test_tab_completes_commands_sessions_models_and_paths(server, tmp_path
     server.respond(chat_reply("ok"))
     img = tmp_path / "lighthouse.jpg"
     img.write_bytes(b"not read")
+    from trace_core import CTree
+
+    (data_dir / "sessions").mkdir(parents=True)
+    CTree.open(str(data_dir / "sessions" / "garden-ideas.db"), judge="embedding", embed_fn=minilm).vdb.close()
     app = NexusApp(make_config(server.base_url, tmp_path), data_dir / "sessions" / "garden-notes.db",
                    embed_fn=minilm)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -133,7 +142,16 @@ async def test_tab_completes_commands_sessions_models_and_paths(server, tmp_path
         assert prompt.text == "/reorganize "
         prompt.value = ""
         await pilot.press(*"/open gar", "tab")
-        assert prompt.text == "/open garden-notes"
+        assert prompt.text == "/open garden-ideas"  # not the open one (it was offered first)
+        # several choices: on the border while Tab cycles them, gone once something else is typed
+        prompt.value = ""
+        await pilot.press(*"/s", "tab")
+        assert prompt.border_subtitle and prompt.text.startswith("/s")
+        await pilot.press("tab")
+        assert prompt.border_subtitle
+        prompt.value = ""
+        await pilot.press(*"hello")
+        assert prompt.border_subtitle == ""  # they stayed through later messages
         # model names: fetched once in the background, then completed from that cached list
         prompt.value = ""
         await pilot.press(*"/model be")
