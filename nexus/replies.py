@@ -78,8 +78,9 @@ class Replies:
         reason = self.session.read_only_reason or "This session is open read-only."
         self.chat_notice(f"Not sent: {reason}", "warning")
         prompt = self.query_one("#prompt", PromptInput)
-        if not prompt.value.strip():
+        if not prompt.value.strip():  # given back selected: what is typed next replaces it (↑ recalls it)
             prompt.value = text
+            prompt.select_all()
 
     def drain_outbox(self) -> None:
         """Send the next queued message if nothing stops it; mark the others as waiting.

@@ -121,7 +121,7 @@ class SessionCommands:
         if path is None:
             return
         if path == self.session_path and self.session is not None:
-            self.chat_notice(f"{path.stem} is open, so it opened: nothing to repair.")
+            self.chat_notice(f"{path.stem} is open here, so its file opened and reads: nothing to repair.")
             return
         self.repair_worker(path)
 

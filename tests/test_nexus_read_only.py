@@ -62,6 +62,10 @@ async def test_a_session_written_elsewhere_opens_read_only(server, tmp_path, min
             await type_and_send(pilot, app, "Remember that I sold it.")
             await wait_for(pilot, lambda: "Not sent: This session is open in another Nexus" in notices(app))
             assert app.query_one("#prompt").value == "Remember that I sold it."
+            # given back selected: a command typed next is not glued to it (it was, and the
+            # line "Remember that I sold it./rename other" was refused as "Not sent")
+            await pilot.press(*"/stats")
+            assert app.query_one("#prompt").value == "/stats"
             assert "Remember that I sold it." not in [m.text for m in app.query(UserMessage)]
             assert not server.chat_requests()  # nothing went to the model
     finally:

@@ -106,3 +106,7 @@ async def test_nexus_says_repair_and_a_repaired_session_opens_with_its_history(s
         assert "Repaired family" in notices(app)
         assert [x.user for x in app.session.tree.exchanges] == [u for u, _ in TALK]
         assert list(path.parent.glob("family.db.damaged-*"))
+        app.query_one("#prompt").value = "/repair family"  # now open: it read "is open, so it opened"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "family is open here, so its file opened and reads: nothing to repair."
+                       in notices(app))
