@@ -17,6 +17,7 @@ import weakref
 from dataclasses import dataclass
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
@@ -103,6 +104,30 @@ class MemoryTree(ReportsFailures, Tree):
             super().__init__()
             self.text = text
             self.key = key
+
+    # → and ← open and close branches, as in a file manager (they scrolled the pane sideways)
+    BINDINGS = [Binding("right", "open_branch", "Open", show=False),
+                Binding("left", "close_branch", "Close", show=False)]
+
+    def action_open_branch(self) -> None:
+        """→: open the branch under the cursor; on an open one, go to its first child."""
+        node = self.cursor_node
+        if node is None or not node.allow_expand:
+            return
+        if not node.is_expanded:
+            node.expand()
+        elif node.children:
+            self.move_cursor(node.children[0])
+
+    def action_close_branch(self) -> None:
+        """←: close the open branch under the cursor; else go to its parent."""
+        node = self.cursor_node
+        if node is None:
+            return
+        if node.allow_expand and node.is_expanded:
+            node.collapse()
+        elif node.parent is not None:
+            self.move_cursor(node.parent)
 
     def on_focus(self) -> None:
         self._typing = False

@@ -199,6 +199,18 @@ async def test_the_keyboard_reaches_the_tree_and_the_inspector(server, tmp_path,
         assert inspector.detail.node_id == first.data
         await pilot.press("escape")  # the inspector first, then back to the input
         await wait_for(pilot, lambda: not inspector.display, what="inspector closed")
+        # → and ← open and close a branch, as in a file manager (they scrolled the pane sideways)
+        first.collapse()
+        await pilot.pause()
+        scroll = pane.scroll_x
+        await pilot.press("right")
+        assert first.is_expanded and pane.cursor_node is first and pane.scroll_x == scroll
+        await pilot.press("right")
+        assert pane.cursor_node is first.children[0]
+        await pilot.press("left")
+        assert pane.cursor_node is first  # a closed branch or a leaf: ← goes to the parent
+        await pilot.press("left")
+        assert not first.is_expanded and pane.cursor_node is first and pane.scroll_x == scroll
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.focused is prompt, what="back at the input")
         # the pane's last update may arrive as the app shuts down, the inspector gone: nothing
