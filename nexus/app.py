@@ -11,6 +11,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.css.query import NoMatches
+from textual.widget import Widget
 from textual.widgets import Footer, Header
 
 from . import commands as C
@@ -204,9 +205,11 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             return
         pane.add(text, level)
 
-    def chat_notice(self, text: str, level: str = "info", body=None, drawing: bool = False) -> Notice | None:
+    def chat_notice(self, text: str, level: str = "info", body=None, drawing: bool = False,
+                    before: Widget | None = None) -> Notice | None:
         """A note in the chat (returned, to change or remove later); ``drawing``: lines (a
-        tree) cut at the pane's edge, never wrapped."""
+        tree) cut at the pane's edge, never wrapped; ``before``: above this widget of the
+        chat (a reply the note explains), else at the end."""
         try:
             chat = self.query_one("#chat")
         except NoMatches:  # shutting down
@@ -214,7 +217,10 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             return None
         notice = Notice(text, level, body)
         notice.set_class(drawing, "drawing")
-        chat.mount(notice)
+        if before is not None and before.parent is chat:
+            chat.mount(notice, before=before)
+        else:
+            chat.mount(notice)
         return notice
 
     # --- commands -----------------------------------------------------------------------------------

@@ -162,7 +162,8 @@ class ChatSession:
         try:
             results, seconds, cached = self.web.search(decision.query)
         except WebSearchError as exc:
-            self.emit(ev.WebRouted(True, decision.reason, decision.query, 0, 0.0, str(exc)))
+            self.emit(ev.WebRouted(True, decision.reason, decision.query, 0, 0.0, str(exc),
+                                   self.turn.id if self.turn is not None else 0))
             return decision, []
         self.emit(ev.WebRouted(True, decision.reason + (" (cached)" if cached else ""), decision.query,
                                len(results), seconds))

@@ -47,7 +47,7 @@ class EngineView:
                           "warning")
             # said in the chat too: with the log hidden the user never learned the reply had no web results
             self.chat_notice(f"The web search for {e.query!r} failed ({e.problem}): the reply comes without it.",
-                             "warning")
+                             "warning", before=self.reply_widget(e.turn))  # above the reply it explains
         elif e.search:
             self.log_line(f"web: {e.reason}; searched {e.query!r}: {e.results} results in {e.seconds:.2f} s")
         else:

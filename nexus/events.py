@@ -85,6 +85,7 @@ class WebRouted:
     results: int = 0
     seconds: float = 0.0
     problem: str = ""
+    turn: int = 0  # the turn it was searched for (0: none)
 
 
 @dataclass(frozen=True)
