@@ -219,7 +219,7 @@ class ChatSession:
                 self.turn = None
             turn.settled.set()
             index, stamp = turn.stored or (-1, "")
-            self.emit(ev.TurnSettled(turn.id, turn.outcome, index, stamp))
+            self.emit(ev.TurnSettled(turn.id, turn.outcome, index, stamp, turn.replace and turn.stored is not None))
         if reply is not None and not turn.keep:
             self.index_sentences()  # idle work, after the turn is over
         return reply

@@ -70,6 +70,7 @@ class TurnSettled:
     outcome: str  # answered | cancelled | failed | empty | refused | unstored
     exchange: int = -1  # the stored exchange's number (-1: none stored)
     timestamp: str = ""  # its timestamp
+    replaced: bool = False  # it took the place of the exchange of that number (/retry, /edit)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from . import parked, sessions
 from .chat import ChatSession, Turn
 from .failures import TaskFailed, background
 from .history import when
-from .widgets import AssistantMessage, ExchangeHead, PromptInput, UserMessage
+from .widgets import AssistantMessage, ExchangeHead, PastExchangeView, PromptInput, UserMessage
 
 log = logging.getLogger("nexus")
 UNSENT_STATE = "not answered — kept to send again"
@@ -248,11 +248,32 @@ class Replies:
         if asked is not None and asked.is_attached and self.session is not None and asked.text in self.session.kept:
             asked.set_state(UNSENT_STATE)  # no answer: Ctrl+R sends it again, and this one goes
         elif asked is not None and asked.is_attached and message.event.exchange >= 0 and asked.parent is not None:
+            if message.event.replaced:
+                self.mark_replaced(asked, message.event.exchange)
             asked.parent.mount(ExchangeHead(message.event.exchange, when(message.event.timestamp)), before=asked)
         if self.turn is not None and self.turn.id == turn:
             self.turn = None
         if not self._leaving:
             self.drain_outbox()
+
+    def mark_replaced(self, asked: UserMessage, index: int) -> None:
+        """Dim what the chat still shows above ``asked`` of exchange ``index``, which /retry
+        or /edit has just replaced: a reopened one, or a live one (its head, message and
+        reply). It read as part of the conversation until a reopen."""
+        chat = list(asked.parent.children)
+        above = chat[: chat.index(asked)]
+        for k, widget in enumerate(above):
+            if isinstance(widget, PastExchangeView) and widget.exchange.index == index:
+                widget.mark_replaced()
+            elif isinstance(widget, ExchangeHead) and widget.index == index and "replaced" not in widget.classes:
+                widget.mark_replaced()
+                for after in above[k + 1:]:  # its message and its reply (notes may sit between)
+                    if isinstance(after, (ExchangeHead, PastExchangeView)):
+                        break
+                    if isinstance(after, (UserMessage, AssistantMessage)):
+                        after.add_class("replaced")
+                    if isinstance(after, AssistantMessage):
+                        break
 
     def settle_reply(self, keep: bool = True, timeout: float = 15.0) -> bool:
         """Cancel the reply in flight and wait until its exchange is stored (the message

@@ -44,6 +44,13 @@ class ExchangeHead(Static):
 
     def __init__(self, index: int, when: str) -> None:
         super().__init__(Text(f"#{index}" + (f" · {when}" if when else ""), justify="center"), classes="exchange-head")
+        self.index = index
+        self.when = when
+
+    def mark_replaced(self) -> None:
+        self.add_class("replaced")
+        self.update(Text(f"#{self.index}" + (f" · {self.when}" if self.when else "") + " · replaced below",
+                         justify="center"))
 
 
 class UserMessage(Static):
@@ -113,6 +120,12 @@ class PastExchangeView(Widget):
         self.source = visible_markdown(safe(without_marks(x.assistant)))
         self.marks = [safe(m) for m in marks(x.assistant)]
         self._reply = None  # parsed once: render() runs for layout and for each paint
+        self.replaced = False  # /retry or /edit put another exchange in its place (shown below)
+
+    def mark_replaced(self) -> None:
+        self.replaced = True
+        self.add_class("replaced")
+        self.refresh(layout=True)
 
     def render(self):
         from rich.console import Group
@@ -123,7 +136,8 @@ class PastExchangeView(Widget):
             self._reply = RichMarkdown(self.source)
 
         x = self.exchange
-        head = f"#{x.index}" + (f" · {x.when}" if x.when else "") + (" · archived" if x.archived else "")
+        head = (f"#{x.index}" + (f" · {x.when}" if x.when else "") + (" · archived" if x.archived else "")
+                + (" · replaced below" if self.replaced else ""))
         parts: list = [Text(head, style=self.get_component_rich_style("past-exchange--date"), justify="center")]
         if x.note:
             parts.append(Text(safe(x.note), style=self.get_component_rich_style("past-exchange--note")))

@@ -19,7 +19,15 @@ from nexus.completion import Completer
 from nexus.config import ConfigError
 from nexus.keys import ALL_KEYS, APP_KEYS, check_key, validate_keys
 from nexus.prompt_history import PromptHistory
-from nexus.widgets import AssistantMessage, EventLog, MemoryTree, PromptInput, UserMessage
+from nexus.widgets import (
+    AssistantMessage,
+    EventLog,
+    ExchangeHead,
+    MemoryTree,
+    PastExchangeView,
+    PromptInput,
+    UserMessage,
+)
 
 ROOT = Path(__file__).parent.parent
 
@@ -580,10 +588,41 @@ async def test_edit_puts_the_message_back_and_replaces_the_exchange(server, tmp_
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.session.tree.exchanges[-1].user == "My cat is Miso.")
         assert [x.user for x in app.session.tree.exchanges] == ["My dog is Rex.", "My cat is Miso."]
+        # what the chat still shows of the replaced exchange is dimmed and says so (it read as
+        # part of the conversation until a reopen)
+        await wait_for(pilot, lambda: len(app.query(ExchangeHead)) == 3)
+        heads = list(app.query(ExchangeHead))
+        assert [h.index for h in heads] == [0, 1, 1]
+        assert heads[1].has_class("replaced") and "replaced below" in str(heads[1].render())
+        assert not heads[0].has_class("replaced") and not heads[2].has_class("replaced")
+        dimmed = {w.text for w in app.query(UserMessage) if w.has_class("replaced")}
+        assert dimmed == {"My cat is Mimo."}
+        assert len([r for r in app.query(AssistantMessage) if r.has_class("replaced")]) == 1
         # a plain message afterwards is a new exchange again
         prompt.value = "Thanks."
         await pilot.press("enter")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 3)
+
+
+async def test_retry_in_a_reopened_session_marks_the_shown_exchange_replaced(server, tmp_path, minilm, data_dir):
+    from trace_core import CTree
+
+    path = tmp_path / "s.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    for q in ("Explain tides.", "Explain waves."):
+        tree.add([{"role": "user", "content": q}, {"role": "assistant", "content": "A first answer."}])
+    tree.vdb.close()
+    server.respond(chat_reply("A second answer."))
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: len(app.query(PastExchangeView)) == 2)
+        app.query_one("#prompt", PromptInput).value = "/retry"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.session.tree.exchanges[-1].assistant == "A second answer.")
+        await wait_for(pilot, lambda: len(app.query(ExchangeHead)) == 1)
+        first, second = app.query(PastExchangeView)
+        assert second.replaced and second.has_class("replaced") and not first.replaced
 
 
 async def test_export_writes_markdown_with_dates_and_the_outline(server, tmp_path, minilm, data_dir):
