@@ -40,11 +40,13 @@ class KeyActions:
         self._on_main_screen()
         t = self.query_one("#tree")
         t.styles.width = min(t.outer_size.width + 4, 120)  # outer: the width style includes border and padding
+        t.styles.max_width, t.styles.min_width = 120, 16  # past the stylesheet's bounds for its default
 
     def action_shrink_side(self) -> None:
         self._on_main_screen()
         t = self.query_one("#tree")
         t.styles.width = max(t.outer_size.width - 4, 16)
+        t.styles.max_width, t.styles.min_width = 120, 16
 
     def action_cancel(self) -> None:
         """Esc: stop the reply that streams; else leave a selected message for the input."""

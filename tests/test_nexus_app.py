@@ -250,6 +250,20 @@ def test_a_reply_of_markdown_syntax_only_is_shown_as_written():
         assert visible_markdown(reply) == reply
 
 
+async def test_the_tree_pane_leaves_the_chat_room_in_a_small_terminal_and_grows_in_a_wide_one(
+        server, tmp_path, minilm, data_dir):
+    """At 40 columns the tree kept 29 and the chat 9; at 250 it stayed 42 and cut names."""
+    widths = {}
+    for cols, rows in ((40, 12), (60, 20), (80, 24), (110, 32), (150, 40), (250, 40)):
+        app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+        async with app.run_test(size=(cols, rows)) as pilot:
+            await ready(app, pilot)
+            widths[cols] = (app.query_one("#tree").outer_size.width, app.query_one("#chat").outer_size.width)
+    assert widths[40][1] >= 22 and widths[60][1] >= 36  # the chat keeps most of a small terminal
+    assert widths[80][0] == 28 and widths[110][0] == widths[150][0] == 42  # as before at the usual sizes
+    assert 60 <= widths[250][0] <= 72
+
+
 async def test_commands(server, tmp_path, minilm, data_dir):
     server.respond(chat_reply("Noted."))
     app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
