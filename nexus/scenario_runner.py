@@ -270,9 +270,13 @@ def save_verdict(outcome: ScenarioOutcome, path: Path | None = None) -> None:
     tmp.replace(path)
 
 
-def listing(verdicts: dict[str, dict]) -> str:
-    lines = ["Scenarios (/scenario NAME [--judge embedding|auto|llm] [--keep]; --keep keeps its tree as a "
-             "session to /open; Esc cancels a run):"]
+LISTING_TITLE = ("Scenarios (/scenario NAME [--judge embedding|auto|llm] [--keep]; --keep keeps its tree as a "
+                 "session to /open; Esc cancels a run):")
+
+
+def listing_rows(verdicts: dict[str, dict]) -> list[tuple[str, str]]:
+    """(name, its last run and what it checks) for each scenario."""
+    rows = []
     for name in S.SCENARIOS:
         v = verdicts.get(name)
         if v is None:
@@ -282,8 +286,15 @@ def listing(verdicts: dict[str, dict]) -> str:
                     else f"no verdict yet: could not run ({v['when']}): {v.get('error', '')}")
         else:
             last = f"{'PASS' if v['passed'] else 'FAIL'} ({v['judge']} judge, {v['when']}): {v['detail']}"
-        lines.append(f"  {name:<10} {last}")
-        lines.append(f"  {'':<10} checks: {WHAT[name]}")
+        rows.append((name, f"{last}\nchecks: {WHAT[name]}"))
+    return rows
+
+
+def listing(verdicts: dict[str, dict]) -> str:
+    lines = [LISTING_TITLE]
+    for name, text in listing_rows(verdicts):
+        last, checks = text.split("\n", 1)
+        lines += [f"  {name:<10} {last}", f"  {'':<10} {checks}"]
     return "\n".join(lines)
 
 
@@ -313,7 +324,10 @@ class ScenarioController:
         keep = "--keep" in args
         args = [a for a in args if a != "--keep"]
         if not args:
-            self.app.chat_notice(listing(load_verdicts()))
+            from .widgets import two_columns
+
+            verdicts = load_verdicts()  # drawn in two columns: a long line wraps under its own text
+            self.app.chat_notice(listing(verdicts), body=two_columns([(LISTING_TITLE, listing_rows(verdicts))]))
             return
         if len(args) != 1 or judge not in JUDGES:
             raise UsageError(usage)

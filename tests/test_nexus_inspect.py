@@ -764,3 +764,23 @@ def test_a_cancelled_scenario_is_listed_until_a_verdict_and_never_hides_one(tmp_
     save_verdict(cancelled, path)  # a later cancelled run
     assert "  needle     PASS (embedding judge, 2026-12-03 10:05): found it" in listing(load_verdicts(path))
     assert "  overwrite  not run yet" in listing(load_verdicts(path))
+
+
+def test_the_scenario_listing_wraps_each_text_under_itself():
+    """Its "checks: …" lines wrapped back to the left edge, under the names."""
+    import io
+
+    from rich.console import Console
+
+    from nexus.scenario_runner import LISTING_TITLE, listing_rows
+    from nexus.widgets import two_columns
+
+    console = Console(width=70, color_system=None, record=True, file=io.StringIO())
+    console.print(two_columns([(LISTING_TITLE, listing_rows({}))]))
+    lines = console.export_text().splitlines()
+    body = lines[next(i for i, line in enumerate(lines) if line.lstrip().startswith("needle")):]
+    column = body[0].index("not run yet")
+    assert column > 10
+    for line in body:
+        if line.strip() and not any(line.lstrip().startswith(n) for n in S.SCENARIOS):
+            assert line[:column].strip() == "", line  # under the text, not under the names
