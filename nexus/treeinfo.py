@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .centroids import centroid_index
+from .text import counted
 from .treesnap import TreeSnapshot, snapshot_unlocked
 
 if TYPE_CHECKING:
@@ -35,13 +36,15 @@ class Health:
         levels = " ".join(str(n) for n in s.per_level) or "none"
         if len(s.per_level) > 1:
             levels = f"{levels}  (levels 1-{len(s.per_level)})"
-        fan = ", ".join(f"{k}: {n}" for k, n in s.fanout.items()) or "none"
+        # "2 topics with 1 child, 1 with 2" (it read "children per topic → topics: 1: 2, 2: 1")
+        fan = ", ".join(f"{n if i else counted(n, 'topic')} with {k} {'child' if k == 1 else 'children'}"
+                        for i, (k, n) in enumerate(sorted(s.fanout.items()))) or "none"
         return [
             head,
             f"  exchanges      {s.exchanges - s.archived} in the tree, {s.archived} archived",
             f"  topics         {s.topic_count}, depth {s.depth}",
             f"  per level      {levels}",
-            f"  fan-out        children per topic → topics: {fan}",
+            f"  fan-out        {fan}",
             f"  bound          {s.max_children} topics and {s.max_children} exchanges per topic",
         ]
 

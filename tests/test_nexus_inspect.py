@@ -294,6 +294,10 @@ async def test_check_reports_health_and_names_a_corrupted_node(server, tmp_path,
         assert f"depth {snap.depth}" in text and "per level      " + " ".join(map(str, snap.per_level)) in text
         assert f"{len(TALK)} in the tree, 0 archived" in text and "fan-out" in text
         assert sum(snap.per_level) == snap.topic_count == sum(snap.fanout.values())
+        fan = sorted(snap.fanout.items())  # in words: "3 topics with 2 children, 1 with 4 children"
+        k, n = fan[0]
+        assert f"fan-out        {n} topic{'s' if n > 1 else ''} with {k} child" in text
+        assert "→ topics:" not in text
 
         # corrupt the live tree: one exchange in two topics
         topics = [t for t in tree.iter_topics() if t is not tree.root and t.message_children]
