@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         code = _run(args, typed)
     finally:
         restore_terminal()
+        wipe_echo(typed)
     if code is None:
         return 2
     _exit_now(code)
@@ -76,7 +77,9 @@ def take_the_terminal():
     terminal's line editing, which turns Enter into a newline (ICRNL) — the editor would
     then get a new line, not a send. So: what was typed already is read here (returned as
     text, each Enter a newline) for the app to send; from here on ICRNL is off, so an
-    Enter typed during the imports stays Enter. The undo restores the terminal as it was."""
+    Enter typed during the imports stays Enter, and ECHO is off: the keys are the app's,
+    not the shell screen's (they stayed there after a quit, the prompt glued to them). The
+    undo restores the terminal as it was."""
     try:
         import termios
     except ImportError:  # not a POSIX terminal
@@ -86,7 +89,8 @@ def take_the_terminal():
         if not sys.stdin.isatty():
             return "", lambda: None
         before = termios.tcgetattr(fd)
-        now = [before[0] & ~termios.ICRNL, *before[1:6], list(before[6])]
+        now = [before[0] & ~termios.ICRNL, before[1], before[2], before[3] & ~termios.ECHO, *before[4:6],
+               list(before[6])]
         peek = [*now[:3], now[3] & ~termios.ICANON, *now[4:6], list(now[6])]  # an unended line is readable too
         peek[6][termios.VMIN], peek[6][termios.VTIME] = 0, 0
         termios.tcsetattr(fd, termios.TCSANOW, peek)
@@ -108,6 +112,20 @@ def take_the_terminal():
             pass
 
     return typed.decode("utf-8", "replace"), restore
+
+
+def wipe_echo(typed: str) -> None:
+    """Keys typed before ``take_the_terminal`` ran were echoed on the shell's screen, where
+    the cursor is back after the app: that text (sent as messages) is cleared from the
+    screen, its lines counted from the Enters in it."""
+    if not typed or not sys.stdout.isatty():
+        return
+    lines = typed.replace("\r\n", "\n").replace("\r", "\n").count("\n")
+    try:
+        sys.stdout.write("\r" + (f"\x1b[{lines}A" if lines else "") + "\x1b[J")
+        sys.stdout.flush()
+    except OSError:  # the terminal is gone
+        pass
 
 
 def _run(args: argparse.Namespace, typed: str = "") -> int | None:

@@ -96,3 +96,44 @@ def test_a_pasted_stack_trace_keeps_its_lines(tmp_path):
     stored = [r[0] for r in con.execute("SELECT content FROM messages WHERE role='user'")]
     con.close()
     assert stored == [pasted, "first line\nsecond line"]
+
+
+def test_keys_typed_as_nexus_starts_are_sent_and_not_left_on_the_shell_screen(tmp_path):
+    """Typed at once after the command, before the first screen: the message is sent, and
+    after the quit the shell's screen does not show it with the prompt glued on
+    ("early bird message^Mbash-5.2#", in a new-user trial)."""
+    if shutil.which("tmux") is None or shutil.which("bash") is None:
+        pytest.skip("tmux and bash are needed")
+    with ScriptedServer() as srv:
+        srv.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format") else Reply("Tweet."))
+        name = f"nexus-early-{os.getpid()}"
+        session = tmp_path / "s.db"
+        tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", "bash --norc --noprofile")
+        try:
+            tmux("send-keys", "-t", name, "-l", f"PS1='READY$ '; clear; cd {ROOT}")
+            tmux("send-keys", "-t", name, "Enter")
+            wait_screen(name, "READY$", 20)
+            tmux("send-keys", "-t", name, "-l", nexus_command(tmp_path, srv.base_url, session))
+            tmux("send-keys", "-t", name, "Enter")
+            tmux("send-keys", "-t", name, "-l", "early bird message")
+            tmux("send-keys", "-t", name, "Enter")
+            wait_screen(name, "remembered exchange #0", 120)
+            tmux("send-keys", "-t", name, "-l", "/quit")
+            tmux("send-keys", "-t", name, "Enter")
+            shown, end = "", time.time() + 30
+            while time.time() < end:
+                shown = screen(name)
+                if shown.rstrip().endswith("READY$") and "-m nexus" in shown:
+                    break
+                time.sleep(0.3)
+            assert shown.rstrip().endswith("READY$"), shown
+            assert "early bird" not in shown, shown
+            # the terminal is as it was: echo and Enter's newline back for the shell's programs
+            tmux("send-keys", "-t", name, "-l", "stty -a | tr ' ;' '\\n\\n' | grep -xE -- '-?(echo|icrnl)' | tr '\\n' ' '")
+            tmux("send-keys", "-t", name, "Enter")
+            wait_screen(name, "echo ", 10)
+            assert "-echo" not in screen(name) and "-icrnl" not in screen(name) and "icrnl echo" in screen(name)
+        finally:
+            tmux("kill-session", "-t", name)
+        sent = [r for r in srv.chat_requests() if not r.get("response_format")]
+        assert sent[0]["messages"][-1]["content"] == "early bird message"
