@@ -15,6 +15,7 @@ from . import parked, sessions
 from .chat import ChatSession, Turn
 from .failures import TaskFailed, background
 from .history import when
+from .text import counted
 from .widgets import AssistantMessage, ExchangeHead, PastExchangeView, PromptInput, UserMessage
 
 log = logging.getLogger("nexus")
@@ -385,6 +386,10 @@ class Replies:
             self.send_first(text)
         else:
             self.send(text)
+        left = len(self.session.kept)
+        if left:  # each Ctrl+R sends one: say that more wait (a trial found the second by chance)
+            self.chat_notice(f"{counted(left, 'more message')} without an answer: "
+                             f"{self.resend_key().replace('ctrl+', 'Ctrl+').title()} again sends the next.")
 
     def send_first(self, text: str) -> None:
         """``send``, ahead of the messages waiting in the outbox (shown above them too)."""

@@ -166,6 +166,7 @@ async def test_ctrl_r_sends_the_message_its_newest_hint_is_under(server, tmp_pat
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         assert app.session.tree.exchanges[0].user == "What flour suits a rye starter?"
         assert app.session.kept == ["ok thanks"]
+        assert "1 more message without an answer: Ctrl+R again sends the next." in notices(app)
         assert [r for r in app.query(AssistantMessage) if r.note.startswith("(no answer")] == empty[:1]
         assert [m.text for m in app.query(UserMessage)].count("What flour suits a rye starter?") == 1
 
