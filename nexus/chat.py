@@ -55,6 +55,8 @@ class ChatSession:
         self.turn: Turn | None = None  # the request in flight
         self.kept: list[str] = []  # messages without an answer (failed, empty, cancelled early): resend with a key
         self.latest_kept: str | None = None  # the one whose failure was said last (Ctrl+R's hint is under it)
+        # kept messages of /retry and /edit: the exchange their answer is to replace
+        self.replacing: dict[str, int] = {}
         self._kept_saved: list[str] = []
         self.unstored: list[tuple[str, str]] = []  # exchanges whose storing failed: store again with a key
         self._reloading = False  # reading the file again after a failed store
@@ -247,14 +249,14 @@ class ChatSession:
                 finish = self._stream(turn, model, system, text, max_tokens)
         except Exception as exc:
             turn.outcome = "failed"
-            self._keep(text)
+            self._keep(text, turn)
             self.emit(ev.ReplyFailed(text, turn.partial, reply_problem(exc, self.config.base_url), turn.id))
             return None
         sources = tuple((r.title, r.url) for r in results)
         if turn.cancelled.is_set():
             turn.outcome = "cancelled"
             if not strip_think(turn.partial):  # no answer came: nothing to store, kept for resend (in the file)
-                self._keep(text)
+                self._keep(text, turn)
                 self.emit(ev.ReplyFinished("", True, sources, turn.id, note="cancelled before the first word: "
                                            "your message is kept — Ctrl+R sends it again"))
                 return None
@@ -262,7 +264,7 @@ class ChatSession:
             self.emit(ev.ReplyFinished(reply, True, sources, turn.id))
         elif not strip_think(turn.partial):
             turn.outcome = "empty"
-            self._keep(text)
+            self._keep(text, turn)
             self.emit(ev.ReplyFinished(turn.partial, False, sources, turn.id, empty=True))
             return None
         else:
@@ -303,6 +305,7 @@ class ChatSession:
         """The exchange of ``text`` is stored (or kept as unstored): the unsent row lets it go."""
         if text in self.kept:  # answered now (a resend)
             self.kept.remove(text)
+            self.replacing.pop(text, None)
         if self.kept != self._kept_saved:
             self.save_kept()
 
@@ -332,9 +335,20 @@ class ChatSession:
             return self.latest_kept
         return self.kept[0] if self.kept else None
 
-    def _keep(self, text: str) -> None:
+    def _keep(self, text: str, turn: Turn | None = None) -> None:
         self.keep_unsent([text])
         self.latest_kept = text
+        if turn is not None and turn.replace and self.tree is not None and self.tree.exchanges:
+            self.replacing[text] = len(self.tree.exchanges) - 1  # its resend replaces it too
+        else:
+            self.replacing.pop(text, None)
+
+    def replaces(self, text: str) -> bool:
+        """A kept message of /retry or /edit whose exchange is still the newest: sent again,
+        its answer takes that exchange's place (Ctrl+R after a failed /retry stored the
+        question twice)."""
+        index = self.replacing.get(text)
+        return index is not None and self.tree is not None and len(self.tree.exchanges) == index + 1
 
     def keep_unsent(self, texts: list[str]) -> None:
         """Messages without an answer (a failed reply, or queued when Nexus closed): kept

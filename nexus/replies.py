@@ -382,20 +382,21 @@ class Replies:
         for old in gone:
             self.remove_unanswered(old)  # shown again below, as it is sent
         self.recount_unsent(gone)
+        replace = self.session.replaces(text)  # a failed /retry or /edit, sent again, still replaces
         if first:
-            self.send_first(text)
+            self.send_first(text, replace)
         else:
-            self.send(text)
+            self.send(text, replace=replace)
         left = len(self.session.kept)
         if left:  # each Ctrl+R sends one: say that more wait (a trial found the second by chance)
             self.chat_notice(f"{counted(left, 'more message')} without an answer: "
                              f"{self.resend_key().replace('ctrl+', 'Ctrl+').title()} again sends the next.")
 
-    def send_first(self, text: str) -> None:
+    def send_first(self, text: str, replace: bool = False) -> None:
         """``send``, ahead of the messages waiting in the outbox (shown above them too)."""
         shown = UserMessage(text)
         self.mount_before_waiting(shown)
-        self.outbox.insert(0, Outgoing(text, None, shown))
+        self.outbox.insert(0, Outgoing(text, None, shown, replace))
         self.drain_outbox()
 
     def mount_before_waiting(self, widget) -> None:

@@ -604,6 +604,30 @@ async def test_edit_puts_the_message_back_and_replaces_the_exchange(server, tmp_
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 3)
 
 
+async def test_ctrl_r_after_a_failed_retry_still_replaces_the_exchange(server, tmp_path, minilm, data_dir):
+    """/retry got an empty answer; Ctrl+R sent the question again as a new exchange: the
+    question was stored twice (found in a trial). Its answer takes the old one's place."""
+    answers = iter(["The first answer.", "", "A second answer."])
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply(next(answers), chunk_delay=0.0))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        prompt.value = "What is the capital of Portugal?"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        prompt.value = "/retry"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.turn is None and app.session.kept == ["What is the capital of Portugal?"])
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.session.tree.exchanges[-1].assistant == "A second answer.")
+        await wait_for(pilot, lambda: app.turn is None)
+        assert [(x.user, x.assistant) for x in app.session.tree.exchanges] == [
+            ("What is the capital of Portugal?", "A second answer.")]
+        assert app.session.kept == []
+
+
 async def test_retry_in_a_reopened_session_marks_the_shown_exchange_replaced(server, tmp_path, minilm, data_dir):
     from trace_core import CTree
 
