@@ -121,7 +121,7 @@ class SessionCommands:
         if path is None:
             return
         if path == self.session_path and self.session is not None:
-            self.chat_notice(f"{path.stem} is open here, so its file opened and reads: nothing to repair.")
+            self.chat_notice(f"{path.stem} is open here and reads well: nothing to repair.")
             return
         self.repair_worker(path)
 
@@ -129,6 +129,12 @@ class SessionCommands:
     def repair_worker(self, path: Path) -> None:
         from trace_core.repair import salvage
 
+        failed_here = self.session is None and path == self.session_path  # it could not open in this window
+        if not failed_here and sessions.open_problem(path) is None:
+            # a sound file is left as it is (it was rebuilt, the original kept as "damaged")
+            self.call_from_thread(self.chat_notice, f"{path.stem} passes the file check: nothing to repair. "
+                                  f"/open {path.stem} opens it.")
+            return
         try:
             report = salvage(str(path))
         except SessionFileError as exc:

@@ -108,5 +108,12 @@ async def test_nexus_says_repair_and_a_repaired_session_opens_with_its_history(s
         assert list(path.parent.glob("family.db.damaged-*"))
         app.query_one("#prompt").value = "/repair family"  # now open: it read "is open, so it opened"
         await pilot.press("enter")
-        await wait_for(pilot, lambda: "family is open here, so its file opened and reads: nothing to repair."
-                       in notices(app))
+        await wait_for(pilot, lambda: "family is open here and reads well: nothing to repair." in notices(app))
+        # a sound session that is not open is left as it is (it was rebuilt and called damaged)
+        other = sessions.resolve("sound")
+        make_session(other, minilm)
+        before = other.read_bytes()
+        app.query_one("#prompt").value = "/repair sound"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "sound passes the file check: nothing to repair." in notices(app))
+        assert other.read_bytes() == before and not list(other.parent.glob("sound.db.damaged-*"))
