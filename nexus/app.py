@@ -65,7 +65,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
     # a small terminal (80 × 24) gives the chat the room: narrower side panes, a shorter
     # log, and no server address in the title (app.tcss: Screen.-narrow, Screen.-short)
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW_BELOW, "-wide")]
-    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]
+    VERTICAL_BREAKPOINTS = [(0, "-cramped"), (20, "-short"), (32, "-tall")]
     # priority: the focused editor must not swallow them (it binds ctrl+k, ctrl+y, ctrl+←/→)
     BINDINGS = [Binding(k.key, k.action, k.description, show=k.show, id=k.action, priority=True)
                 for k in APP_KEYS]

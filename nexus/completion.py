@@ -50,7 +50,9 @@ class Completer:
             options += self.session_names()
         if name == "model" and not head:
             options += self.model_names()
-        out = [o for o in options if o.startswith(word)]
+        # a word taken is followed by a space, as a command's name is: "--all" then the query
+        # made "--allsailing"
+        out = [o + " " for o in options if o.startswith(word)]
         if name in PATH_ARGS and not word.startswith("-"):
             out += paths(word)
         return out

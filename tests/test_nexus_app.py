@@ -259,6 +259,8 @@ async def test_the_tree_pane_leaves_the_chat_room_in_a_small_terminal_and_grows_
         async with app.run_test(size=(cols, rows)) as pilot:
             await ready(app, pilot)
             widths[cols] = (app.query_one("#tree").outer_size.width, app.query_one("#chat").outer_size.width)
+            if rows == 12:  # and most of its height (the log kept 4 of 12 rows, the chat 2)
+                assert app.query_one("#chat").outer_size.height >= 5 and app.query_one("#log").outer_size.height <= 2
     assert widths[40][1] >= 22 and widths[60][1] >= 36  # the chat keeps most of a small terminal
     assert widths[80][0] == 28 and widths[110][0] == widths[150][0] == 42  # as before at the usual sizes
     assert 60 <= widths[250][0] <= 72

@@ -119,17 +119,18 @@ def test_completer_commands_and_arguments(tmp_path):
     c = Completer(lambda: ["work-notes", "holiday"], lambda: ["qwen2.5-7b", "llama3.2"])
     assert c.complete("/reo") == ["/reorganize "]
     assert "/search " in c.complete("/se") and "/sessions " in c.complete("/se")
-    assert c.complete("/open ho") == ["/open holiday"]
-    assert c.complete("/model q") == ["/model qwen2.5-7b"]
-    assert c.complete("/set t") == ["/set temperature", "/set top_p"]
+    assert c.complete("/open ho") == ["/open holiday "]
+    assert c.complete("/model q") == ["/model qwen2.5-7b "]
+    assert c.complete("/set t") == ["/set temperature ", "/set top_p "]
     found = c.complete(f"/ingest {tmp_path}/pho")
     assert found == [f"/ingest {tmp_path}/photo.jpg", f"/ingest {tmp_path}/photos{os.sep}"]
     assert c.complete("hello /reo") == [] and c.complete("/reo\nx") == []
-    assert c.complete("/search --a") == ["/search --all"]  # flags too (it completed none)
+    assert c.complete("/search --a") == ["/search --all "]  # flags too, then a space (it completed none)
     from nexus.completion import FLAGS
     from trace_core.scenarios import SCENARIOS
 
     assert [f for f in FLAGS["scenario"] if not f.startswith("-")] == list(SCENARIOS)
+    assert c.complete("/scenario needle --k") == ["/scenario needle --keep "]
 
 
 async def test_tab_completes_commands_sessions_models_and_paths(server, tmp_path, minilm, data_dir):
@@ -150,7 +151,7 @@ async def test_tab_completes_commands_sessions_models_and_paths(server, tmp_path
         assert prompt.text == "/reorganize "
         prompt.value = ""
         await pilot.press(*"/open gar", "tab")
-        assert prompt.text == "/open garden-ideas"  # not the open one (it was offered first)
+        assert prompt.text == "/open garden-ideas "  # not the open one (it was offered first)
         # several choices: on the border while Tab cycles them, gone once something else is typed
         prompt.value = ""
         await pilot.press(*"/s", "tab")
@@ -165,11 +166,11 @@ async def test_tab_completes_commands_sessions_models_and_paths(server, tmp_path
         await pilot.press(*"/model be")
         await wait_for(pilot, lambda: app.models_cache == ["alpha-model", "beta-model"])
         await pilot.press("tab")
-        assert prompt.text == "/model beta-model"
+        assert prompt.text == "/model beta-model "
         listed = len([c for c in server.calls() if c == ("GET", "/v1/models")])
         prompt.value = "/model al"
         await pilot.press("tab")
-        assert prompt.text == "/model alpha-model"
+        assert prompt.text == "/model alpha-model "
         assert len([c for c in server.calls() if c == ("GET", "/v1/models")]) == listed  # cached
         prompt.value = f"/ingest {tmp_path}/light"
         await pilot.press("tab")

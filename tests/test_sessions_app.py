@@ -135,7 +135,7 @@ async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, dat
         second = app.session_path
         assert not shown_indexes(app)
         # Tab completes session names after /open (the input's completer is handed them)
-        assert "/open first" in app.query_one("#prompt").completer.complete("/open fi")
+        assert "/open first " in app.query_one("#prompt").completer.complete("/open fi")
         await type_and_send(pilot, app, "/open first")
         await wait_for(pilot, lambda: app.session_path == first and app.session is not None
                        and len(shown_indexes(app)) == 1)
@@ -750,6 +750,7 @@ async def test_a_live_exchange_gets_its_number_and_time_once_stored_as_a_reopene
         await type_and_send(pilot, app, "How do they find flowers?")
         await wait_for(pilot, lambda: len(app.query(ExchangeHead)) == 2)
         live = [rendered(h).strip() for h in app.query(ExchangeHead)]
+        live_column = app.query(ExchangeHead).first().render_line(0).text.index("#")  # as drawn
         chat = list(app.query_one("#chat").children)
         for head in app.query(ExchangeHead):  # each right over its message
             assert isinstance(chat[chat.index(head) + 1], UserMessage)
@@ -759,4 +760,6 @@ async def test_a_live_exchange_gets_its_number_and_time_once_stored_as_a_reopene
         await ready(app, pilot)
         await wait_for(pilot, lambda: len(shown_indexes(app)) == 2)
         reopened = [rendered(v).strip().splitlines()[0].strip() for v in app.query(PastExchangeView)]
+        reopened_column = app.query(PastExchangeView).first().render_line(0).text.index("#")
     assert reopened == live
+    assert live_column == reopened_column > 10  # centred alike (the live one sat at the left edge)
