@@ -39,6 +39,10 @@ class SessionCommands:
         if self.refused_while_busy():
             return
         queued = self.take_queued_messages() if self.session is not None else []
+        if self.session is not None and self.turn is not None and not self.turn.settled.is_set():
+            # it is stopped and stored on the way (said: the switch said nothing of it)
+            announce += (f" The reply in progress was stopped; what it had said is stored in "
+                         f"{self.session_path.stem}, marked cancelled.")
         if queued:
             announce += (f" {counted(len(queued), 'message')} you queued stayed in {self.session_path.stem}, "
                          f"unsent ({self.resend_key()} sends {'it' if len(queued) == 1 else 'them'} there).")

@@ -314,6 +314,8 @@ async def test_a_session_switch_stores_the_reply_in_flight_first(server, tmp_pat
         await type_and_send(pilot, app, "/new")
         await wait_for(pilot, lambda: app.session is not None and app.session_path != first
                        and app.session.tree is not None, 60)
+        # said (the switch said nothing of the reply it cut)
+        assert "The reply in progress was stopped; what it had said is stored in first" in notices(app)
     tree = CTree.open(str(first), judge="embedding", embed_fn=minilm)
     try:
         assert len(tree.exchanges) == 1 and tree.exchanges[0].user == "count slowly"
