@@ -24,6 +24,14 @@ from .memory_service import MemoryService, SessionNameError
 
 log = logging.getLogger("nexus.proxy")
 
+
+def quiet_logging() -> None:
+    """The proxy's log: its own lines (session, status, timing) at INFO; the engine's
+    only from WARNING, since its events name topics after the messages' words (the
+    README promises no message text in the logs)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("trace_core").setLevel(logging.WARNING)
+
 SESSION_HEADER = "x-nexus-session"
 
 
@@ -369,7 +377,7 @@ def run(config, upstream: str, port: int = 8788, host: str = "127.0.0.1", sessio
         print(f"nexus proxy: {exc}", file=sys.stderr)
         return 2
     proxy = MemoryProxy(pool, upstream, config.api_key, config.section("server").timeout)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    quiet_logging()
     print(f"nexus proxy: http://{host}:{port}/v1 → {upstream}, session {first.name!r}"
           + (" (bearer token required)" if token else ""), file=sys.stderr)
     problem = check_upstream(upstream, config.api_key)

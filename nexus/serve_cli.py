@@ -64,6 +64,9 @@ def main(argv: list[str]) -> int:
         print(f"nexus {args.mode}: {problem}", file=sys.stderr)
         return 2
     token = resolve_token(args.token)
+    import os
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar in a server's log
     try:
         if args.mode == "mcp":
             from .mcp_server import run

@@ -452,3 +452,21 @@ def test_bad_arguments_stop_the_server_at_start_in_words(data_dir, capsys, argv,
     silently served 'default' (found in a new-user trial)."""
     assert serve_cli.main(argv) == 2
     assert said in capsys.readouterr().err
+
+
+def test_the_proxy_log_keeps_the_engines_events_out():
+    """The engine's events name topics after the messages' words ("topic='Sister Live
+    Quânider'" reached the proxy's stderr, found in a trial); the README promises no
+    message text in the logs. Its own lines stay."""
+    import logging
+
+    from nexus.proxy import quiet_logging
+
+    engine = logging.getLogger("trace_core")
+    level = engine.level
+    try:
+        quiet_logging()
+        assert not engine.isEnabledFor(logging.INFO) and engine.isEnabledFor(logging.WARNING)
+        assert logging.getLogger("nexus.proxy").isEnabledFor(logging.INFO)
+    finally:
+        engine.setLevel(level)
