@@ -31,6 +31,7 @@ def quiet_logging() -> None:
     README promises no message text in the logs)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("trace_core").setLevel(logging.WARNING)
+    logging.getLogger("nexus.proxy").setLevel(logging.INFO)
 
 SESSION_HEADER = "x-nexus-session"
 

@@ -462,11 +462,12 @@ def test_the_proxy_log_keeps_the_engines_events_out():
 
     from nexus.proxy import quiet_logging
 
-    engine = logging.getLogger("trace_core")
-    level = engine.level
+    engine, own = logging.getLogger("trace_core"), logging.getLogger("nexus.proxy")
+    levels = engine.level, own.level
     try:
         quiet_logging()
         assert not engine.isEnabledFor(logging.INFO) and engine.isEnabledFor(logging.WARNING)
-        assert logging.getLogger("nexus.proxy").isEnabledFor(logging.INFO)
+        assert own.isEnabledFor(logging.INFO)
     finally:
-        engine.setLevel(level)
+        engine.setLevel(levels[0])
+        own.setLevel(levels[1])
