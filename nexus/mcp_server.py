@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from .memory_service import MemoryService, Recall, Remembered, SearchResult
+from .text import counted
 
 INSTRUCTIONS = (
     "Long-term memory of past conversations (TRACE). Call recall(query) before answering a question "
@@ -115,7 +116,7 @@ def run(config, session: str | None, http_port: int | None = None, host: str = "
     except (SessionNameError, SessionFileError) as exc:
         print(f"nexus mcp: {exc}", file=sys.stderr)
         return 2
-    print(f"nexus mcp: session {service.name!r} ({service.path}), {len(service.tree.exchanges)} exchanges",
+    print(f"nexus mcp: session {service.name!r} ({service.path}), {counted(len(service.tree.exchanges), 'exchange')}",
           file=sys.stderr)
     server = build_server(service)
     try:

@@ -270,7 +270,7 @@ class MemoryService:
         """The topic tree as text (names, exchange ranges, summaries; ``*`` marks the
         active branch)."""
         with self.tree.lock:
-            return self.tree.render_tree(show_messages=show_messages)
+            return self.tree.render_tree(show_messages=show_messages, count_exchanges=True)  # as Nexus counts
 
     def exchange(self, index: int) -> dict:
         """One stored exchange by number. ``IndexError`` naming the range if absent."""

@@ -25,6 +25,7 @@ from trace_core import CTree
 from trace_core import events as tev
 from trace_core import scenarios as S
 
+from .text import counted
 from .treeinfo import reorganize_lines
 from .treesnap import TreeSnapshot, take_snapshot
 
@@ -87,7 +88,7 @@ class ScenarioOutcome:
 
     def summary(self) -> str:
         if self.cancelled:
-            text = f"{self.name}: cancelled after {self.exchanges} exchanges ({self.seconds:.1f} s)."
+            text = f"{self.name}: cancelled after {counted(self.exchanges, 'exchange')} ({self.seconds:.1f} s)."
         elif self.error:
             return f"{self.name}: could not run: {self.error}"
         else:
@@ -282,7 +283,8 @@ def listing_rows(verdicts: dict[str, dict]) -> list[tuple[str, str]]:
         if v is None:
             last = "not run yet"
         elif v.get("passed") is None:  # only cancelled or failed runs so far
-            last = (f"no verdict yet: cancelled after {v['exchanges']} exchanges ({v['when']})" if v.get("cancelled")
+            last = (f"no verdict yet: cancelled after {counted(v['exchanges'], 'exchange')} ({v['when']})"
+                    if v.get("cancelled")
                     else f"no verdict yet: could not run ({v['when']}): {v.get('error', '')}")
         else:
             last = f"{'PASS' if v['passed'] else 'FAIL'} ({v['judge']} judge, {v['when']}): {v['detail']}"

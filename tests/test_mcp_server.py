@@ -82,7 +82,7 @@ def test_stdio_server_end_to_end(tmp_path, minilm):
     assert out["empty"].is_error and "empty content" in out["empty"].content[0].text
     hits = out["search"].structured_content["hits"]
     assert hits[0]["exchange"] == 3 and hits[0]["session"] == "e2e"
-    assert "ROOT" in out["tree"].content[0].text
+    assert "ROOT" in out["tree"].content[0].text and "(5 exchanges)" in out["tree"].content[0].text  # as Nexus counts (it said "10 msgs")
     assert out["stats"].structured_content["exchanges"] == 5
     assert "trace://tree" in out["resources"] and "trace://exchange/{index}" in out["templates"]
     ex = json.loads(out["exchange"].contents[0].text)

@@ -769,6 +769,8 @@ def test_a_cancelled_scenario_is_listed_until_a_verdict_and_never_hides_one(tmp_
     save_verdict(cancelled, path)  # a later cancelled run
     assert "  needle     PASS (embedding judge, 2026-12-03 10:05): found it" in listing(load_verdicts(path))
     assert "  overwrite  not run yet" in listing(load_verdicts(path))
+    one = ScenarioOutcome("drift", "llm", None, "", 1, 10.7, cancelled=True, when="2026-12-03 10:18")
+    assert one.summary().startswith("drift: cancelled after 1 exchange (10.7 s)")  # it said "1 exchanges"
 
 
 def test_the_scenario_listing_wraps_each_text_under_itself():
