@@ -235,8 +235,8 @@ class ChatSession:
         if size > self.prompt_room() - count_tokens(self.synth.base_prompt if self.synth else ""):
             turn.outcome = "refused"
             self.emit(ev.ReplyFailed(text, "", f"your message is about {size:,} tokens, more than the model's "
-                                     f"context holds ({ctx:,} tokens, {max_tokens:,} of them kept for the reply); "
-                                     "it was not sent — shorten it or split it", turn.id, kept=False))
+                                     f"context holds ({ctx:,} tokens, {max_tokens:,} of them kept for the reply): "
+                                     "shorten it or split it", turn.id, kept=False))
             return None
         results: list = []
         finish = None

@@ -215,9 +215,11 @@ class Replies:
         if e.kept:
             self.chat_notice(f"No reply: {e.problem}. Your message is kept — press {self.resend_key()} to send "
                              "it again.", "error")
-        else:
-            self.chat_notice(f"Not sent: {e.problem}.", "error")
+        else:  # refused before sending: nothing failed at the server
+            self.chat_notice(f"Not sent: {e.problem}.", "warning")
             self.give_back(e.turn, e.user)
+            self.log_line(f"not sent: {e.problem}", "warning")
+            return
         self.log_line(f"reply failed: {e.problem}", "error")
 
     def give_back(self, turn: int, text: str) -> None:

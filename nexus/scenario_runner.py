@@ -401,7 +401,7 @@ class ScenarioController:
         level = "info" if outcome.passed else ("warning" if outcome.cancelled else "error")
         save_verdict(outcome)
         self.app.chat_notice(outcome.summary() + "\nYour session is back in the tree pane.", level)
-        self.app.log_line(f"scenario {outcome.name}: " + outcome.summary().splitlines()[0], level)
+        self.app.log_line("scenario " + outcome.summary().splitlines()[0], level)  # the summary names it
 
     def cancel(self) -> bool:
         """Esc: True when a running scenario was asked to stop."""

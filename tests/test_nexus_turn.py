@@ -252,6 +252,8 @@ async def test_the_prompt_fits_the_context_and_a_message_too_long_is_refused(ser
         await type_and_send(pilot, app, "x" * 4000)  # 1,000 tokens: more than the whole context
         await wait_for(pilot, lambda: "Not sent: your message is about 1,000 tokens" in notices(app))
         assert len(chats(server)) == sent  # refused before sending
+        assert "not sent" not in notices(app).split("Not sent: your message")[1]  # said once
+        assert "not sent: your message" in log_text(app) and "reply failed" not in log_text(app)
         assert len(app.session.tree.exchanges) == 4
         # not kept for Ctrl+R (it would be refused again): back in the input, to shorten
         await wait_for(pilot, lambda: app.query_one("#prompt").value == "x" * 4000)
