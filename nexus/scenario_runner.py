@@ -33,7 +33,7 @@ JUDGES = ("embedding", "auto", "llm")
 
 # what each scenario checks, in the user's words
 WHAT = {
-    "needle": "200 exchanges; a shellfish allergy stated at exchange 10; asked for a seafood main course, "
+    "needle": "200 exchanges; a shellfish allergy stated in #9 (the 10th); asked for a seafood main course, "
               "the allergy must reach the prompt.",
     "overwrite": "Sarah's peanut allergy, 12 unrelated exchanges, then 'the test came back negative'; asked "
                  "about a peanut cookie, the newer fact must be marked [current] and the older [superseded].",

@@ -118,7 +118,7 @@ def needle(tree: CTree) -> Verdict:
     _add_all(tree, needle_talk())
     prompt, _ = _prompt(tree, "I'm hosting a dinner party: can you suggest a seafood main course?")
     ok = "allergic to shellfish" in prompt
-    return Verdict("needle", ok, "the exchange-10 constraint " + ("reached" if ok else "did NOT reach")
+    return Verdict("needle", ok, "the constraint of #9 (the 10th exchange) " + ("reached" if ok else "did NOT reach")
                    + " the prompt for a related question after 200 exchanges", tree, prompt)
 
 
