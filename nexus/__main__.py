@@ -22,13 +22,13 @@ def _version() -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from .config import user_config_path
+    from .config import DEFAULTS_FILE, user_config_path
 
     ap = argparse.ArgumentParser(
         prog="nexus",
         description="Nexus: chat with a local model over TRACE memory.\nThe memory for other clients: "
                     "nexus mcp --help, nexus proxy --help.",
-        epilog=f"Settings: config/nexus.toml (defaults), {user_config_path()} (yours),\n"
+        epilog=f"Settings: {DEFAULTS_FILE} (the defaults, documented), {user_config_path()} (yours),\n"
                ".env and NEXUS_*/OPENAI_* variables, then these flags.\n" + _where_line(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -154,6 +154,9 @@ def _checked(layer: dict, source: str) -> dict:
                 raise ConfigError(f"[{section}] in {source}: every value must be a string")
             out[section] = dict(body)
             continue
+        if section not in SECTIONS and not isinstance(body, dict):  # "garbage = 1" at the top
+            raise ConfigError(f"{section} = … in {source} is outside any section: keys go under a "
+                              f"[section] ({', '.join(list(SECTIONS) + list(FREE_SECTIONS))})")
         if section not in SECTIONS:
             raise ConfigError(f"unknown section [{section}] in {source} "
                               f"(known: {', '.join(list(SECTIONS) + list(FREE_SECTIONS))})")

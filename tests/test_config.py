@@ -4,6 +4,8 @@ key and where it came from, defaults written once."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -51,6 +53,15 @@ def test_unknown_section(tmp_path):
     path = _user(tmp_path, "[memroy]\njudge = 'llm'\n")
     with pytest.raises(ConfigError, match=r"unknown section \[memroy\]"):
         load_config(env={}, user_file=path)
+    path = _user(tmp_path, "garbage = 1\n[memory]\njudge = 'llm'\n")  # a key above every section
+    with pytest.raises(ConfigError, match=r"garbage = … in .* is outside any section"):
+        load_config(env={}, user_file=path)
+
+
+def test_help_names_the_defaults_file_where_it_is():
+    """'config/nexus.toml' was relative to the repository, not where an install has it."""
+    out = subprocess.run([sys.executable, "-m", "nexus", "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and str(DEFAULTS_FILE) in out.stdout.replace("\n", "")
 
 
 def test_wrong_type_names_key_and_file(tmp_path):
