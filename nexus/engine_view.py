@@ -46,7 +46,8 @@ class EngineView:
             self.log_line(f"web: {e.reason}; search for {e.query!r} failed: {e.problem} — replying without it",
                           "warning")
             # said in the chat too: with the log hidden the user never learned the reply had no web results
-            self.chat_notice(f"The web search for {e.query!r} failed ({e.problem}): the reply comes without it.",
+            why = e.problem.removeprefix("web search failed: ")  # "failed (web search failed: …" said it twice
+            self.chat_notice(f"The web search for {e.query!r} failed ({why}): the reply comes without it.",
                              "warning", before=self.reply_widget(e.turn))  # above the reply it explains
         elif e.search:
             self.log_line(f"web: {e.reason}; searched {e.query!r}: {e.results} results in {e.seconds:.2f} s")

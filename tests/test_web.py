@@ -278,6 +278,7 @@ async def test_a_failed_search_is_said_in_the_chat(server, tmp_path, minilm, mon
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         await wait_for(pilot, lambda: "The web search for 'latest stable Python version' failed" in notices(app))
         assert "the reply comes without it" in notices(app) and "DNS" in notices(app)
+        assert "failed (web search failed" not in notices(app)
         # above the reply it explains (it came below it)
         from nexus.widgets import AssistantMessage, Notice
 
