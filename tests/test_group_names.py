@@ -133,6 +133,10 @@ def test_a_group_of_subtopics_is_named_by_its_two_heaviest_parts_side_by_side():
         "Sourdough Starter · Listen Jazz"
     assert group_name(["Sourdough Starter · Training Marathon", "Sourdough Starter · Listen Jazz"], [5, 4]) == \
         "Sourdough Starter · Listen Jazz"
+    # a copy of a part's name takes the next part's words too: groups over groups nested into
+    # "Sourdough Starter · Training Marathon → Sourdough Starter · Training Marathon → …" (a trial)
+    assert group_name(["Sourdough Starter · Training Marathon", "Training Marathon October", "Suggest Seafood Main"],
+                      [10, 5, 3]) == "Sourdough Starter · Training Marathon · Suggest Seafood"
 
 
 def test_the_inspector_fixtures_groups_name_their_largest_parts(minilm, tmp_path):

@@ -76,16 +76,25 @@ def group_name(names: Sequence[str], weights: Sequence[float], words: int = 2) -
     names = [" ".join(n.split()) for n in names]
     if len(names) == 1:
         return names[0]
-    top = sorted(sorted(range(len(names)), key=lambda k: (-weights[k], k))[:2])
-    shown: list[str] = []
-    seen: set[str] = set()
+    by_weight = sorted(range(len(names)), key=lambda k: (-weights[k], k))
     sep = GROUP_SEPARATOR.strip()
-    for k in top:  # a part that is itself a group shows its words, not its separator
-        fresh = [w for w in names[k].split() if w != sep and w.lower() not in seen][:words]
-        if fresh:
-            shown.append(" ".join(fresh))
-            seen |= {w.lower() for w in fresh}
-    return GROUP_SEPARATOR.join(shown)
+
+    def compose(parts: list[int]) -> str:
+        shown: list[str] = []
+        seen: set[str] = set()
+        for k in sorted(parts):  # a part that is itself a group shows its words, not its separator
+            fresh = [w for w in names[k].split() if w != sep and w.lower() not in seen][:words]
+            if fresh:
+                shown.append(" ".join(fresh))
+                seen |= {w.lower() for w in fresh}
+        return GROUP_SEPARATOR.join(shown)
+
+    name = compose(by_weight[:2])
+    if name in names and len(names) > 2:
+        # a copy of a part's name (a group over a group that holds its other part's words)
+        # nested into "A · B → A · B → A · B": the next part's words tell them apart
+        name = compose(by_weight[:3])
+    return name
 
 
 
