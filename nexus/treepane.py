@@ -270,6 +270,9 @@ class MemoryTree(ReportsFailures, Tree):
             self._held = (self.ctree, dict(self.injected))
         self.injected = {}
         self._reset(ctree)
+        # until its first snapshot: not the user's "ROOT (3 exchanges)" under a blank title
+        self.root.set_label("ROOT")
+        self.border_title = "scenario: starting…"
 
     def end_scenario(self) -> None:
         if self._held is None:

@@ -791,3 +791,21 @@ def test_the_scenario_listing_wraps_each_text_under_itself():
     for line in body:
         if line.strip() and not any(line.lstrip().startswith(n) for n in S.SCENARIOS):
             assert line[:column].strip() == "", line  # under the text, not under the names
+
+
+async def test_a_scenario_starting_shows_an_empty_scratch_tree_not_the_users(server, tmp_path, minilm, data_dir,
+                                                                           session_file):
+    """Before a scenario's first exchange the pane showed the user's "ROOT (N exchanges)"
+    under a blank title (a trial); the user's tree comes back at the end."""
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        await wait_for(pilot, lambda: pane.snapshot is not None, what="the user's tree")
+        scratch = CTree.open(str(tmp_path / "scratch.db"), judge="embedding", embed_fn=minilm)
+        pane.show_scenario(scratch)
+        await pilot.pause()
+        assert str(pane.root.label) == "ROOT" and pane.border_title == "scenario: starting…"
+        pane.end_scenario()
+        await wait_for(pilot, lambda: f"ROOT ({len(TALK)} exchanges)" in str(pane.root.label), what="back")
+        scratch.vdb.close()
