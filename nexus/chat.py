@@ -88,6 +88,8 @@ class ChatSession:
         tree.on_event(self.emit)
         self.tree = tree
         self.settings = SessionSettings.load(tree.vdb)
+        if self.settings.web is False:  # /web off is kept with the session (a restart turned it on again);
+            self.web_enabled = False    # off wins: a session's "on" never overrides --no-web or the config
         self.kept = load_kept(tree.vdb)
         self._kept_saved = list(self.kept)  # what the file holds: written only when it differs
         if not read_only:
@@ -422,6 +424,13 @@ class ChatSession:
         assert self.tree is not None and self.tree.vdb is not None
         self.settings.system = text
         self.settings.save(self.tree.vdb)
+
+    def set_web(self, on: bool) -> None:
+        """``/web on|off``, stored with the session."""
+        self.web_enabled = on
+        self.settings.web = on
+        if self.tree is not None and self.tree.vdb is not None and not self.read_only:
+            self.settings.save(self.tree.vdb)
 
     def set_value(self, name: str, value: str) -> float | int:
         """``/set name value``: validated (ValueError names the allowed range), stored."""

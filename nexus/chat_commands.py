@@ -31,8 +31,9 @@ class ChatCommands:
             return
         if len(args) == 1 and args[0].lower() in ("on", "off"):  # "/web ON" too: it was searched for "ON"
             state = args[0].lower()
-            s.web_enabled = state == "on"
-            self.chat_notice(f"Web routing is {state}.")
+            s.set_web(state == "on")
+            self.chat_notice(f"Web routing is {state} (stored with the session)." if not s.read_only
+                             else f"Web routing is {state} in this window (a read-only session stores nothing).")
             return
         query = " ".join(args)
         self.send(query, forced_query=query)

@@ -36,6 +36,7 @@ class SessionSettings:
     temperature: float | None = None  # None: the config's models.temperature
     top_p: float | None = None  # None: the server's default
     max_tokens: int | None = None  # None: the config's models.max_tokens (0 = sized to the context)
+    web: bool | None = None  # /web on|off in this session; None: the config's web.enabled
 
     @classmethod
     def load(cls, db) -> SessionSettings:

@@ -249,12 +249,39 @@ async def test_web_alone_says_whether_routing_is_on(server, tmp_path, minilm, mo
     app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
-        for step, words in (("/web", "Web routing is off: nothing is searched"), ("/web on", "Web routing is on."),
+        for step, words in (("/web", "Web routing is off: nothing is searched"), ("/web on", "Web routing is on (stored"),
                             ("/web", "Web routing is on: a question that needs current information"),
-                            ("/web OFF", "Web routing is off.")):  # any case: "/web ON" was searched for "ON"
+                            ("/web OFF", "Web routing is off (stored")):  # any case: "/web ON" was searched for "ON"
             await type_and_send(pilot, app, step)
             await wait_for(pilot, lambda words=words: words in notices(app))
         assert app.session.web_enabled is False and app.session.tree.exchanges == []
+
+
+async def test_web_off_is_kept_with_the_session_and_never_turns_the_web_on(server, tmp_path, minilm, monkeypatch):
+    """/web off was undone by a restart (found in a trial): routing came back on, unsaid.
+    A session's "on" does not override a configuration that turns the web off."""
+    from test_nexus_app import make_config, notices, ready, type_and_send, wait_for
+
+    from nexus.app import NexusApp
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    on = {("web", "enabled"): True}
+    app = NexusApp(make_config(server.base_url, tmp_path, on), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        assert app.session.web_enabled
+        await type_and_send(pilot, app, "/web off")
+        await wait_for(pilot, lambda: "Web routing is off (stored with the session)." in notices(app))
+    app = NexusApp(make_config(server.base_url, tmp_path, on), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        assert app.session.web_enabled is False
+        await type_and_send(pilot, app, "/web on")
+        await wait_for(pilot, lambda: "Web routing is on (stored with the session)." in notices(app))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)  # web off here
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        assert app.session.web_enabled is False
 
 
 async def test_a_failed_search_is_said_in_the_chat(server, tmp_path, minilm, monkeypatch):
