@@ -5,9 +5,11 @@ from __future__ import annotations
 from textual.actions import SkipAction
 from textual.containers import VerticalScroll
 
+from trace_core.textutil import without_marks
+
 from .inspector import NodeInspector
 from .treepane import MemoryTree
-from .widgets import SELECTABLE, AssistantMessage, EventLog, message_text
+from .widgets import CODE, SELECTABLE, THINK, AssistantMessage, EventLog, PastExchangeView, message_text
 
 
 class KeyActions:
@@ -125,17 +127,28 @@ class KeyActions:
             self.copy_to_clipboard(message_text(self.focused))
             self.notify("Message copied.")
             return
-        replies = list(self.query(AssistantMessage))
+        replies = self.replies_on_screen()
         if replies:
-            self.copy_to_clipboard(message_text(replies[-1]))
+            self.copy_to_clipboard(replies[-1])
             self.notify("Reply copied.")
         else:
             self.notify("No reply to copy yet.")
 
+    def replies_on_screen(self) -> list[str]:
+        """The replies the chat shows, in order: live ones and those of a reopened or
+        loaded session (Ctrl+Y and Ctrl+K found nothing in those)."""
+        out = []
+        for widget in self.query_one("#chat").children:
+            if isinstance(widget, AssistantMessage):
+                out.append(message_text(widget))
+            elif isinstance(widget, PastExchangeView):
+                out.append(without_marks(widget.exchange.assistant).strip())
+        return [text for text in out if text]
+
     def action_copy_code(self) -> None:
         self._on_main_screen()
-        for reply in reversed(list(self.query(AssistantMessage))):
-            blocks = reply.code_blocks()
+        for reply in reversed(self.replies_on_screen()):
+            blocks = CODE.findall(THINK.sub("", reply))
             if blocks:
                 self.copy_to_clipboard(blocks[-1])
                 self.notify("Code block copied.")

@@ -629,6 +629,27 @@ async def test_ctrl_r_after_a_failed_retry_still_replaces_the_exchange(server, t
         assert app.session.kept == []
 
 
+async def test_copy_keys_find_the_replies_of_a_reopened_session(server, tmp_path, minilm, data_dir):
+    """Ctrl+Y and Ctrl+K looked at live replies only: "No reply to copy yet." in a
+    reopened session full of them (found in a trial)."""
+    from trace_core import CTree
+
+    path = tmp_path / "s.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    tree.add([{"role": "user", "content": "A one-liner?"},
+              {"role": "assistant", "content": "Here:\n\n```python\nprint('hi')\n```"}])
+    tree.add([{"role": "user", "content": "Thanks."}, {"role": "assistant", "content": "You're welcome."}])
+    tree.vdb.close()
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: len(app.query(PastExchangeView)) == 2)
+        await pilot.press("ctrl+k")
+        assert app.clipboard == "print('hi')\n"
+        await pilot.press("ctrl+y")
+        assert app.clipboard == "You're welcome."
+
+
 async def test_retry_in_a_reopened_session_marks_the_shown_exchange_replaced(server, tmp_path, minilm, data_dir):
     from trace_core import CTree
 
