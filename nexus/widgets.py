@@ -103,6 +103,36 @@ def two_columns(sections: list[tuple[str, list[tuple[str, str]]]]):
     return Group(*parts)
 
 
+def dotted_markdown():
+    """Rich's Markdown with "1." in ordered lists (Rich draws "1", the live reply "1."):
+    a reopened reply reads as it did live. Made once, on first use."""
+    global _DottedMarkdown
+    if _DottedMarkdown is None:
+        from rich.markdown import ListItem
+        from rich.markdown import Markdown as RichMarkdown
+        from rich.segment import Segment
+
+        class DottedItem(ListItem):
+            def render_number(self, console, options, number, last_number):
+                width = len(str(last_number)) + 3
+                lines = console.render_lines(self.elements, options.update(width=options.max_width - width),
+                                             style=self.style)
+                style = console.get_style("markdown.item.number", default="none")
+                for k, line in enumerate(lines):
+                    yield Segment(f"{number}.".rjust(width - 1) + " " if k == 0 else " " * width, style)
+                    yield from line
+                    yield Segment("\n")
+
+        class Dotted(RichMarkdown):
+            elements = {**RichMarkdown.elements, "list_item_open": DottedItem}
+
+        _DottedMarkdown = Dotted
+    return _DottedMarkdown
+
+
+_DottedMarkdown = None
+
+
 class PastExchangeView(Widget):
     """A stored exchange shown when a session opens (nexus.history): its date, the
     message, the reply as Markdown; an archived exchange is dimmed. One widget drawn by
@@ -129,11 +159,10 @@ class PastExchangeView(Widget):
 
     def render(self):
         from rich.console import Group
-        from rich.markdown import Markdown as RichMarkdown
         from rich.padding import Padding
 
         if self._reply is None:
-            self._reply = RichMarkdown(self.source)
+            self._reply = dotted_markdown()(self.source)
 
         x = self.exchange
         head = (f"#{x.index}" + (f" · {x.when}" if x.when else "") + (" · archived" if x.archived else "")

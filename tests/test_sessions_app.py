@@ -765,3 +765,18 @@ async def test_a_live_exchange_gets_its_number_and_time_once_stored_as_a_reopene
         reopened_column = app.query(PastExchangeView).first().render_line(0).text.index("#")
     assert reopened == live
     assert live_column == reopened_column > 10  # centred alike (the live one sat at the left edge)
+
+
+async def test_a_reopened_numbered_list_keeps_its_dots(server, tmp_path, minilm, data_dir):
+    """Live, a reply's list reads "1. Open…"; reopened it read "1 Open…" (Rich's lists)."""
+    path = tmp_path / "steps.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    tree.add([{"role": "user", "content": "How do I run it?"},
+              {"role": "assistant", "content": "Steps:\n\n1. Open a terminal.\n2. Save the file.\n\n- done"}])
+    tree.vdb.close()
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: len(shown_indexes(app)) == 1)
+        text = rendered(app.query_one(PastExchangeView))
+        assert "1. Open a terminal." in text and "2. Save the file." in text and "• done" in text
