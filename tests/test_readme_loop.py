@@ -22,9 +22,15 @@ def test_readme_loop_runs(tmp_path, monkeypatch, server, minilm):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    server.respond(lambda req: __import__("scripted_server").Reply(
-        "Noted!" if not req.get("response_format") else '{"action": "continue"}'))
-    lines = iter(["My cat is called Miso.", "She is three years old.", "What is my cat's name?", ""])
+    Reply = __import__("scripted_server").Reply
+
+    def respond(req):  # an empty answer once: the loop said so and stored nothing (add() raised, in a trial)
+        if req.get("response_format"):
+            return Reply('{"action": "continue"}')
+        return Reply("" if "weather" in req["messages"][-1]["content"] else "Noted!")
+
+    server.respond(respond)
+    lines = iter(["My cat is called Miso.", "Nice weather?", "She is three years old.", "What is my cat's name?", ""])
     monkeypatch.setattr(builtins, "input", lambda prompt="": next(lines))
     printed: list[str] = []
     monkeypatch.setattr(builtins, "print", lambda *a, **k: printed.append(" ".join(map(str, a))))
@@ -36,3 +42,4 @@ def test_readme_loop_runs(tmp_path, monkeypatch, server, minilm):
              and "Miso" not in r["messages"][-1]["content"]]
     assert any("Miso" in r["messages"][0]["content"] for r in chats)
     assert any("memory tokens instead of" in p for p in printed)
+    assert "(no answer; ask again)" in printed
