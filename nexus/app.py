@@ -177,6 +177,8 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
                 else "starting the bundled llama.cpp server"
             model = "gemma-3-270m"
         state = f"embedder {self.embedder_state}"
+        if self.session is not None and self.session.read_only:  # said only when a send was refused
+            state = "READ-ONLY · " + state
         width = self.size.width if width is None else width
         if not width or width >= NARROW_BELOW:
             parts = [where, model, self.session_path.stem, state]

@@ -55,6 +55,7 @@ async def test_a_session_written_elsewhere_opens_read_only(server, tmp_path, min
             said = notices(app)
             assert f"open in another Nexus (pid {holder.pid}): opened read-only" in said
             assert "/new starts another session" in said
+            assert "READ-ONLY" in app.sub_title  # always in sight, not only when a send is refused
             assert len(app.session.tree.exchanges) == 1
             # reading and searching work
             assert app.session.search("which bicycle do I have?")
