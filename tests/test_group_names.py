@@ -137,6 +137,9 @@ def test_a_group_of_subtopics_is_named_by_its_two_heaviest_parts_side_by_side():
     # "Sourdough Starter · Training Marathon → Sourdough Starter · Training Marathon → …" (a trial)
     assert group_name(["Sourdough Starter · Training Marathon", "Training Marathon October", "Suggest Seafood Main"],
                       [10, 5, 3]) == "Sourdough Starter · Training Marathon · Suggest Seafood"
+    # two parts only: the lighter one's words the copy does not show ("a · b → a · b" in a trial)
+    assert group_name(["Sourdough Starter · Training Marathon", "Training Marathon October"], [5, 4]) == \
+        "Sourdough Starter · October"
 
 
 def test_the_inspector_fixtures_groups_name_their_largest_parts(minilm, tmp_path):

@@ -79,21 +79,31 @@ def group_name(names: Sequence[str], weights: Sequence[float], words: int = 2) -
     by_weight = sorted(range(len(names)), key=lambda k: (-weights[k], k))
     sep = GROUP_SEPARATOR.strip()
 
-    def compose(parts: list[int]) -> str:
+    def compose(parts: list[int], avoid: frozenset[str] = frozenset()) -> str:
+        """Each part's first subject (a group's name holds several, split by the separator)
+        with words not shown yet; the lighter parts also skip the words in ``avoid``."""
         shown: list[str] = []
         seen: set[str] = set()
-        for k in sorted(parts):  # a part that is itself a group shows its words, not its separator
-            fresh = [w for w in names[k].split() if w != sep and w.lower() not in seen][:words]
-            if fresh:
-                shown.append(" ".join(fresh))
-                seen |= {w.lower() for w in fresh}
+        for k in sorted(parts):
+            subjects = [s.split() for s in names[k].split(f" {sep} ")]
+            skip = seen | (avoid if k != parts[0] else set())
+            for subject in subjects:
+                fresh = [w for w in subject if w != sep and w.lower() not in skip][:words]
+                if fresh:
+                    shown.append(" ".join(fresh))
+                    seen |= {w.lower() for w in fresh}
+                    break
         return GROUP_SEPARATOR.join(shown)
 
     name = compose(by_weight[:2])
+    # a copy of a part's name (a group over a group that holds its other part's subject)
+    # nested into "A · B → A · B → A · B": the next part's subject, or the lighter part's
+    # other one, tells them apart
     if name in names and len(names) > 2:
-        # a copy of a part's name (a group over a group that holds its other part's words)
-        # nested into "A · B → A · B → A · B": the next part's words tell them apart
         name = compose(by_weight[:3])
+    if name in names:  # the lighter part's words that the copied name does not show
+        other = compose(by_weight[:2], frozenset(w.lower() for w in name.split()))
+        name = other if GROUP_SEPARATOR in other else name  # never one part's subject alone
     return name
 
 
