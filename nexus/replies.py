@@ -167,7 +167,8 @@ class Replies:
         return reply if reply is not None and reply.is_attached else None
 
     def resend_key(self) -> str:
-        return self.config.keys.get("resend", "ctrl+r")
+        """The resend key as the chat says it ("Ctrl+R"; the notices said "ctrl+r")."""
+        return self.config.keys.get("resend", "ctrl+r").replace("ctrl+", "Ctrl+").title()
 
     async def on_reasoning_chunk_message(self, message: M.ReasoningChunkMessage) -> None:
         """reasoning_content: live in the reply's folded section."""
@@ -191,7 +192,7 @@ class Replies:
         if reply is not None:
             if e.empty:
                 key = self.resend_key()
-                await reply.finish("", f"(no answer — {key.replace('ctrl+', 'Ctrl+').title()} to retry)")
+                await reply.finish("", f"(no answer — {key} to retry)")
             else:
                 note = e.note or ("reply cancelled: partial text kept" if e.cancelled else "")
                 await reply.finish(e.text, note, e.sources)
@@ -341,7 +342,7 @@ class Replies:
         self.unsent_notice = self.chat_notice(self.unsent_note(len(texts)), "warning")
 
     def unsent_note(self, n: int) -> str:
-        key = self.resend_key().replace("ctrl+", "Ctrl+").title()  # as the "(no answer — Ctrl+R …)" note
+        key = self.resend_key()  # as the "(no answer — Ctrl+R …)" note
         what = "1 message" if n == 1 else f"{n} messages"
         which = "it" if n == 1 else "the first (again for the next)"
         return f"{what} above got no answer when this session was last open: press {key} to send {which}."
@@ -392,7 +393,7 @@ class Replies:
         left = len(self.session.kept)
         if left:  # each Ctrl+R sends one: say that more wait (a trial found the second by chance)
             self.chat_notice(f"{counted(left, 'more message')} without an answer: "
-                             f"{self.resend_key().replace('ctrl+', 'Ctrl+').title()} again sends the next.")
+                             f"{self.resend_key()} again sends the next.")
 
     def send_first(self, text: str, replace: bool = False) -> None:
         """``send``, ahead of the messages waiting in the outbox (shown above them too)."""

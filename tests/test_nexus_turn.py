@@ -275,7 +275,7 @@ async def test_a_failure_while_storing_is_shown_kept_and_stored_again_with_ctrl_
         app.session.tree.vdb.con.execute("PRAGMA query_only = ON")
         await type_and_send(pilot, app, "second, the store fails")
         await wait_for(pilot, lambda: "could not be stored" in notices(app))
-        assert "read-only" in notices(app) and "ctrl+r" in notices(app)
+        assert "read-only" in notices(app) and "press Ctrl+R" in notices(app)  # as the other notes say it (it read "ctrl+r")
         assert [(u, r.strip()) for u, r in app.session.unstored] == [("second, the store fails", "Kept safe.")]
         assert app.is_running and len(app.session.tree.exchanges) == 1  # memory agrees with the file
         await pilot.press("ctrl+r")  # stores it again; the model is not asked again
