@@ -9,7 +9,7 @@ from trace_core.textutil import without_marks
 
 from .inspector import NodeInspector
 from .treepane import MemoryTree
-from .widgets import CODE, SELECTABLE, THINK, AssistantMessage, EventLog, PastExchangeView, message_text
+from .widgets import SELECTABLE, AssistantMessage, EventLog, PastExchangeView, code_blocks, message_text
 
 
 class KeyActions:
@@ -148,7 +148,7 @@ class KeyActions:
     def action_copy_code(self) -> None:
         self._on_main_screen()
         for reply in reversed(self.replies_on_screen()):
-            blocks = CODE.findall(THINK.sub("", reply))
+            blocks = code_blocks(reply)
             if blocks:
                 self.copy_to_clipboard(blocks[-1])
                 self.notify("Code block copied.")

@@ -276,7 +276,7 @@ LISTING_TITLE = ("Scenarios (/scenario NAME [--judge embedding|auto|llm] [--keep
 
 
 def listing_rows(verdicts: dict[str, dict]) -> list[tuple[str, str]]:
-    """(name, its last run and what it checks) for each scenario."""
+    """Two rows a scenario: (name, its last run) and ("", what it checks)."""
     rows = []
     for name in S.SCENARIOS:
         v = verdicts.get(name)
@@ -288,16 +288,12 @@ def listing_rows(verdicts: dict[str, dict]) -> list[tuple[str, str]]:
                     else f"no verdict yet: could not run ({v['when']}): {v.get('error', '')}")
         else:
             last = f"{'PASS' if v['passed'] else 'FAIL'} ({v['judge']} judge, {v['when']}): {v['detail']}"
-        rows.append((name, f"{last}\nchecks: {WHAT[name]}"))
+        rows += [(name, last), ("", f"checks: {WHAT[name]}")]
     return rows
 
 
 def listing(verdicts: dict[str, dict]) -> str:
-    lines = [LISTING_TITLE]
-    for name, text in listing_rows(verdicts):
-        last, checks = text.split("\n", 1)
-        lines += [f"  {name:<10} {last}", f"  {'':<10} {checks}"]
-    return "\n".join(lines)
+    return "\n".join([LISTING_TITLE] + [f"  {left:<10} {right}" for left, right in listing_rows(verdicts)])
 
 
 # --- the app side ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -25,6 +26,11 @@ THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
 CODE = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 
 
+def code_blocks(reply: str) -> list[str]:
+    """The fenced code blocks of a reply, outside its reasoning (Ctrl+K copies the last)."""
+    return CODE.findall(THINK.sub("", reply))
+
+
 # what Ctrl+↑/↓ (or a click) selects and Ctrl+Y copies, in screen order
 SELECTABLE = "UserMessage, AssistantMessage, PastExchangeView"
 
@@ -38,19 +44,23 @@ def message_text(widget) -> str:
     return getattr(widget, "text", "")
 
 
+def head_line(index: int, when: str, *notes: str) -> str:
+    """"#12 · 2026-12-03 10:04 · archived": the line over an exchange, live or reopened."""
+    return " · ".join([f"#{index}", *(p for p in (when, *notes) if p)])
+
+
 class ExchangeHead(Static):
     """The line over a live exchange once it is stored: its number and time, as a
     reopened session shows them (``PastExchangeView``)."""
 
     def __init__(self, index: int, when: str) -> None:
-        super().__init__(Text(f"#{index}" + (f" · {when}" if when else ""), justify="center"), classes="exchange-head")
+        super().__init__(Text(head_line(index, when), justify="center"), classes="exchange-head")
         self.index = index
         self.when = when
 
     def mark_replaced(self) -> None:
         self.add_class("replaced")
-        self.update(Text(f"#{self.index}" + (f" · {self.when}" if self.when else "") + " · replaced below",
-                         justify="center"))
+        self.update(Text(head_line(self.index, self.when, "replaced below"), justify="center"))
 
 
 class UserMessage(Static):
@@ -103,34 +113,29 @@ def two_columns(sections: list[tuple[str, list[tuple[str, str]]]]):
     return Group(*parts)
 
 
+@functools.cache
 def dotted_markdown():
     """Rich's Markdown with "1." in ordered lists (Rich draws "1", the live reply "1."):
     a reopened reply reads as it did live. Made once, on first use."""
-    global _DottedMarkdown
-    if _DottedMarkdown is None:
-        from rich.markdown import ListItem
-        from rich.markdown import Markdown as RichMarkdown
-        from rich.segment import Segment
+    from rich.markdown import ListItem
+    from rich.markdown import Markdown as RichMarkdown
+    from rich.segment import Segment
 
-        class DottedItem(ListItem):
-            def render_number(self, console, options, number, last_number):
-                width = len(str(last_number)) + 3
-                lines = console.render_lines(self.elements, options.update(width=options.max_width - width),
-                                             style=self.style)
-                style = console.get_style("markdown.item.number", default="none")
-                for k, line in enumerate(lines):
-                    yield Segment(f"{number}.".rjust(width - 1) + " " if k == 0 else " " * width, style)
-                    yield from line
-                    yield Segment("\n")
+    class DottedItem(ListItem):
+        def render_number(self, console, options, number, last_number):
+            width = len(str(last_number)) + 3
+            lines = console.render_lines(self.elements, options.update(width=options.max_width - width),
+                                         style=self.style)
+            style = console.get_style("markdown.item.number", default="none")
+            for k, line in enumerate(lines):
+                yield Segment(f"{number}.".rjust(width - 1) + " " if k == 0 else " " * width, style)
+                yield from line
+                yield Segment("\n")
 
-        class Dotted(RichMarkdown):
-            elements = {**RichMarkdown.elements, "list_item_open": DottedItem}
+    class Dotted(RichMarkdown):
+        elements = {**RichMarkdown.elements, "list_item_open": DottedItem}
 
-        _DottedMarkdown = Dotted
-    return _DottedMarkdown
-
-
-_DottedMarkdown = None
+    return Dotted
 
 
 class PastExchangeView(Widget):
@@ -165,8 +170,7 @@ class PastExchangeView(Widget):
             self._reply = dotted_markdown()(self.source)
 
         x = self.exchange
-        head = (f"#{x.index}" + (f" · {x.when}" if x.when else "") + (" · archived" if x.archived else "")
-                + (" · replaced below" if self.replaced else ""))
+        head = head_line(x.index, x.when, "archived" if x.archived else "", "replaced below" if self.replaced else "")
         parts: list = [Text(head, style=self.get_component_rich_style("past-exchange--date"), justify="center")]
         if x.note:
             parts.append(Text(safe(x.note), style=self.get_component_rich_style("past-exchange--note")))
@@ -263,7 +267,7 @@ class AssistantMessage(Vertical):
             await self.mount(Static(Text(note), classes="reply-note"))
 
     def code_blocks(self) -> list[str]:
-        return CODE.findall(THINK.sub("", self.text))
+        return code_blocks(self.text)
 
 
 class PromptInput(TextArea):
@@ -354,7 +358,7 @@ class PromptInput(TextArea):
             return
         super().action_cursor_down(select)
 
-    def update_suggestion(self) -> None:
+    def update_suggestion(self) -> None:  # TextArea's hook, called as the text changes
         """The ghost text after the cursor: the first completion (→ or Tab takes it)."""
         text = self.text
         if (getattr(self, "completer", None) is None or not text.startswith("/") or "\n" in text
