@@ -76,6 +76,16 @@ def test_a_damaged_conversation_is_refused_and_the_file_left_as_it_was(tmp_path,
     assert sha(path) == before and not list(tmp_path.glob("*.repairing*")) and not list(tmp_path.glob("*damaged-*"))
 
 
+def test_checking_a_sound_closed_session_leaves_no_files_beside_it(tmp_path, minilm):
+    from trace_core.schema import inspect_session_file
+
+    path = tmp_path / "sound.db"
+    make_session(path, minilm)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sound.db"]
+    inspect_session_file(str(path))  # a read-only look makes SQLite create -wal and -shm
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sound.db"]
+
+
 def test_a_file_of_another_kind_is_not_repaired(tmp_path):
     path = tmp_path / "notes.db"
     path.write_bytes(b"just some notes" * 100)
@@ -117,3 +127,4 @@ async def test_nexus_says_repair_and_a_repaired_session_opens_with_its_history(s
         await pilot.press("enter")
         await wait_for(pilot, lambda: "sound passes the file check: nothing to repair." in notices(app))
         assert other.read_bytes() == before and not list(other.parent.glob("sound.db.damaged-*"))
+        assert not list(other.parent.glob("sound.db-*"))  # the check left no -wal/-shm beside it

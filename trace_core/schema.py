@@ -95,16 +95,18 @@ def inspect_session_file(path: str) -> None:
     """Refuse, without writing, a file that is not a usable TRACE session.
 
     Even a read-only look at a WAL-mode file makes SQLite create ``-wal``/``-shm``
-    companions; when we refuse the file we remove the ones we created.
+    companions; we remove the ones we created (an empty log: nothing was written to it,
+    so no other connection opened the file meanwhile).
     """
     companions = [p for p in (path + "-wal", path + "-shm") if not os.path.exists(p)]
     try:
         _check_file(path)
-    except SessionFileError:
-        for p in companions:
-            if os.path.exists(p):
-                os.unlink(p)
-        raise
+    finally:
+        wal = path + "-wal"
+        if wal not in companions or not os.path.exists(wal) or os.path.getsize(wal) == 0:
+            for p in companions:
+                if os.path.exists(p):
+                    os.unlink(p)
 
 
 def _check_file(path: str) -> None:
