@@ -10,6 +10,9 @@ from pathlib import Path
 from .config import data_dir
 
 LIMIT = 1000
+# a longer prompt (a pasted document) is recalled in this run but not written: the file
+# would grow by its size each time, and it is in the session if it was sent
+MAX_STORED_CHARS = 20_000
 
 
 def history_path() -> Path:
@@ -46,11 +49,13 @@ class PromptHistory:
         if not text.strip() or (self.items and self.items[-1] == text):
             return
         self.items.append(text)
+        if len(text) > MAX_STORED_CHARS:
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if len(self.items) > self.limit * 2:  # rewrite now and then, append otherwise
                 self.items = self.items[-self.limit:]
-                body = "".join(json.dumps(t) + "\n" for t in self.items)
+                body = "".join(json.dumps(t) + "\n" for t in self.items if len(t) <= MAX_STORED_CHARS)
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             else:
                 body = json.dumps(text) + "\n"

@@ -113,6 +113,18 @@ def test_prompt_history_skips_a_torn_line(tmp_path):
     assert PromptHistory(path).items == ["one", "two", "three"]
 
 
+def test_prompt_history_keeps_a_pasted_document_for_this_run_only(tmp_path):
+    path = tmp_path / "h.jsonl"
+    h = PromptHistory(path)
+    h.add("short")
+    pasted = "a long pasted log line\n" * 20_000  # 460 KB
+    h.add(pasted)
+    h.add("after")
+    assert h.previous("") == "after" and h.previous("") == pasted  # ↑ still finds it now
+    assert PromptHistory(path).items == ["short", "after"]  # not a copy on disk
+    assert path.stat().st_size < 100
+
+
 def test_completer_commands_and_arguments(tmp_path):
     (tmp_path / "photos").mkdir()
     (tmp_path / "photo.jpg").write_bytes(b"x")
