@@ -91,6 +91,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.vision_busy = False  # /ingest holds the vision model: messages wait
         self.model_restarting = False  # the bundled server died and starts again: messages wait
         self.listed_model = ""  # the first model the server lists (the start-up probe)
+        self.server_answered = True  # False: the start-up probe found no server (until a reply comes)
         self._leaving = False
         self._ui_thread = threading.get_ident()
         self.handle_signals = False  # main() sets it: SIGTERM/SIGHUP store the reply in flight, then exit
@@ -170,7 +171,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
 
     def update_header(self, width: int | None = None) -> None:
         model = ((self.session.model if self.session and self.session.model else self.config.chat_model)
-                 or self.listed_model or "auto")
+                 or self.listed_model or ("auto" if self.server_answered else "no model server"))
         where = self.config.base_url
         if self.local_model is not None and not self.local_model.applied:
             where = "restarting the bundled llama.cpp server" if self.model_restarting \

