@@ -78,7 +78,8 @@ class LocalModel:
             # on two cores; its answers that say anything fit in a few sentences
             config.set("models", "max_tokens", LOCAL_REPLY_TOKENS)
             notes.append(f"--local: models.max_tokens = {LOCAL_REPLY_TOKENS} (the bundled model's longer "
-                         "replies mostly repeat themselves); set models.max_tokens, or /set max_tokens, to change it")
+                         "replies mostly repeat themselves); set models.max_tokens, or /set max_tokens (a session's "
+                         "own value wins), to change it")
         self.applied = True
         return notes
 

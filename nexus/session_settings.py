@@ -50,6 +50,15 @@ class SessionSettings:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
+    def own(self) -> str:
+        """The values this session sets over the config, in words ("" for none)."""
+        out = [f"{name} {getattr(self, name):g}" for name in LIMITS if getattr(self, name) is not None]
+        if self.system.strip():
+            out.append("its own system prompt")
+        if self.web is False:
+            out.append("web search off")
+        return ", ".join(out)
+
     def save(self, db) -> None:
         db.set_meta(META_KEY, json.dumps(asdict(self)))
 

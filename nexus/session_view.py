@@ -148,6 +148,9 @@ class SessionView:
         tree = session.tree
         past = tree.exchanges
         self.post_event(ev.Notice(f"session {path} ({counted(len(past), 'exchange')})"))
+        own = session.settings.own()
+        if own:  # over the config's (and --local's) values, which the log said at start
+            self.post_event(ev.Notice(f"this session's own settings (/set, /system, /web): {own}"))
         if early is not None and self.history is early:
             early.attach(past)
             self.call_from_thread(self.history_attached)
@@ -303,7 +306,8 @@ class SessionView:
         except Exception as exc:  # retrieval still works on message vectors
             self.post_event(ev.Notice(f"sentence index not updated: {exc}", "warning"))
         if done:
-            self.post_event(ev.Notice(f"indexed the sentences of {done} earlier exchanges"))
+            # named: a switch can end the work after the next session's first lines
+            self.post_event(ev.Notice(f"{session.path.stem}: indexed the sentences of {done} earlier exchanges"))
 
     def _setup_file_log(self) -> None:
         """One rotating, private, text-only log in the log folder (``nexus --paths``)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from scripted_server import Reply
-from test_nexus_app import chat_reply, make_config, notices, ready, wait_for
+from test_nexus_app import chat_reply, log_text, make_config, notices, ready, wait_for
 from textual import events
 
 from nexus.app import NexusApp
@@ -555,6 +555,9 @@ async def test_system_prompt_and_sampling_are_stored_with_the_session(server, tm
         await ready(app2, pilot)
         assert app2.session.settings.system == "You are a pirate.  Answer in one line."
         assert (app2.session.settings.temperature, app2.session.settings.top_p) == (0.2, 0.9)
+        # the log says they apply (the --local start line names its own max_tokens)
+        await wait_for(pilot, lambda: "this session's own settings (/set, /system, /web): temperature 0.2, "
+                       "top_p 0.9, max_tokens 64, its own system prompt" in log_text(app2))
 
 
 async def test_retry_replaces_the_last_exchange(server, tmp_path, minilm, data_dir):
