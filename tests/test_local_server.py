@@ -20,6 +20,7 @@ from trace_core.local_server import (
     RepeatedRun,
     echo_stops,
     format_prompt,
+    label_stops,
     loop_length,
     reply_text,
     stream_or_again,
@@ -65,6 +66,17 @@ def test_echo_stops_are_the_starts_of_the_newest_user_lines_then_the_system_line
     assert stops[1] == "You are a helpful assistant with long-term memory."[:ECHO_CHARS]
     assert all(len(s) == ECHO_CHARS for s in stops) and len(stops) == len(set(stops)) == 48
     assert not [s for s in stops if s.startswith(("short", "An older", "An answer"))]
+
+
+def test_label_stops_follow_the_role_labels_the_system_text_writes_turns_with():
+    block = ("Memory from earlier in this conversation, by topic:\n## Lisbon Trip\n[2026-12-03]\n"
+             "- User: I am travelling to Lisbon next month. | Assistant: Bring a map.\n\n"
+             "Most recent exchanges:\nUser: Any tips?\nAssistant: Pack light.")
+    msgs = [{"role": "system", "content": block}, {"role": "user", "content": "User: is a field name here"}]
+    assert label_stops(msgs) == ["\nUser:", " User:", "\nAssistant:", " Assistant:"]
+    # no labelled turns in the system text, no stops (a user's own "User:" is not a turn)
+    assert label_stops([{"role": "system", "content": "Answer briefly. The User: field is required."},
+                        {"role": "user", "content": "User: hello"}]) == []
 
 
 def _chunk(text=None, role=None, finish=None) -> dict:
@@ -220,6 +232,23 @@ def test_a_reply_ends_where_the_model_ends_its_turn_and_never_writes_the_prompt_
             reply = resp.choices[0].message.content or ""
         said_again = [s for s in (system[:ECHO_CHARS], question[:ECHO_CHARS], *TURN_END_STANDINS) if s in reply]
         assert not said_again, reply
+
+
+@pytest.mark.llama
+def test_a_reply_stops_where_the_model_starts_writing_the_next_turn(llama_server):
+    """With "User: …" / "Assistant: …" lines in the system text (the recent exchanges),
+    gemma-3-270m went on with turns of its own: "Lisbon. User: What is the name of your
+    conference? Assistant: …" in a real terminal; these seeds did, before the stop."""
+    system = ("You are a helpful assistant with long-term memory of this conversation.\n\n"
+              "Most recent exchanges:\nUser: I am travelling to Lisbon next month for a conference.\n"
+              "Assistant: It is a good idea to have a map of your destination.")
+    question = "Remind me, which city am I travelling to next month?"
+    for seed in (1, 6):
+        reply = reply_text(_chat(llama_server.base_url, {
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+            "max_tokens": 48, "temperature": 0.7, "seed": seed}))
+        assert reply.strip(), "an empty reply proves nothing"
+        assert not [s for s in ("\nUser:", " User:", "\nAssistant:", " Assistant:") if s in reply], reply
 
 
 @pytest.mark.llama

@@ -8,8 +8,8 @@ folded into the first user turn, as Gemma's own template does. It also bounds ev
 reply: a default ``max_tokens`` when a request names none (llama.cpp would otherwise
 generate until the context is full), the usual repetition penalty as a floor, a
 loop guard that stops a reply repeating the same run of tokens, and stop strings where
-the bundled base model ends its turn in words (" mendatang") or starts writing the
-prompt's system or user lines out again.
+the bundled base model ends its turn in words (" mendatang"), starts writing the
+prompt's system or user lines out again, or a next turn ("User: …") of its own.
 
     python -m trace_core.local_server --model PATH [llama_cpp.server flags]
         [--reply_max_tokens 512] [--min_repeat_penalty 1.1] [--reply_stops True|False]
@@ -20,6 +20,7 @@ Importing this module does not import llama_cpp; ``register()`` does.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 
@@ -95,6 +96,21 @@ def echo_stops(messages: Sequence[dict], chars: int = ECHO_CHARS, limit: int = E
                 if len(out) == limit:
                     return out
     return out
+
+
+# the role labels Nexus's prompts write turns with (the memory block, the recent exchanges):
+# a base model that has read "User: …" lines goes on writing "User: …" turns of its own
+ROLE_LABELS = ("User", "Assistant")
+LABELLED_LINE = re.compile(r"(?:^|^- |\| )(" + "|".join(ROLE_LABELS) + r"): ", re.MULTILINE)
+
+
+def label_stops(messages: Sequence[dict]) -> list[str]:
+    """Stop strings at a role label the system text writes turns with ("User: …"), said
+    after a space or a line break: the reply is writing the next turn of the dialogue. A
+    reply that opens with the label is not cut (it would be empty)."""
+    system = "\n".join(_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
+    labels = dict.fromkeys(m.group(1) for m in LABELLED_LINE.finditer(system))
+    return [f"{sep}{label}:" for label in labels for sep in ("\n", " ")]
 
 
 def loop_length(tokens: Sequence[int], min_period: int = LOOP_MIN_PERIOD, max_period: int = LOOP_MAX_PERIOD,
@@ -174,7 +190,7 @@ def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         plain = reply_stops and response_format is None  # a JSON answer may quote the prompt's lines
         if plain:
-            stops += echo_stops(kwargs.get("messages", []))
+            stops += echo_stops(kwargs.get("messages", [])) + label_stops(kwargs.get("messages", []))
 
         def answer(**kw):
             return base(max_tokens=max_tokens, repeat_penalty=max(repeat_penalty, min_repeat_penalty),
