@@ -11,6 +11,11 @@ first word) and **stops off** (only ``<end_of_turn>`` ends a reply: the baseline
 temperature 0.7 (Nexus's default) with fixed seeds. Per server: replies that write the
 prompt again (its system text or the message, first 20 characters) or the turn-end word,
 empty replies, replies cut at ``max_tokens``, and the median tokens and seconds a reply.
+
+Each message is then followed by a second turn as Nexus sends it: the first exchange in
+the system text's "Most recent exchanges" (``User: …`` / ``Assistant: …`` lines), and a
+follow-up question. Counted there: replies that write a next turn of the dialogue
+themselves (a role label after a space or a line break, which the stops cut).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import time
 
 from trace_core.local_llm import LocalLLMServer
 from trace_core.local_server import TURN_END_STANDINS
-from trace_core.prompts import ASSISTANT_SYSTEM
+from trace_core.prompts import ASSISTANT_SYSTEM, RECENT_HEADER
 
 MESSAGES = [
     "My tomato seedlings have yellow leaves at the bottom, what should I do?",
@@ -39,6 +44,17 @@ MESSAGES = [
     "私の猫は毎晩三時に鳴きます。どうすればいいですか？",
     "週末に京都で紅葉を見るならどこがいいですか？",
 ]
+
+
+FOLLOW_UP = "Can you say a bit more about that?"
+FIRST_ANSWER = "Happy to help: here is a short first answer."
+NEXT_TURN = tuple(f"{sep}{label}:" for label in ("User", "Assistant") for sep in ("\n", " "))
+
+
+def second_turn(message: str) -> list[dict]:
+    """The follow-up as Nexus sends it: the first exchange as a recent one in the system text."""
+    recent = f"{RECENT_HEADER}\nUser: {message}\nAssistant: {FIRST_ANSWER}"
+    return [{"role": "system", "content": f"{ASSISTANT_SYSTEM}\n\n{recent}"}, {"role": "user", "content": FOLLOW_UP}]
 
 
 def run_server(reply_stops: bool, seeds: list[int], max_tokens: int) -> dict:
@@ -62,6 +78,15 @@ def run_server(reply_stops: bool, seeds: list[int], max_tokens: int) -> dict:
                     rows.append({"message": message, "seed": seed, "seconds": round(seconds, 3),
                                  "tokens": resp.usage.completion_tokens, "finish": resp.choices[0].finish_reason,
                                  "prompt_again": bool(again), "empty": not text.strip(), "text": text[:400]})
+            follow = []
+            for message in MESSAGES:
+                for seed in seeds:
+                    resp = client.chat.completions.create(model=srv.model_name, max_tokens=max_tokens,
+                                                          temperature=0.7, seed=seed, messages=second_turn(message))
+                    text = resp.choices[0].message.content or ""
+                    follow.append({"message": message, "seed": seed, "tokens": resp.usage.completion_tokens,
+                                   "next_turn": any(s in text for s in NEXT_TURN), "empty": not text.strip(),
+                                   "text": text[:400]})
         finally:
             srv.stop()
     n = len(rows)
@@ -71,7 +96,11 @@ def run_server(reply_stops: bool, seeds: list[int], max_tokens: int) -> dict:
             "cut_at_max_tokens": sum(r["finish"] == "length" for r in rows),
             "median_tokens": statistics.median(r["tokens"] for r in rows),
             "median_seconds": round(statistics.median(r["seconds"] for r in rows), 3),
-            "rows": rows}
+            "second_turns": len(follow),
+            "second_turn_writes_next_turn": sum(r["next_turn"] for r in follow),
+            "second_turn_empty": sum(r["empty"] for r in follow),
+            "second_turn_median_tokens": statistics.median(r["tokens"] for r in follow),
+            "rows": rows, "second_turn_rows": follow}
 
 
 def main() -> None:
@@ -89,6 +118,11 @@ def main() -> None:
         r = out[name]
         print(f"{name:10} | {r['replies']:7} | {r['prompt_written_again']:19} | {r['empty']:5} | "
               f"{r['cut_at_max_tokens']:17} | {r['median_tokens']:13} | {r['median_seconds']:8}")
+    print(f"{'':10} | second turns | next turn written | empty | median tokens")
+    for name in ("stops_off", "stops_on"):
+        r = out[name]
+        print(f"{name:10} | {r['second_turns']:12} | {r['second_turn_writes_next_turn']:17} | "
+              f"{r['second_turn_empty']:5} | {r['second_turn_median_tokens']:13}")
     off, on = out["stops_off"], out["stops_on"]
     print(f"ratio on/off: median tokens {on['median_tokens'] / off['median_tokens']:.2f}, "
           f"median seconds {on['median_seconds'] / off['median_seconds']:.2f}")

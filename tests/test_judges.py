@@ -203,6 +203,21 @@ def test_cached_sentence_weights_give_the_same_summaries():
     assert cache  # it was used
 
 
+def test_a_summary_keeps_what_the_user_said_over_a_reply_full_of_rare_words():
+    """A small model's replies read like travel brochures: their rare words outweighed the
+    user's facts, and a topic's summary said nothing the user had said."""
+    from trace_core.textutil import extractive_summary
+
+    talk = [("My sister Ana lives in Porto and works as a nurse.",
+             "Porto is a beautiful city! Ribeira waterfront, Douro cruises, azulejo facades and francesinha "
+             "sandwiches await visitors. Livraria Lello bookshop enchants tourists."),
+            ("I keep a dog called Biscuit.",
+             "Biscuit sounds adorable! Labradors, spaniels and terriers thrive with daily walks, enrichment "
+             "puzzles and consistent positive reinforcement training.")]
+    summary = extractive_summary(talk, limit=200)
+    assert "My sister Ana lives in Porto" in summary and "Biscuit" in summary, summary
+
+
 def test_a_reason_never_reads_as_its_own_threshold():
     """'cosine 0.30 to the current topic < 0.30' (found in a new-user trial): a cosine that
     rounds to the threshold is shown with four decimals."""
