@@ -228,6 +228,14 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
 
     # --- commands -----------------------------------------------------------------------------------
 
+    def return_to_input(self, text: str) -> None:
+        """Text that was not sent or run goes back to an empty input, selected: what is
+        typed next replaces it ("/undo" then "/edit" made "/undo/edit"); ↑ recalls it too."""
+        prompt = self.query_one("#prompt", PromptInput)
+        if not prompt.value.strip():
+            prompt.value = text
+            prompt.select_all()
+
     def run_command(self, line: str) -> None:
         parsed = C.parse(line)
         if parsed.command is None:
@@ -236,10 +244,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
                 self.cmd_help([])
                 return
             self.chat_notice(C.suggestion(name), "warning")
-            prompt = self.query_one("#prompt", PromptInput)
-            if not prompt.value.strip():  # given back, to correct or to send with //; selected, so
-                prompt.value = line     # what is typed next replaces it ("/undo" then "/edit" sent "/undo/edit")
-                prompt.select_all()
+            self.return_to_input(line)  # to correct, or to send with //
             return
         handler = getattr(self, f"cmd_{parsed.command.handler}")
         self.last_command = parsed  # /system reads its text as typed (quotes and spacing kept)
@@ -247,6 +252,10 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             handler(parsed.args)
         except C.UsageError as exc:
             self.chat_notice(f"Usage: {exc or parsed.command.usage}", "warning")
+            self.return_to_input(line)  # a command that did not run is not lost: correct it
+        except C.NotNow as exc:
+            self.chat_notice(str(exc), "warning")
+            self.return_to_input(line)
         except NoSession as exc:
             if self.session_opening:
                 self.defer_command(line)

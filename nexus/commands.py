@@ -47,6 +47,11 @@ COMMANDS = [
 BY_NAME = {c.name: c for c in COMMANDS}
 
 
+class NotNow(Exception):
+    """A command that cannot run at the moment (a scenario is running): said as a
+    warning, the line given back to run later."""
+
+
 class UsageError(ValueError):
     """Bad arguments: the message is the command's usage."""
 

@@ -78,10 +78,7 @@ class Replies:
         """A read-only session stores nothing: say why, and give the text back to edit or keep."""
         reason = self.session.read_only_reason or "This session is open read-only."
         self.chat_notice(f"Not sent: {reason}", "warning")
-        prompt = self.query_one("#prompt", PromptInput)
-        if not prompt.value.strip():  # given back selected: what is typed next replaces it (↑ recalls it)
-            prompt.value = text
-            prompt.select_all()
+        self.return_to_input(text)
 
     def drain_outbox(self) -> None:
         """Send the next queued message if nothing stops it; mark the others as waiting.

@@ -314,7 +314,7 @@ class ScenarioController:
         return self.name is not None
 
     def command(self, args: list[str]) -> None:
-        from .commands import BY_NAME, UsageError, flag_value
+        from .commands import BY_NAME, NotNow, UsageError, flag_value
 
         usage = BY_NAME["scenario"].usage
         args = list(args)
@@ -327,14 +327,17 @@ class ScenarioController:
             verdicts = load_verdicts()  # drawn in two columns: a long line wraps under its own text
             self.app.chat_notice(listing(verdicts), body=two_columns([(LISTING_TITLE, listing_rows(verdicts))]))
             return
-        if len(args) != 1 or judge not in JUDGES:
+        if judge not in JUDGES:
+            raise UsageError(f"{usage} — {judge!r} is no judge: {', '.join(JUDGES)}")
+        if len(args) != 1:
             raise UsageError(usage)
         name = args[0].lower()
         if name not in S.SCENARIOS:
             raise UsageError(f"{usage} — the scenarios are {', '.join(S.SCENARIOS)}")
         if self.running:
-            self.app.chat_notice(f"The {self.name} scenario is still running (Esc cancels it).", "warning")
-            return
+            if self.cancel_event is not None and self.cancel_event.is_set():
+                raise NotNow(f"The {self.name} scenario is stopping after its current step: run this when it has.")
+            raise NotNow(f"The {self.name} scenario is still running (Esc cancels it): run this when it has ended.")
         self.start(name, judge, keep)
 
     def start(self, name: str, judge: str, keep: bool = False) -> None:

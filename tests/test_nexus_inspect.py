@@ -428,10 +428,15 @@ async def test_scenario_runs_in_a_scratch_session_and_esc_cancels_it(server, tmp
         for name in ("needle", "overwrite", "drift", "theseus", "multihop"):
             assert f"  {name:<10} not run yet" in notices(app)
 
+        prompt = app.query_one("#prompt")
         await command(pilot, app, "/scenario bogus")
         await wait_for(pilot, lambda: "Usage: /scenario" in notices(app), what="usage")
+        assert prompt.text == "/scenario bogus" and prompt.selected_text == prompt.text  # given back to correct
+        prompt.value = ""
         await command(pilot, app, "/scenario needle --judge psychic")
         await wait_for(pilot, lambda: notices(app).count("Usage: /scenario") == 2, what="judge usage")
+        assert "'psychic' is no judge: embedding, auto, llm" in notices(app)
+        prompt.value = ""
 
         # needle: 200 exchanges; the pane shows the scratch tree growing, Esc cancels it
         await command(pilot, app, "/scenario needle")
@@ -441,7 +446,16 @@ async def test_scenario_runs_in_a_scratch_session_and_esc_cancels_it(server, tmp
         grown = pane.snapshot.exchanges
         await wait_for(pilot, lambda: pane.snapshot.exchanges > grown, what="growing live")
         assert "scenario needle #" in log_text(app) and ": judge embedding: " in log_text(app)
-        await pilot.press("escape")
+        # another scenario meanwhile: said why not, and the line given back (it was thrown away)
+        await command(pilot, app, "/scenario multihop")
+        assert "The needle scenario is still running (Esc cancels it)" in notices(app)
+        assert prompt.text == "/scenario multihop"
+        prompt.value = ""
+        assert app.scenarios.cancel()
+        app.run_command("/scenario multihop")  # cancelled, not yet ended: it said "Esc cancels it" again
+        assert "The needle scenario is stopping after its current step" in notices(app)
+        assert prompt.text == "/scenario multihop"
+        prompt.value = ""
         await wait_for(pilot, lambda: "needle: cancelled after" in notices(app), what="cancelled")
         assert not pane.showing_scenario and pane.ctree is tree
         assert f"ROOT ({len(TALK)} exchanges)" in str(pane.root.label)
