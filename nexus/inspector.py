@@ -145,8 +145,13 @@ class NodeInspector(ReportsFailures, VerticalScroll):
 
     def refresh_for(self, ctree, report=None, synth=None) -> None:
         """The tree pane shows ``ctree`` anew: the open view is read again, where it was
-        scrolled to (it went stale: a topic's range and counts as they were when selected)."""
-        if not self.display or self.subject is None or self._seen is None or self._seen[0] is not ctree:
+        scrolled to (it went stale: a topic's range and counts as they were when selected).
+        Open on another tree (a scenario's scratch tree, gone when it ended; the session
+        before a switch), it closes: its node is in no tree on screen."""
+        if not self.display or self.subject is None or self._seen is None:
+            return
+        if self._seen[0] is not ctree:
+            self.close()
             return
         self._refreshing = True
         self._inspect(ctree, self.subject, report or self._seen[1], synth or self._seen[2])

@@ -438,8 +438,14 @@ async def test_scenario_runs_in_a_scratch_session_and_esc_cancels_it(server, tmp
         assert "'psychic' is no judge: embedding, auto, llm" in notices(app)
         prompt.value = ""
 
+        # an inspector open on another tree than the pane's closes (one on a scratch topic
+        # stayed after the scenario, showing a branch of a deleted tree beside the user's)
+        inspector = app.query_one(NodeInspector)
+        await select(pilot, pane, topic_nodes(pane)[1])
+        await wait_for(pilot, lambda: inspector.display and inspector.detail is not None, what="inspector")
         # needle: 200 exchanges; the pane shows the scratch tree growing, Esc cancels it
         await command(pilot, app, "/scenario needle")
+        await wait_for(pilot, lambda: not inspector.display, what="inspector of the user's tree closed")
         await wait_for(pilot, lambda: pane.showing_scenario and pane.snapshot is not None
                        and pane.snapshot.exchanges >= 20, what="scratch tree growing")
         assert pane.ctree is not tree and "/nexus-scenario-" in str(pane.ctree.vdb.path)
@@ -458,6 +464,7 @@ async def test_scenario_runs_in_a_scratch_session_and_esc_cancels_it(server, tmp
         prompt.value = ""
         await wait_for(pilot, lambda: "needle: cancelled after" in notices(app), what="cancelled")
         assert not pane.showing_scenario and pane.ctree is tree
+
         assert f"ROOT ({len(TALK)} exchanges)" in str(pane.root.label)
         assert app.session.tree is tree and tree.snapshot() == before_tree
         assert session_bytes(session_file) == before_bytes
