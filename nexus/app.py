@@ -143,7 +143,9 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.update_header()
         self.query_one("#prompt").focus()
         self.take_typeahead(self.typeahead)
-        self.restore_draft()
+        # after the first screen: keys typed while Python imported arrive as key events
+        # before it, and were glued to a draft restored now ("draft twovery early")
+        self.call_after_refresh(self.restore_draft)
         self.open_session(self.session_path)
         if self.local_model is None:  # the bundled server is ours: the session's opening waits for it
             self.probe_server()

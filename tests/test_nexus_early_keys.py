@@ -101,3 +101,34 @@ def test_a_message_sent_before_nexus_runs_is_sent_once_it_does(tmp_path):
     assert stored_user_messages(session) == [first]
     # the terminal is handed back as it was: Enter is a newline again for the shell
     assert " icrnl" in (tmp_path / "stty.txt").read_text() and "-icrnl" not in (tmp_path / "stty.txt").read_text()
+
+
+def test_keys_typed_during_start_are_not_glued_to_the_saved_draft(tmp_path):
+    """Typed while Python imports (after the terminal's type-ahead was read, before the
+    first screen), with a draft saved last time: the input read "draft twovery early".
+    The typed text wins the input; the draft waits one ↑ away, and a notice says so."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "draft.txt").write_text("draft two", encoding="utf-8")
+    typed = "very early"
+    with ScriptedServer() as srv:
+        srv.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                    else Reply("Hello to you."))
+        name = f"nexus-early3-{os.getpid()}"
+        launch(tmp_path, srv, name)
+        try:
+            time.sleep(0.25)  # Python runs: the type-ahead is read; Textual is not imported yet
+            tmux("send-keys", "-t", name, "-l", typed)
+            assert "Message, or /help" not in screen(name), "typed too late to test anything"
+            wait_screen(name, "embedder ready", 120)
+            wait_screen(name, "one ↑ away", 10)
+            box = input_box(name)
+            assert typed in box and "draft two" not in box, box
+            tmux("send-keys", "-t", name, "C-u", "Up")
+            wait_in_input(name, "draft two", "the draft was not one ↑ away")
+            tmux("send-keys", "-t", name, "-l", "/quit")
+            tmux("send-keys", "-t", name, "Enter")
+            time.sleep(1)
+        finally:
+            tmux("kill-session", "-t", name)
