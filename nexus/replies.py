@@ -343,7 +343,8 @@ class Replies:
         key = self.resend_key()  # as the "(no answer — Ctrl+R …)" note
         what = "1 message" if n == 1 else f"{n} messages"
         which = "it" if n == 1 else "the first (again for the next)"
-        return f"{what} above got no answer when this session was last open: press {key} to send {which}."
+        # no claim of when: it is also said after /rename, for a message that failed in this run
+        return f"{what} above {'has' if n == 1 else 'have'} no answer yet: press {key} to send {which}."
 
     def recount_unsent(self, gone: list[UserMessage]) -> None:
         """A kept message was sent again (``gone``: its bubbles, on their way out): the note

@@ -41,8 +41,12 @@ class SessionCommands:
         queued = self.take_queued_messages() if self.session is not None else []
         if self.session is not None and self.turn is not None and not self.turn.settled.is_set():
             # it is stopped and stored on the way (said: the switch said nothing of it)
-            announce += (f" The reply in progress was stopped; what it had said is stored in "
-                         f"{self.session_path.stem}, marked cancelled.")
+            if self.turn.partial.strip():
+                announce += (f" The reply in progress was stopped; what it had said is stored in "
+                             f"{self.session_path.stem}, marked cancelled.")
+            else:  # before its first word nothing is stored: the message is kept unanswered
+                announce += (f" The reply was stopped before its first word: your message stays in "
+                             f"{self.session_path.stem}, not answered ({self.resend_key()} sends it there).")
         if queued:
             announce += (f" {counted(len(queued), 'message')} you queued stayed in {self.session_path.stem}, "
                          f"unsent ({self.resend_key()} sends {'it' if len(queued) == 1 else 'them'} there).")

@@ -329,7 +329,7 @@ async def test_leaving_while_a_reply_streams_stores_the_message_and_the_partial_
         await ready(app, pilot)
         await wait_for(pilot, lambda: any(m.text == "and this one is still queued" and m.state == UNSENT_STATE
                                           for m in app.query(UserMessage)))
-        assert ("1 message above got no answer when this session was last open: press Ctrl+R to send it."
+        assert ("1 message above has no answer yet: press Ctrl+R to send it."
                 in notices(app))
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
@@ -529,10 +529,10 @@ async def test_a_message_sent_before_the_session_opens_survives_quitting_then_wa
         assert shown and shown[0].state == UNSENT_STATE
         assert not parked.parked_path(path).exists()  # in the session file now
         assert load_kept(app.session.tree.vdb) == ["Can I feed my starter rye flour?"]
-        assert "1 message above got no answer" in notices(app)
+        assert "1 message above has no answer yet" in notices(app)
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
-        assert "got no answer" not in notices(app)  # the note went with the message it was about
+        assert "no answer yet" not in notices(app)  # the note went with the message it was about
     tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
     assert tree.exchanges[0].user == "Can I feed my starter rye flour?" and load_kept(tree.vdb) == []
     tree.vdb.close()

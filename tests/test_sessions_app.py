@@ -324,6 +324,33 @@ async def test_a_session_switch_stores_the_reply_in_flight_first(server, tmp_pat
         tree.vdb.close()
 
 
+async def test_a_session_switch_before_the_first_word_says_the_message_is_kept_not_a_reply_stored(
+        server, tmp_path, minilm, data_dir):
+    """It said "what it had said is stored in first, marked cancelled": nothing had been said,
+    and nothing was stored; the message was kept unanswered."""
+    from scripted_server import Reply
+
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply("late", delay=20))
+    first = sessions.resolve("first")
+    app = NexusApp(make_config(server.base_url, tmp_path), first, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "are you there?")
+        await wait_for(pilot, lambda: app.turn is not None)
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path != first
+                       and app.session.tree is not None, 60)
+        said = notices(app)
+        assert "The reply was stopped before its first word: your message stays in first, not answered" in said
+        assert "what it had said is stored" not in said
+    tree = CTree.open(str(first), judge="embedding", embed_fn=minilm)
+    try:
+        assert not tree.exchanges  # nothing stored as a reply
+    finally:
+        tree.vdb.close()
+
+
 async def test_opening_a_session_with_unanswered_messages_says_so_without_claiming_nexus_closed(
         server, tmp_path, minilm, data_dir):
     from nexus.chat import UNSENT_KEY
@@ -337,12 +364,12 @@ async def test_opening_a_session_with_unanswered_messages_says_so_without_claimi
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
         await type_and_send(pilot, app, "/open one")
-        await wait_for(pilot, lambda: "got no answer" in notices(app))
-        assert ("1 message above got no answer when this session was last open: press Ctrl+R to send it."
+        await wait_for(pilot, lambda: "no answer yet" in notices(app))
+        assert ("1 message above has no answer yet: press Ctrl+R to send it."
                 in notices(app))
         await type_and_send(pilot, app, "/open three")
         await wait_for(pilot, lambda: "3 messages above" in notices(app))
-        assert ("3 messages above got no answer when this session was last open: press Ctrl+R to send the "
+        assert ("3 messages above have no answer yet: press Ctrl+R to send the "
                 "first (again for the next)." in notices(app))
         assert "Nexus closed" not in notices(app) and "message(s)" not in notices(app)
 
