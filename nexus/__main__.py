@@ -148,6 +148,12 @@ def _run(args: argparse.Namespace, typed: str = "") -> int | None:
     except ConfigError as exc:
         print(f"nexus: {exc}", file=sys.stderr)
         return None  # exit status 2: it did not start
+    from trace_core.embedders import embedder_problem
+
+    problem = embedder_problem(config.section("memory").embed)
+    if problem:
+        print(f"nexus: memory.embed: {problem}", file=sys.stderr)
+        return None
     local = None
     if args.local:
         import importlib.util

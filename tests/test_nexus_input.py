@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -438,6 +439,26 @@ def test_a_bad_key_in_the_user_config_stops_nexus_at_start(tmp_path):
                          cwd=tmp_path, timeout=120)
     assert res.returncode == 2
     assert "copy_reply" in res.stderr and "yy" in res.stderr
+
+
+def test_an_embedder_that_cannot_load_stops_nexus_at_start_in_words(tmp_path):
+    """``[memory] embed = "nonsense-embedder"``: 85 s of "embedder loading" while the hub was
+    retried offline, then "Cannot open the session: We couldn't connect to huggingface.co"."""
+    cfg_dir = tmp_path / "xdg" / "nexus"
+    cfg_dir.mkdir(parents=True)
+    (cfg_dir / "nexus.toml").write_text('[memory]\nembed = "nonsense-embedder"\n')
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "xdg"), NEXUS_DATA_DIR=str(tmp_path / "data"),
+               HF_HUB_OFFLINE="1")
+    t = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "nexus", "--no-web"], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=120)
+    assert res.returncode == 2 and time.monotonic() - t < 30
+    assert "memory.embed: 'nonsense-embedder' is not downloaded" in res.stderr, res.stderr
+    from trace_core.embedders import embedder_problem
+
+    assert "is no folder" in embedder_problem(str(tmp_path / "no-such-model"))
+    assert "is not a model name" in embedder_problem("two words")
+    assert embedder_problem("minilm") is None and embedder_problem(str(tmp_path)) is None
 
 
 def palette_prompts(app) -> list[str]:

@@ -333,6 +333,41 @@ def as_embedder(embed_fn: EmbedFnLike) -> Embedder | None:
     raise TypeError(f"embed_fn must be callable, got {type(embed_fn).__name__}")
 
 
+def embedder_problem(spec: str | None, timeout: float = 5.0) -> str | None:
+    """Why ``spec`` (as ``make_embedder`` reads it) cannot load, in words; None when it can
+    or cannot be told without loading it. Checked at start: a name that is neither a folder
+    nor a downloaded model was looked up on huggingface.co with retries for 85 s, offline,
+    before the error reached the user. Only such a name costs one lookup here."""
+    if not spec or spec in ("minilm", "default", "all-MiniLM-L6-v2") or spec.startswith("openai:"):
+        return None
+    path = os.path.expanduser(spec)
+    if os.path.isdir(path):
+        return None
+    if spec.startswith(("/", ".", "~")) or os.sep in spec.strip("/").replace("/", "", 1):
+        return f"{spec!r} is no folder with a model in it"
+    try:
+        from huggingface_hub import model_info, try_to_load_from_cache
+        from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError
+    except ImportError:  # sentence-transformers' own error says it
+        return None
+    try:
+        if isinstance(try_to_load_from_cache(spec, "config.json"), str):
+            return None  # downloaded before
+    except HFValidationError:
+        return (f"{spec!r} is not a model name (owner/name on Hugging Face), a folder, 'minilm' "
+                "or 'openai:MODEL'")
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return f"{spec!r} is not downloaded, and HF_HUB_OFFLINE is set: download it first, or give a folder"
+    try:
+        model_info(spec, timeout=timeout)
+    except RepositoryNotFoundError:
+        return f"no model called {spec!r} on Hugging Face (nor a folder of that name here)"
+    except Exception as exc:  # no network: it could not be downloaded now either
+        return (f"{spec!r} is not downloaded, and huggingface.co cannot be reached "
+                f"({type(exc).__name__}): download it first, or give a folder")
+    return None
+
+
 def make_embedder(spec: str | None = None, base_url: str | None = None, api_key: str | None = None) -> Embedder:
     """Build an embedder from a configuration string.
 
