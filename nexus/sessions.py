@@ -113,6 +113,8 @@ def database_bytes(session: Path) -> int:
     if not pages or head[24:28] != head[92:96]:  # the header's page count is stale: the file's own size
         pages = file_size // page_size
     size = pages * page_size
+    if size > file_size and not os.path.exists(f"{session}-wal"):
+        return file_size  # cut short (a damaged file): what is there, not what the header promised
     try:
         with open(f"{session}-wal", "rb") as fh:
             wal = fh.read(32)

@@ -270,6 +270,10 @@ def test_a_sessions_size_counts_all_its_files(tmp_path, minilm, data_dir):
     parked_path(s).write_text('["a message not sent yet"]')
     sessions.log_path(s).write_text("x" * 1000)
     assert sessions.footprint(s)[1] == base + parked_path(s).stat().st_size + 1000
+    # a file cut short: its size, not the header's page count (listed 160.0 KiB for 50,000 bytes)
+    with open(s, "r+b") as fh:
+        fh.truncate(base // 2)
+    assert sessions.database_bytes(s) == base // 2
 
 
 async def test_new_then_restart_resumes_the_new_one_and_the_old_stays_reachable(server, tmp_path, minilm,
