@@ -182,11 +182,14 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         state = f"embedder {self.embedder_state}"
         if self.session is not None and self.session.read_only:  # said only when a send was refused
             state = "READ-ONLY · " + state
+        name = self.session_path.stem
+        if self.session is None and self.open_failed == self.session_path:
+            name += " (not open)"  # the chat said why; the title named it as if it were open
         width = self.size.width if width is None else width
         if not width or width >= NARROW_BELOW:
-            parts = [where, model, self.session_path.stem, state]
+            parts = [where, model, name, state]
         else:  # narrow: no address, and the state first, where a long session name cannot push it out
-            parts = [state, model, self.session_path.stem]
+            parts = [state, model, name]
         self.sub_title = " · ".join(parts)
 
     def on_resize(self, event) -> None:

@@ -273,7 +273,8 @@ class SessionView:
                 session.held_elsewhere = isinstance(locked, SessionLockedError)
                 self.call_from_thread(self.chat_notice, session.read_only_reason, "warning")
         except (SessionFileError, Exception) as exc:  # a corrupt file, a foreign file, a mismatched embedder
-            self.call_from_thread(self.chat_notice, f"Cannot open the session: {exc}. The file was left untouched."
+            self.call_from_thread(self.chat_notice, f"Cannot open the session: {str(exc).rstrip('.')}. "
+                                  "The file was left untouched."
                                   f"{repair_hint(path, str(exc))} Type /new to start a new session, or /open another.", "error")
             self.post_event(ev.Notice(f"session error: {exc}", "error"))
             self.call_from_thread(self.session_failed, path)

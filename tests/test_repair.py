@@ -110,6 +110,8 @@ async def test_nexus_says_repair_and_a_repaired_session_opens_with_its_history(s
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: "Cannot open the session" in notices(app))
         assert "/repair family rebuilds" in notices(app) and app.session is None
+        assert " · family (not open) · " in app.sub_title  # it named the session as if it were open
+        assert ".." not in notices(app)
         app.query_one("#prompt").value = "/repair family"
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None, timeout=30)
