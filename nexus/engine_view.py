@@ -21,7 +21,12 @@ class EngineView:
     def on_screen(self, message: M.EngineMessage) -> bool:
         """False once the app is leaving: the panes are going away, the file log has the event."""
         if self._leaving:
-            log.info("%s", message.event)
+            # named only: an event's fields can hold what was said (a reply's text), and its
+            # repr read as Python objects in the log; a notice is the app's own words
+            if isinstance(message, M.NoticeMessage):
+                log.log(logging.getLevelName(message.event.level.upper()), "%s", message.event.text)
+            else:
+                log.debug("while leaving: %s", type(message.event).__name__)
             return False
         return True
 

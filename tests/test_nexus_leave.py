@@ -139,3 +139,30 @@ def test_a_crash_exits_with_a_non_zero_status(server, tmp_path):
                          capture_output=True, text=True, timeout=240)
     assert out.returncode == 1, (out.returncode, out.stderr[-2000:])
     assert "FileNotFoundError" in out.stdout + out.stderr
+
+
+async def test_events_arriving_while_leaving_are_logged_by_name_not_as_objects(server, tmp_path, minilm, monkeypatch,
+                                                                             caplog):
+    """The log read "INFO nexus ExchangeAdded(... seconds=0.0489…)": Python objects, whose
+    fields can hold what was said."""
+    import logging
+
+    from test_nexus_app import make_config, ready
+
+    from nexus import events as ev
+    from nexus.app import NexusApp
+    from trace_core import events as tev
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        caplog.set_level(logging.DEBUG, logger="nexus")
+        app._leaving = True
+        app.post_event(tev.ExchangeAdded(0, "x0", "ROOT → my secret words", 0.0489))
+        app.post_event(ev.Notice("session error: the disk is full", "error"))
+        await pilot.pause()
+        app._leaving = False
+    logged = caplog.text
+    assert "my secret words" not in logged and "ExchangeAdded(" not in logged
+    assert "while leaving: ExchangeAdded" in logged and "session error: the disk is full" in logged
