@@ -24,7 +24,7 @@ from .memory_service import SEARCH_FLOOR
 from .prompt_budget import fit_recent, limits, prompt_room, recent_tokens
 from .session_settings import SessionSettings, parse_setting
 from .streaming import stream_reply
-from .turn import Turn, reply_problem, store_problem, strip_think
+from .turn import Turn, reply_problem, says_something, store_problem, strip_think
 from .web import RouteDecision, WebRouter, WebSearch, WebSearchError, results_block
 
 log = logging.getLogger("nexus")
@@ -257,14 +257,14 @@ class ChatSession:
         sources = tuple((r.title, r.url) for r in results)
         if turn.cancelled.is_set():
             turn.outcome = "cancelled"
-            if not strip_think(turn.partial):  # no answer came: nothing to store, kept for resend (in the file)
+            if not says_something(turn.partial):  # no answer came: nothing to store, kept for resend (in the file)
                 self._keep(text, turn)
                 self.emit(ev.ReplyFinished("", True, sources, turn.id, note="cancelled before the first word: "
                                            "your message is kept — Ctrl+R sends it again"))
                 return None
             reply = turn.partial + "\n\n[reply cancelled]"
             self.emit(ev.ReplyFinished(reply, True, sources, turn.id))
-        elif not strip_think(turn.partial):
+        elif not says_something(turn.partial):  # nothing, or a bare "User:"
             turn.outcome = "empty"
             self._keep(text, turn)
             self.emit(ev.ReplyFinished(turn.partial, False, sources, turn.id, empty=True))

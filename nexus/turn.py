@@ -19,6 +19,17 @@ def strip_think(text: str) -> str:
     return THINK.sub("", text).strip()
 
 
+# a reply that is only a role label ("User:", as the bundled base model sometimes answers)
+# says nothing: it is no answer to store
+_BARE_LABEL = re.compile(r"^\s*(?:user|assistant|model|system)\s*:\s*$", re.I)
+
+
+def says_something(text: str) -> bool:
+    """The reply holds words: more than reasoning, whitespace or a bare role label."""
+    shown = strip_think(text)
+    return bool(shown) and not _BARE_LABEL.match(shown)
+
+
 class ReplyError(RuntimeError):
     """A reply that is not an answer: said in words, never stored."""
 
