@@ -24,6 +24,7 @@ from .memory_service import SEARCH_FLOOR
 from .prompt_budget import fit_recent, limits, prompt_room, recent_tokens
 from .session_settings import SessionSettings, parse_setting
 from .streaming import stream_reply
+from .text import counted
 from .turn import Turn, reply_problem, says_something, store_problem, strip_think
 from .web import RouteDecision, WebRouter, WebSearch, WebSearchError, results_block
 
@@ -371,6 +372,10 @@ class ChatSession:
             if not waiting:
                 continue
             self.keep_unsent(waiting)
+            if source != self.path:  # they came from elsewhere: said, or they seem to appear from nowhere
+                self.emit(ev.Notice(f"{counted(len(waiting), 'message')} typed while no session could be "
+                                    f"opened {'is' if len(waiting) == 1 else 'are'} kept in this one", "warning",
+                                    chat=True))
             if self.kept[-len(waiting):] == waiting and self._kept_saved == self.kept:  # in the file now
                 parked.clear(source)
 

@@ -603,6 +603,9 @@ async def test_a_message_typed_while_no_session_could_open_waits_for_the_next_on
         assert shown and shown[0].state == UNSENT_STATE
         assert load_kept(app.session.tree.vdb) == ["What colour is the sky?"]
         assert not parked.parked_path(sessions.no_session_path()).exists()
+        # where it came from is said (it turned up in another session without a word)
+        await wait_for(pilot, lambda: "1 message typed while no session could be opened is kept in this one."
+                       in notices(app))
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
 
