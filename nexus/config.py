@@ -140,8 +140,13 @@ def _typed(value, want: type, where: str):
     if want is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if want in (int, float) and isinstance(value, bool) or not isinstance(value, want):
-        raise ConfigError(f"{where} must be {want.__name__}, not {type(value).__name__} ({value!r})")
+        raise ConfigError(f"{where} must be {KINDS.get(want, want.__name__)}, not {value!r}")
     return value
+
+
+# what a TOML value of each type looks like, in the user's words ("must be float, not str ('hot')")
+KINDS = {float: "a number (like 0.7)", int: "a whole number (like 4)", bool: "true or false (no quotes)",
+         str: 'text in quotes (like "minilm")'}
 
 
 def _checked(layer: dict, source: str) -> dict:

@@ -68,7 +68,11 @@ def test_wrong_type_names_key_and_file(tmp_path):
     path = _user(tmp_path, "[memory]\nmax_children = 'five'\n")
     with pytest.raises(ConfigError) as exc:
         load_config(env={}, user_file=path)
-    assert "memory.max_children" in str(exc.value) and str(path) in str(exc.value) and "int" in str(exc.value)
+    assert "memory.max_children" in str(exc.value) and str(path) in str(exc.value)
+    # in a user's words: it said "must be int, not str ('five')"
+    assert "must be a whole number (like 4), not 'five'" in str(exc.value)
+    with pytest.raises(ConfigError, match=r"must be true or false \(no quotes\), not 'no'"):
+        load_config(env={}, user_file=_user(tmp_path, "[ui]\nshow_tree = 'no'\n"))
 
 
 def test_bool_is_not_a_number(tmp_path):
