@@ -35,7 +35,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                          default=os.environ.get("NEXUS_JUDGE") or "embedding",
                          help="how exchanges are filed into topics (default: embedding, no model asked; "
                               "auto/llm ask the memory model)")
-    return ap.parse_args(argv)
+    args, extra = ap.parse_known_args(argv)
+    if extra:  # said with the subcommand's usage (the top level's listed only {mcp,proxy})
+        {"mcp": m, "proxy": p}[args.mode].error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def argument_problem(args) -> str | None:

@@ -160,3 +160,14 @@ def test_a_session_open_for_writing_elsewhere_is_refused(tmp_path, minilm, monke
         assert r.stdout == ""  # stdout is the protocol: nothing else is written there
     finally:
         held.close()
+
+
+def test_an_unknown_flag_is_said_with_the_subcommands_usage(capsys):
+    """``nexus mcp --bogus`` printed the top level's ``usage: nexus {mcp,proxy}``."""
+    from nexus.serve_cli import parse
+
+    for mode in ("mcp", "proxy"):
+        with pytest.raises(SystemExit) as exc:
+            parse([*f"{mode} --upstream http://127.0.0.1:1/v1".split()[: 1 if mode == "mcp" else 3], "--bogus"])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and f"usage: nexus {mode} [-h]" in err and "unrecognized arguments: --bogus" in err
