@@ -177,3 +177,23 @@ def test_after_a_reorganisation_no_group_is_named_by_parts_it_no_longer_holds(mi
     assert sorted(g.topic_name for g in reopened.structure.root.iter_topics() if g.is_group) == \
         sorted(g.topic_name for g in groups)  # the new names are stored
     reopened.vdb.close()
+
+
+def test_a_new_subject_filed_in_the_newest_group_is_said_so(tmp_path, minilm):
+    """The judge's line said "new topic under ROOT" while the exchange went into the newest
+    group (the tree keeps conversation order), where a new user found a tax topic inside
+    "Tram Lisbon · Tomato Variety" and took the log for wrong."""
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm, max_children=3)
+    said: list[tuple[ev.JudgeDecided, bool]] = []  # the line, and whether the exchange's topic sits in a group
+
+    def on_event(e) -> None:
+        if isinstance(e, ev.JudgeDecided):
+            said.append((e, tree.exchanges[e.exchange_index].parent.parent.is_group))
+
+    tree.on_event(on_event)
+    for u, a in TALK:
+        tree.add(exchange(u, a))
+    filed = [(e, in_group) for e, in_group in said if "filed in the newest group" in e.reason]
+    assert filed, [e.reason for e, _ in said]
+    assert all(e.action == "new" and "under ROOT" in e.reason and in_group for e, in_group in filed)
+    tree.vdb.close()

@@ -82,7 +82,11 @@ class Placer:
         if placement.action == "continue" and model.current is not model.root:
             parent = model.current
         else:
-            anchor = self.filing_level(path[min(max(placement.parent_level, 0), len(path) - 1)])
+            decided = path[min(max(placement.parent_level, 0), len(path) - 1)]
+            anchor = self.filing_level(decided)
+            if anchor is not decided:  # the log said "under ROOT" and the tree showed it in a group
+                placement.reason += (f"; filed in the newest group, {anchor.topic_name}: the tree keeps "
+                                     "conversation order")
             parent = TopicNode(placement.name or "New Topic", created_index=node.index)
             anchor.add_child(parent)
             model.vectors.start_sum(parent, vector)
