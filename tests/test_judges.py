@@ -218,6 +218,18 @@ def test_a_summary_keeps_what_the_user_said_over_a_reply_full_of_rare_words():
     assert "My sister Ana lives in Porto" in summary and "Biscuit" in summary, summary
 
 
+def test_a_summary_says_a_sentence_once_even_when_a_reply_repeats_it():
+    """gemma-270m says a sentence again, whole or cut: the summary said it twice."""
+    from trace_core.textutil import extractive_summary
+
+    again = "A beautiful beach, a mountain near Rome, and my favorite food, pizza"
+    talk = [("I'm flying to Lisbon next month for five days.",
+             f"{again}. My most memorable trip was to Rome. {again} with extra cheese and olives.")]
+    summary = extractive_summary(talk, limit=300)
+    assert summary.count("A beautiful beach, a mountain near Rome") == 1, summary
+    assert "flying to Lisbon" in summary
+
+
 def test_a_reason_never_reads_as_its_own_threshold():
     """'cosine 0.30 to the current topic < 0.30' (found in a new-user trial): a cosine that
     rounds to the threshold is shown with four decimals."""

@@ -273,19 +273,22 @@ def extractive_summary(exchanges: list[tuple[str, str]], limit: int = 300,
     ranked = sorted(range(len(sentences)), key=lambda i: (-weight(sentences[i]), i))
     users = [i for i in ranked if sentences[i] in said_by_user and weight(sentences[i]) > 0]
     picked: list[int] = []
+    openings: set[str] = set()  # a small model's reply says a sentence again, whole or cut short
     used = 0
     for order, room in ((users, limit / 2), (ranked, limit)):
         for i in order:
             if used >= room * 0.8:
                 break
             sent = sentences[i]
-            if i in picked:
+            opening = " ".join(words(sent)[:8])
+            if i in picked or opening in openings:
                 continue
             if len(sent) > limit:
                 sent = sent[: limit - 1].rsplit(" ", 1)[0] + "…"
             if used + len(sent) > limit and picked:
                 continue
             picked.append(i)
+            openings.add(opening)
             sentences[i] = sent
             used += len(sent) + 1
     return " ".join(sentences[i] for i in sorted(picked))
