@@ -105,6 +105,8 @@ class ChatSession:
     def recent_from_tree(self) -> list[dict]:
         """The messages (no system text) of the last ``memory.recent_exchanges`` exchanges."""
         n = self.config.section("memory").recent_exchanges
+        if n <= 0:  # [-0:] is the whole list: recent_exchanges = 0 sent the whole history
+            return []
         return [dict(m) for x in self.tree.exchanges[-n:] for m in x.messages if m["role"] != "system"]
 
     def close(self) -> None:
@@ -461,7 +463,7 @@ class ChatSession:
             else:
                 node = self.tree.add(msgs)
                 n = self.config.section("memory").recent_exchanges
-                self.recent = (self.recent + [m for m in msgs if m["role"] != "system"])[-2 * n:]
+                self.recent = (self.recent + [m for m in msgs if m["role"] != "system"])[-2 * n:] if n > 0 else []
         self.emit(ev.Remembered(node.index, self.tree.thread_path(node)))
         if index:
             self.index_sentences()

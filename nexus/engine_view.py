@@ -6,6 +6,8 @@ import logging
 
 from textual.css.query import NoMatches
 
+from trace_core import events as tev
+
 from . import messages as M
 from .inspector import NodeInspector
 from .text import counted
@@ -13,6 +15,19 @@ from .treeinfo import reorganize_lines, reorganize_marks
 from .widgets import MemoryTree
 
 log = logging.getLogger("nexus")
+
+
+def event_line(e) -> str:
+    """An engine event without a handler of its own, as a line of the log (its repr read as
+    Python objects: "TopicsFrozen(level='debug', topics=(…))")."""
+    if isinstance(e, tev.ExchangeAdded):
+        return f"stored exchange #{e.exchange_index} in {e.thread_path} ({e.seconds * 1000:.0f} ms)"
+    if isinstance(e, tev.TopicsFrozen):
+        return f"summarised {counted(len(e.topics), 'topic')} that left the active path: {', '.join(e.topics)}"
+    if isinstance(e, tev.GroupRenamed):
+        return f"group renamed: {e.before} → {e.after}"
+    fields = ", ".join(f"{k} {v}" for k, v in vars(e).items() if k != "level")
+    return f"{type(e).__name__}: {fields}" if fields else type(e).__name__
 
 
 class EngineView:
@@ -100,7 +115,7 @@ class EngineView:
 
     def on_engine_event_message(self, message: M.EngineEventMessage) -> None:
         if self.on_screen(message):
-            self.log_line(str(message.event), message.event.level)
+            self.log_line(event_line(message.event), message.event.level)
 
     # --- the panes ------------------------------------------------------------------------------
 
@@ -110,7 +125,7 @@ class EngineView:
                       f"{r.seconds * 1000:.1f} ms")
         for p in r.paths:
             self.log_line(f"  branch {p.path}  best entry cos {p.best_entry:.2f}, topic score {p.similarity:.2f} "
-                          f"bm25 {p.keyword:.2f}  ({p.exchanges} entries)")
+                          f"bm25 {p.keyword:.2f}  ({counted(len(p.entries), 'exchange')})")  # as the inspector counts
         for x in r.exchanges[:12]:
             tag = f" [{x.status}]" if x.status else ""
             self.log_line(f"  #{x.index} vec {x.vector:.2f} kw {x.keyword:.2f} branch {x.branch:.2f} "

@@ -519,3 +519,33 @@ async def test_search_lists_no_unrelated_messages(server, tmp_path, minilm, data
         assert app.session.search("feeding a sourdough starter")  # what was said is found
         await type_and_send(pilot, app, "/search my cat is hungry")
         await wait_for(pilot, lambda: "Nothing in memory matches 'my cat is hungry'" in notices(app))
+
+
+async def test_engine_events_read_as_sentences_in_the_log(server, tmp_path, minilm, data_dir):
+    """The log pane showed "TopicsFrozen(level='debug', topics=(…))"; a branch's line counted
+    its lines ("4 entries", date lines too) where the inspector counted 3 exchanges."""
+    from trace_core import events as tev
+
+    server.respond(chat_reply("Miso is a lovely name."))
+    app = NexusApp(make_config(server.base_url, tmp_path, {("memory", "recent_exchanges"): 0}), tmp_path / "s.db",
+                   embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        app.post_event(tev.TopicsFrozen(("Cat Miso", "Bike Gazelle"), level="debug"))
+        app.post_event(tev.GroupRenamed("Old Name", "Cat Miso · Bike Gazelle", "g1", level="debug"))
+        for n, text in enumerate(["My cat is called Miso.", "How do I roll back a Kubernetes deployment?",
+                                  "What is my cat called?"], 1):
+            await type_and_send(pilot, app, text)
+            await wait_for(pilot, lambda n=n: len(app.session.tree.exchanges) == n)
+        await wait_for(pilot, lambda: "  branch " in log_text(app))
+        logged = log_text(app)
+        assert "summarised 2 topics that left the active path: Cat Miso, Bike Gazelle" in logged
+        assert "group renamed: Old Name → Cat Miso · Bike Gazelle" in logged
+        assert "stored exchange #0 in ROOT → " in logged
+        assert "level=" not in logged and "(level" not in logged
+        branch = next(line for line in logged.splitlines() if line.startswith("  branch "))
+        assert branch.endswith("(1 exchange)"), branch
+        # recent_exchanges = 0 sends no recent exchanges ([-0:] sent the whole history, so
+        # retrieval found nothing it did not already have): the cat comes from memory
+        system = [r for r in server.chat_requests() if not r.get("response_format")][-1]["messages"][0]["content"]
+        assert "Most recent exchanges" not in system and "Miso" in system
