@@ -378,7 +378,7 @@ class ScenarioController:
             pass
 
     def _on_start(self, tree) -> None:
-        self._call(self._pane().show_scenario, tree)
+        self._call(self._pane().show_scenario, tree, self.name or "")
 
     def _on_event(self, text: str, level: str) -> None:
         self._call(self.app.log_line, text, level)

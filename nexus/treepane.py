@@ -31,7 +31,8 @@ from .text import counted
 from .treesnap import TopicRow, TreeSnapshot, find_topics, snapshot_unlocked, take_snapshot, try_lock
 
 SUMMARY = "summary"  # the key of a topic's summary line among its children
-MIN_NAME_CELLS = 8  # a name clipped to fit the pane keeps at least this many cells
+MIN_NAME_CELLS = 8  # a name clipped to fit the pane keeps this many cells before its range gives way
+LAST_NAME_CELLS = 2  # ... and then less, down to a letter and "…", before its count or score is cut
 _RANGE = re.compile(r" \[\d+:\d+\]")  # a label's exchange range, after its name
 FREEZE_AT = 1000  # exchanges: a tree this large is kept out of the collector's full passes (nexus/heap.py)
 
@@ -57,14 +58,15 @@ class NameFit:
 
     start: int  # the name's first and past-last character in the label
     end: int
-    head_cells: int  # the label's cells up to the end of the range and count after the name
+    head_cells: int  # the label's cells up to the end of what must stay in sight: the count, a ★ score
     depth: int
     _key: tuple = ()
     _out: Text | None = None
 
     def fitted(self, label: Text, room: int) -> Text:
-        """``label`` with its name clipped (to ``MIN_NAME_CELLS`` at least) so that its
-        range and count fit in ``room`` cells; ``label`` itself when they do."""
+        """``label`` with its name clipped so that its range, count and ★ score fit in
+        ``room`` cells; ``label`` itself when they do. A name under ``MIN_NAME_CELLS``
+        drops the range first; the count and score are never cut."""
         key = (id(label), room)
         if key != self._key or self._out is None:
             self._key, self._out = key, self._clip(label, room)
@@ -80,10 +82,13 @@ class NameFit:
             if span:
                 rest = rest[span.end():]
                 over -= span.end()
-        keep = max(MIN_NAME_CELLS, name.cell_len - over)
+        lead, keep = label[:self.start], name.cell_len - over
+        if keep < LAST_NAME_CELLS and lead.plain.startswith("★ "):  # the score after the count still marks it
+            lead, keep = lead[2:], keep + 2
+        keep = max(LAST_NAME_CELLS, keep)
         if keep < name.cell_len:
             name.truncate(keep, overflow="ellipsis")
-        return Text.assemble(label[:self.start], name, rest)
+        return Text.assemble(lead, name, rest)
 
 
 class MemoryTree(ReportsFailures, Tree):
@@ -174,6 +179,7 @@ class MemoryTree(ReportsFailures, Tree):
         self._synced: dict[str, tuple] = {}  # topic id -> (row, marks generation) its open subtree shows
         self._gen = 0  # bumped when the marks, matches or nodes to open change: every label is checked again
         self._held = None  # the user's (tree, injected) while a scenario's tree is shown
+        self._scenario: str | None = None  # that scenario's name (the pane's title says whose tree it is)
         self._frozen_for = None  # the tree the heap was frozen with (the user's, kept during a scenario)
         self._freeze_pending = False  # freeze once the tree's first snapshot is on screen
         self.updates = 0  # in-place updates applied (for tests and the bench)
@@ -263,22 +269,24 @@ class MemoryTree(ReportsFailures, Tree):
         self._reveal.clear()
         self.border_title = ""
 
-    def show_scenario(self, ctree) -> None:
-        """Show a scratch tree (a running scenario); the user's tree comes back with
-        ``end_scenario``."""
+    def show_scenario(self, ctree, name: str = "") -> None:
+        """Show a scratch tree (the running scenario ``name``); the user's tree comes back
+        with ``end_scenario``."""
         if self._held is None:
             self._held = (self.ctree, dict(self.injected))
         self.injected = {}
+        self._scenario = name
         self._reset(ctree)
         # until its first snapshot: not the user's "ROOT (3 exchanges)" under a blank title
         self.root.set_label("ROOT")
-        self.border_title = "scenario: starting…"
+        self.border_title = f"scenario {name} (scratch): starting…" if name else "scenario: starting…"
 
     def end_scenario(self) -> None:
         if self._held is None:
             return
         ctree, injected = self._held
         self._held = None
+        self._scenario = None
         self.injected = injected or {}
         self._reset(None)
         self._show(ctree)
@@ -351,7 +359,7 @@ class MemoryTree(ReportsFailures, Tree):
             self.expanded_ids.update(row.node_id for row in snap.path(tid)[:-1])
             self._reveal.discard(tid)
             self._gen += 1
-        self.border_title = snap.title(self.title_room)
+        self.border_title = snap.title(self.title_room, self._scenario)
         root = snap.topics[snap.root_id]
         label = Text(f"ROOT ({counted(snap.exchanges, 'exchange')})")
         if self.root.data != snap.root_id or str(self.root.label) != label.plain:
@@ -376,9 +384,9 @@ class MemoryTree(ReportsFailures, Tree):
         label.append(_safe(row.name), style=style)
         end = len(label)
         label.append(f" [{row.start}:{row.end}] ({row.exchanges_below})", style="dim")
+        if row.node_id in self.injected:  # short, and kept in sight with the count (the inspector has it whole)
+            label.append(f" ★{self.injected[row.node_id]:.1f}", style="bold magenta")
         self._fits[row.node_id] = NameFit(start, end, label.cell_len, depth)
-        if row.node_id in self.injected:
-            label.append(f"  ★ {self.injected[row.node_id]:.3f}", style="bold magenta")
         if row.node_id in self.marks:
             label.append(f"  ⇐ {_safe(self.marks[row.node_id])}", style="bold cyan")
         return label
@@ -447,8 +455,8 @@ class MemoryTree(ReportsFailures, Tree):
 
     def render_label(self, node: TreeNode, base_style, style) -> Text:
         """A topic's name is clipped with "…" where the label would pass the pane's edge,
-        so its range and exchange count stay in sight (a group's name holds two of its
-        parts' names); marks after the count (★, ⇐) may still run past it. The inspector
+        so its range, exchange count and ★ score stay in sight (a group's name holds two
+        of its parts' names); a ⇐ mark after them may still run past it. The inspector
         shows the whole name."""
         fit = self._fit_of(node)
         if fit is None:
@@ -504,7 +512,7 @@ class MemoryTree(ReportsFailures, Tree):
         from .inspector import NodeInspector  # drawn over the chat, beside this pane
 
         if self.snapshot is not None:
-            self.border_title = self.snapshot.title(self.title_room)
+            self.border_title = self.snapshot.title(self.title_room, self._scenario)
 
         for inspector in self.app.query(NodeInspector):
             inspector.beside(self.outer_size.width)

@@ -93,14 +93,20 @@ class TreeSnapshot:
             row = self.topics.get(row.parent_id) if row.parent_id else None
         return out[::-1]
 
-    def title(self, room: int | None = None) -> str:
+    def title(self, room: int | None = None, scenario: str | None = None) -> str:
         """The pane's title; in less than its length of ``room``, the counts alone,
-        exchanges first (the depth went, and then the exchange count was cut)."""
+        exchanges first (the depth went, and then the exchange count was cut). The tree
+        of a running ``scenario`` is named as its scratch tree (the app's title still
+        names the user's session), down to "scratch · N exchanges" in a narrow pane."""
         exchanges = counted(self.exchanges - self.archived, 'exchange')
-        full = f"depth {self.depth} · {counted(self.topic_count, 'topic')} · {exchanges}"
-        if room is None or len(full) <= room:
-            return full
-        return f"{exchanges} · {counted(self.topic_count, 'topic')}"
+        topics = counted(self.topic_count, 'topic')
+        if scenario is not None:
+            name = f"{scenario} (scratch)" if scenario else "scratch"
+            tries = [f"scenario {name} · {exchanges} · {topics}", f"scenario {name} · {exchanges}",
+                     f"{name} · {exchanges}", f"scratch · {exchanges}"]
+        else:
+            tries = [f"depth {self.depth} · {topics} · {exchanges}", f"{exchanges} · {topics}"]
+        return next((t for t in tries if room is None or len(t) <= room), tries[-1])
 
 
 
