@@ -156,6 +156,11 @@ def sweep_scratch(root: str | None = None, grace: float = 60.0) -> list[Path]:
     return gone
 
 
+def ended() -> str:
+    """When a run ended, as the listing shows it (it showed when the run started)."""
+    return datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+
+
 def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url: str | None = None,
                  api_key: str | None = None, model: str | None = None, cancel: threading.Event | None = None,
                  on_start: Callable[[CTree], None] | None = None,
@@ -175,7 +180,6 @@ def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url
     emit = on_event or (lambda text, level: None)
     total = S.exchange_count(name)
     started = time.perf_counter()
-    stamp = datetime.now().isoformat(timespec="seconds")
     with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX) as tmp:
         kwargs = dict(judge=judge, base_url=base_url, api_key=api_key, embed_fn=embed_fn, llm_timeout=60)
         if model:
@@ -214,17 +218,17 @@ def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url
             except ScenarioCancelled:
                 snapshot(force=True)
                 outcome = ScenarioOutcome(name, judge, None, "", len(tree.exchange_view()),
-                                          time.perf_counter() - started, cancelled=True, when=stamp)
+                                          time.perf_counter() - started, cancelled=True, when=ended())
             except Exception as exc:  # a scenario that cannot run is reported, never raised into the UI
                 return ScenarioOutcome(name, judge, None, "", len(tree.exchange_view()), time.perf_counter() - started,
-                                       error=f"{type(exc).__name__}: {exc}", when=stamp)
+                                       error=f"{type(exc).__name__}: {exc}", when=ended())
             else:
                 if tree.last_reorganize:
                     for text, level in reorganize_lines(tree.last_reorganize):
                         emit(f"scenario {name}: {text}", level)
                 snapshot(force=True)
                 outcome = ScenarioOutcome(name, judge, bool(verdict.passed), verdict.detail, len(tree.exchange_view()),
-                                          time.perf_counter() - started, when=stamp)
+                                          time.perf_counter() - started, when=ended())
             if keep_as is not None:
                 try:
                     keep_session(tree, keep_as)
@@ -283,7 +287,8 @@ def listing_rows(verdicts: dict[str, dict]) -> list[tuple[str, str]]:
         if v is None:
             last = "not run yet"
         elif v.get("passed") is None:  # only cancelled or failed runs so far
-            last = (f"no verdict yet: cancelled after {counted(v['exchanges'], 'exchange')} ({v['when']})"
+            last = (f"no verdict yet: cancelled after {counted(v['exchanges'], 'exchange')} "
+                    f"({v['judge']} judge, {v['when']})"
                     if v.get("cancelled")
                     else f"no verdict yet: could not run ({v['when']}): {v.get('error', '')}")
         else:
@@ -307,6 +312,7 @@ class ScenarioController:
         self.app = app
         self.cancel_event: threading.Event | None = None
         self.name: str | None = None
+        self.judge = "embedding"
         self.outcome: ScenarioOutcome | None = None  # the last run's
 
     @property
@@ -350,6 +356,7 @@ class ScenarioController:
         session = app.session
         embed_fn = session.tree.embed_fn if session is not None and session.tree is not None else app.embed_fn
         self.name = name
+        self.judge = judge
         self.cancel_event = threading.Event()
         app.chat_notice(f"Running the {name} scenario ({judge} judge) in a scratch session; the tree pane shows "
                         "it growing, the log its judge decisions. Esc cancels it.")
@@ -408,6 +415,7 @@ class ScenarioController:
             return False
         self.cancel_event.set()
         self.app.log_line(f"scenario {self.name}: cancelling after the current step", "warning")
+        wait = " (a step waits for its model call: up to a minute with the LLM judge)" if self.judge != "embedding" else ""
         self.app.chat_notice(f"Cancelling the {self.name} scenario after its current step (an exchange, or one "
-                             "merge check of its reorganisation)…")
+                             f"merge check of its reorganisation){wait}…")
         return True

@@ -446,23 +446,25 @@ async def test_scenario_runs_in_a_scratch_session_and_esc_cancels_it(server, tmp
         # needle: 200 exchanges; the pane shows the scratch tree growing, Esc cancels it
         await command(pilot, app, "/scenario needle")
         await wait_for(pilot, lambda: not inspector.display, what="inspector of the user's tree closed")
+        # another scenario meanwhile: said why not, and the line given back (it was thrown away)
+        await command(pilot, app, "/scenario multihop")
+        assert "The needle scenario is still running (Esc cancels it)" in notices(app)
+        assert prompt.text == "/scenario multihop"
+        prompt.value = ""
         await wait_for(pilot, lambda: pane.showing_scenario and pane.snapshot is not None
                        and pane.snapshot.exchanges >= 20, what="scratch tree growing")
         assert pane.ctree is not tree and "/nexus-scenario-" in str(pane.ctree.vdb.path)
         grown = pane.snapshot.exchanges
         await wait_for(pilot, lambda: pane.snapshot.exchanges > grown, what="growing live")
         assert "scenario needle #" in log_text(app) and ": judge embedding: " in log_text(app)
-        # another scenario meanwhile: said why not, and the line given back (it was thrown away)
-        await command(pilot, app, "/scenario multihop")
-        assert "The needle scenario is still running (Esc cancels it)" in notices(app)
-        assert prompt.text == "/scenario multihop"
-        prompt.value = ""
-        assert app.scenarios.cancel()
-        app.run_command("/scenario multihop")  # cancelled, not yet ended: it said "Esc cancels it" again
-        assert "The needle scenario is stopping after its current step" in notices(app)
-        assert prompt.text == "/scenario multihop"
-        prompt.value = ""
+        from datetime import datetime
+
+        pressed = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+        await pilot.press("escape")
         await wait_for(pilot, lambda: "needle: cancelled after" in notices(app), what="cancelled")
+        from nexus.scenario_runner import load_verdicts
+
+        assert load_verdicts()["needle"]["when"] >= pressed  # when it ended (it listed when it started)
         assert not pane.showing_scenario and pane.ctree is tree
 
         assert f"ROOT ({len(TALK)} exchanges)" in str(pane.root.label)
@@ -478,6 +480,15 @@ async def test_scenario_runs_in_a_scratch_session_and_esc_cancels_it(server, tmp
         from nexus.scenario_runner import verdicts_path
 
         assert oct(verdicts_path().stat().st_mode & 0o777) == "0o600"  # private, as the data dir's files are
+        # cancelled and not yet ended (its step can wait on a model): it said "Esc cancels it" again
+        import threading
+
+        app.scenarios.name, app.scenarios.cancel_event = "drift", threading.Event()
+        app.scenarios.cancel_event.set()
+        await command(pilot, app, "/scenario multihop")
+        assert "The drift scenario is stopping after its current step" in notices(app)
+        assert prompt.text == "/scenario multihop"
+        app.scenarios.name, app.scenarios.cancel_event, prompt.value = None, None, ""
         listed = notices(app).split("multihop   PASS")[0].rsplit("Scenarios (", 1)[1]
         assert "  needle     no verdict yet: cancelled after " in listed  # it said "not run yet"
         assert tree.snapshot() == before_tree and session_bytes(session_file) == before_bytes
@@ -784,7 +795,8 @@ def test_a_cancelled_scenario_is_listed_until_a_verdict_and_never_hides_one(tmp_
     path = tmp_path / "verdicts.json"
     cancelled = ScenarioOutcome("needle", "embedding", None, "", 37, 4.0, cancelled=True, when="2026-12-03 10:00")
     save_verdict(cancelled, path)
-    assert "  needle     no verdict yet: cancelled after 37 exchanges (2026-12-03 10:00)" in listing(load_verdicts(path))
+    assert ("  needle     no verdict yet: cancelled after 37 exchanges (embedding judge, 2026-12-03 10:00)"
+            in listing(load_verdicts(path)))
     passed = ScenarioOutcome("needle", "embedding", True, "found it", 200, 20.0, when="2026-12-03 10:05")
     save_verdict(passed, path)
     save_verdict(cancelled, path)  # a later cancelled run
