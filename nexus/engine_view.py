@@ -169,5 +169,7 @@ class EngineView:
         pane = self.query_one(MemoryTree)
         own = self.session is not None and pane.ctree is self.session.tree
         synth = self.session.synth if own else None
-        self.query_one(NodeInspector).inspect(pane.ctree, event.node.data,
-                                              synth.last_report if synth else None, synth)
+        node = event.node
+        if node.data is None and node.parent is not None:  # a topic's summary line (↳): that topic
+            node = node.parent
+        self.query_one(NodeInspector).inspect(pane.ctree, node.data, synth.last_report if synth else None, synth)

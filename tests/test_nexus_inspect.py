@@ -155,6 +155,20 @@ async def test_inspector_shows_a_topic_and_an_exchange_and_esc_closes_it(server,
                        and chat.region.right < 150 - 42, what="inspector beside the widened pane")
         pane.focus()
 
+        # a topic's summary line (↳) inspects that topic (Enter on it did nothing)
+        pane.move_cursor(first)
+        await pilot.press("space")
+        await wait_for(pilot, lambda: first.is_expanded and first.children, what="expanded")
+        summary_line = next(c for c in first.children if str(c.label).startswith("↳"))
+        inspector.close()
+        await select(pilot, pane, summary_line)
+        await wait_for(pilot, lambda: inspector.display and getattr(inspector.detail, "node_id", None) == topic.node_id,
+                       what="the summary's topic inspected")
+        await pilot.press("space")  # closed again, as the rest of the test found it
+        pane.move_cursor(first)
+        await pilot.press("space")
+        await wait_for(pilot, lambda: not first.is_expanded, what="collapsed")
+
         # an exchange: both messages in full, date, branch, status, sentence parts
         node = first
         while True:  # expand (space) down to a topic holding exchanges
