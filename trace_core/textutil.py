@@ -239,22 +239,14 @@ def extractive_summary(exchanges: list[tuple[str, str]], limit: int = 300,
     ``limit`` characters. A sentence's weight is the rarity of its content words, so
     greetings and "Thanks, Mel!" lose to "I went to a LGBTQ support group".
 
-    The user's most informative sentences take the first half of the room: the user says
-    what the exchange is about, and a small model's reply is full of rare words (its
-    travel-brochure sentences left "my sister Ana lives in Porto" out). The rest goes to
-    the most informative sentences of either side.
-
     ``cache`` keeps sentence weights between calls made with the same ``df`` counts
     (a reorganisation summarises each exchange once per level of its topic)."""
     import math
 
     sentences: list[str] = []
-    said_by_user: set[str] = set()
     for user, assistant in exchanges:
-        for text, by_user in ((user, True), (assistant, False)):
+        for text in (user, assistant):
             for sent in _SENTENCE.split(" ".join(without_marks(text).split())):
-                if by_user and sent:
-                    said_by_user.add(sent)
                 if sent and sent not in sentences and sent not in PLACEHOLDERS:
                     sentences.append(sent)
 
@@ -271,26 +263,24 @@ def extractive_summary(exchanges: list[tuple[str, str]], limit: int = 300,
         return value
 
     ranked = sorted(range(len(sentences)), key=lambda i: (-weight(sentences[i]), i))
-    users = [i for i in ranked if sentences[i] in said_by_user and weight(sentences[i]) > 0]
     picked: list[int] = []
     openings: set[str] = set()  # a small model's reply says a sentence again, whole or cut short
     used = 0
-    for order, room in ((users, limit / 2), (ranked, limit)):
-        for i in order:
-            if used >= room * 0.8:
-                break
-            sent = sentences[i]
-            opening = " ".join(words(sent)[:8])
-            if i in picked or opening in openings:
-                continue
-            if len(sent) > limit:
-                sent = sent[: limit - 1].rsplit(" ", 1)[0] + "…"
-            if used + len(sent) > limit and picked:
-                continue
-            picked.append(i)
-            openings.add(opening)
-            sentences[i] = sent
-            used += len(sent) + 1
+    for i in ranked:
+        sent = sentences[i]
+        opening = " ".join(words(sent)[:8])
+        if opening in openings:
+            continue
+        if len(sent) > limit:
+            sent = sent[: limit - 1].rsplit(" ", 1)[0] + "…"
+        if used + len(sent) > limit and picked:
+            continue
+        picked.append(i)
+        openings.add(opening)
+        sentences[i] = sent
+        used += len(sent) + 1
+        if used >= limit * 0.8:
+            break
     return " ".join(sentences[i] for i in sorted(picked))
 
 
