@@ -17,6 +17,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
+from trace_core.synthesizer import clip_text
 from trace_core.textutil import speaker_label
 
 from .failures import ReportsFailures, background
@@ -56,6 +57,12 @@ def topic_text(d: TopicDetail) -> Text:
     if d.summary:
         t.append("\nsummary\n", style="bold")
         t.append(_safe(d.summary) + "\n")
+    if d.asked:
+        more = d.exchanges_below - len(d.asked)
+        t.append("\nyou said" + (f" (the first {len(d.asked)} of {d.exchanges_below})" if more > 0 else "") + "\n",
+                 style="bold")
+        for text in d.asked:
+            t.append(f"  • {_safe(clip_text(text, 140))}\n")
     if d.retrieval is not None:
         r = d.retrieval
         t.append("\nfed the last reply\n", style="bold magenta")

@@ -104,6 +104,9 @@ class TopicDetail:
     nearest: tuple[Neighbour, ...]
     retrieval: RetrievalScores | None
     is_root: bool = False
+    # the user's first messages in it: a summary is the most informative sentences, and
+    # a small model's rare-word replies can leave out what the user said
+    asked: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,22 @@ def topic_detail(tree: CTree, node_id: str, report=None, k: int = 5,
             n_topics,
             len(kids) - n_topics, snap.max_children, not row.active and not is_root, row.exchanges_below,
             () if is_root else nearest_branches(tree, snap, node_id, k), _retrieval_for(tree, topic, report),
-            is_root)
+            is_root, () if is_root else _asked(tree, row.start, row.end))
+
+
+ASKED_SHOWN = 3
+
+
+def _asked(tree: CTree, start: int, end: int) -> tuple[str, ...]:
+    """The user's messages of a topic's first exchanges (archived ones left out)."""
+    xs = tree.exchange_view()
+    out = []
+    for i in range(max(start, 0), min(end + 1, len(xs))):
+        if xs[i].parent is not None and xs[i].user.strip():
+            out.append(" ".join(xs[i].user.split()))
+            if len(out) == ASKED_SHOWN:
+                break
+    return tuple(out)
 
 
 def exchange_detail(tree: CTree, index: int, synth=None) -> ExchangeDetail | None:

@@ -134,6 +134,9 @@ async def test_inspector_shows_a_topic_and_an_exchange_and_esc_closes_it(server,
         assert "depth" in text and "frozen" in text
         assert f"{len(topic.topic_children)}/5 topics, {len(topic.message_children)}/5 exchanges" in text
         assert f"{topic.message_count} below" in text
+        # what the user said in it, beside the summary (which can leave it out)
+        first_user = " ".join(tree.exchanges[topic.start_index].user.split())
+        assert "you said" in text and first_user[:60] in text.replace("\n", " ")
         d = inspector.detail
         assert len(d.nearest) == 5 and topic.node_id not in {n.node_id for n in d.nearest}
         # the nearest branches really are the nearest by centroid cosine
