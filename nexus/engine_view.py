@@ -6,8 +6,6 @@ import logging
 
 from textual.css.query import NoMatches
 
-from trace_core import events as tev
-
 from . import messages as M
 from .inspector import NodeInspector
 from .text import counted
@@ -15,19 +13,6 @@ from .treeinfo import reorganize_lines, reorganize_marks
 from .widgets import MemoryTree
 
 log = logging.getLogger("nexus")
-
-
-def event_line(e) -> str:
-    """An engine event without a handler of its own, as a line of the log (its repr read as
-    Python objects: "TopicsFrozen(level='debug', topics=(…))")."""
-    if isinstance(e, tev.ExchangeAdded):
-        return f"stored exchange #{e.exchange_index} in {e.thread_path} ({e.seconds * 1000:.0f} ms)"
-    if isinstance(e, tev.TopicsFrozen):
-        return f"summarised {counted(len(e.topics), 'topic')} that left the active path: {', '.join(e.topics)}"
-    if isinstance(e, tev.GroupRenamed):
-        return f"group renamed: {e.before} → {e.after}"
-    fields = ", ".join(f"{k} {v}" for k, v in vars(e).items() if k != "level")
-    return f"{type(e).__name__}: {fields}" if fields else type(e).__name__
 
 
 class EngineView:
@@ -115,7 +100,7 @@ class EngineView:
 
     def on_engine_event_message(self, message: M.EngineEventMessage) -> None:
         if self.on_screen(message):
-            self.log_line(event_line(message.event), message.event.level)
+            self.log_line(str(message.event), message.event.level)  # EngineEvent.__str__: in words
 
     # --- the panes ------------------------------------------------------------------------------
 

@@ -17,7 +17,8 @@ from .text import log_safe
 LOG_NAME = "nexus.log"
 MAX_BYTES = 2_000_000  # per file; with BACKUPS rotated files the log stays under 8 MB
 BACKUPS = 3
-QUIET = ("httpx", "httpx2", "openai", "httpcore")
+# (trace_core.events: Nexus logs each engine event itself; the file had every one twice)
+QUIET = ("httpx", "httpx2", "openai", "httpcore", "trace_core.events")
 
 
 class TextFormatter(logging.Formatter):

@@ -108,3 +108,32 @@ def test_nexus_paths_and_help_say_where_things_live(tmp_path):
     helptext = subprocess.run([sys.executable, "-m", "nexus", "--help"], capture_output=True, text=True, env=env,
                               timeout=60).stdout
     assert str(tmp_path / "data" / "logs") in helptext and "--paths" in helptext
+
+
+def test_the_log_file_has_each_engine_event_once_in_words(tmp_path, monkeypatch):
+    """nexus.log held 617 lines like "INFO trace_core JudgeDecided(level='info', …)", each
+    beside Nexus's own sentence for it."""
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    from nexus.logs import setup_file_log
+    from trace_core import events as ev
+
+    root = logging.getLogger()
+    level = root.level
+    try:
+        path = setup_file_log()
+        bus = ev.EventBus()
+        bus.emit(ev.JudgeDecided("embedding", "new", "Cat Miso", "the first exchange opens a topic", 0))
+        logging.getLogger("nexus").info("%s", ev.TopicsFrozen(("Cat Miso",)))  # as Nexus logs it
+        handler = next(h for h in root.handlers if getattr(h, "_nexus", False))
+        handler.flush()
+        text = path.read_text(encoding="utf-8")
+        assert "JudgeDecided(" not in text and "judge embedding: new → Cat Miso" not in text  # Nexus says it
+        assert "summarised 1 topic that left the active path: Cat Miso" in text
+        assert str(ev.GroupRenamed("A", "B", "g1")) == "group renamed: A → B"
+    finally:
+        for h in list(root.handlers):
+            if getattr(h, "_nexus", False):
+                root.removeHandler(h)
+                h.close()
+        root.setLevel(level)
+        logging.getLogger("trace_core.events").setLevel(logging.NOTSET)

@@ -11,12 +11,18 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-log = logging.getLogger("trace_core")
+# its own logger: an app that logs each event in its own words (Nexus) quiets this one
+log = logging.getLogger("trace_core.events")
 
 
 @dataclass(frozen=True)
 class EngineEvent:
     level: str = field(default="info", kw_only=True)  # debug | info | warning | error
+
+    def __str__(self) -> str:
+        """The event as a line of a log, in words (a repr read as Python objects)."""
+        fields = ", ".join(f"{k} {v}" for k, v in vars(self).items() if k != "level")
+        return f"{type(self).__name__}: {fields}" if fields else type(self).__name__
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,9 @@ class JudgeDecided(EngineEvent):
     reason: str
     exchange_index: int
 
+    def __str__(self) -> str:
+        return f"judge {self.judge}: {self.action} → {self.topic} ({self.reason})"
+
 
 @dataclass(frozen=True)
 class LLMFailed(EngineEvent):
@@ -36,6 +45,9 @@ class LLMFailed(EngineEvent):
 
     task: str
     problem: str
+
+    def __str__(self) -> str:
+        return f"memory model failed at {self.task}: {self.problem}; the embedding judge decided"
 
 
 @dataclass(frozen=True)
@@ -45,10 +57,17 @@ class ExchangeAdded(EngineEvent):
     thread_path: str
     seconds: float
 
+    def __str__(self) -> str:
+        return f"stored exchange #{self.exchange_index} in {self.thread_path} ({self.seconds * 1000:.0f} ms)"
+
 
 @dataclass(frozen=True)
 class TopicsFrozen(EngineEvent):
     topics: tuple[str, ...]
+
+    def __str__(self) -> str:
+        n = len(self.topics)
+        return f"summarised {n} topic{'' if n == 1 else 's'} that left the active path: {', '.join(self.topics)}"
 
 
 @dataclass(frozen=True)
@@ -58,6 +77,9 @@ class GroupRenamed(EngineEvent):
     before: str
     after: str
     node_id: str
+
+    def __str__(self) -> str:
+        return f"group renamed: {self.before} → {self.after}"
 
 
 @dataclass(frozen=True)
