@@ -19,15 +19,18 @@ def strip_think(text: str) -> str:
     return THINK.sub("", text).strip()
 
 
-# a reply that is only a role label ("User:", as the bundled base model sometimes answers)
-# says nothing: it is no answer to store
-_BARE_LABEL = re.compile(r"^\s*(?:user|assistant|model|system)\s*:\s*$", re.I)
+# what the bundled base model answers when it copies the prompt's form and says nothing:
+# a role label ("User:", "user"), the memory block's date lines ("[2026-12-03]"), a "|"
+_BARE_LABEL = re.compile(r"^\s*(?:user|assistant|model|system)\s*:?\s*$", re.I)
+_DATE_LINE = re.compile(r"\[\d{4}-\d{2}-\d{2}\]")
+_WORD = re.compile(r"[^\W_]")  # a letter or digit, in any script
 
 
 def says_something(text: str) -> bool:
-    """The reply holds words: more than reasoning, whitespace or a bare role label."""
+    """The reply holds words: more than reasoning, whitespace, symbols, a bare role label
+    or a copied date line. An answer that is a number or a date ("42", "2026-12-03") does."""
     shown = strip_think(text)
-    return bool(shown) and not _BARE_LABEL.match(shown)
+    return not _BARE_LABEL.match(shown) and bool(_WORD.search(_DATE_LINE.sub("", shown)))
 
 
 class ReplyError(RuntimeError):
