@@ -114,6 +114,27 @@ class MemoryTree(ReportsFailures, Tree):
     BINDINGS = [Binding("right", "open_branch", "Open", show=False),
                 Binding("left", "close_branch", "Close", show=False)]
 
+    def _open_inspector(self):
+        from .inspector import NodeInspector
+
+        return next((i for i in self.app.query(NodeInspector) if i.display), None)
+
+    def action_page_down(self) -> None:
+        """PageDown/PageUp scroll an open inspector (in a small terminal it showed 9 of its
+        lines and nothing reached the rest by keyboard); else the pane, a page."""
+        inspector = self._open_inspector()
+        if inspector is not None:
+            inspector.scroll_page_down(animate=False)
+        else:
+            super().action_page_down()
+
+    def action_page_up(self) -> None:
+        inspector = self._open_inspector()
+        if inspector is not None:
+            inspector.scroll_page_up(animate=False)
+        else:
+            super().action_page_up()
+
     def action_open_branch(self) -> None:
         """→: open the branch under the cursor; on an open one, go to its first child."""
         node = self.cursor_node

@@ -89,6 +89,12 @@ async def test_in_a_narrow_terminal_the_inspector_takes_the_chats_width(server, 
             assert inspector.region.right == pane.region.x
             assert inspector.outer_size.width == min(width, app.query_one("#chat").outer_size.width), size
             assert any(re.match(r"range +\[\d+:\d+\]", line) for line in on_screen(app, inspector)), size
+            if size == (70, 20):  # 9 lines of it show: PageDown in the tree scrolls it (nothing reached the rest)
+                assert inspector.max_scroll_y > 0 and app.focused is pane
+                await pilot.press("pagedown")
+                await wait_for(pilot, lambda i=inspector: i.scroll_y > 0, what="inspector scrolled")
+                await pilot.press("pageup")
+                await wait_for(pilot, lambda i=inspector: i.scroll_y == 0, what="inspector back at its top")
 
 
 def test_a_scenarios_title_names_its_scratch_tree_in_any_room():
