@@ -108,6 +108,23 @@ def session_file(tmp_path, minilm):
     return path
 
 
+@pytest.fixture
+def paced_scenarios(monkeypatch):
+    """A scenario at a pace a test can watch: needle's 200 exchanges took 2.0 s on a quiet
+    machine, over before the test saw it run (each exchange waits 30 ms more)."""
+    import time
+
+    from nexus.scenario_runner import CancellableTree
+
+    add = CancellableTree.add
+
+    def paced(self, messages, timestamp=None):
+        time.sleep(0.03)
+        return add(self, messages, timestamp)
+
+    monkeypatch.setattr(CancellableTree, "add", paced)
+
+
 def topic_nodes(pane: MemoryTree):
     return [n for n in pane.root.children if isinstance(n.data, str)]
 
@@ -431,7 +448,7 @@ def session_bytes(path: Path) -> dict[str, bytes]:
 
 
 async def test_scenario_runs_in_a_scratch_session_and_esc_cancels_it(server, tmp_path, minilm, data_dir,
-                                                                     session_file):
+                                                                     session_file, paced_scenarios):
     app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
     async with app.run_test(size=(150, 45)) as pilot:
         await ready(app, pilot)
@@ -663,7 +680,7 @@ def test_a_scenario_stops_inside_its_reorganisation_and_counts_its_steps_right(t
     assert steps[0].startswith("scenario theseus #0 (1/")  # numbered as the tree numbers the exchange
 
 
-async def test_quitting_stops_a_running_scenario(server, tmp_path, minilm, data_dir, session_file):
+async def test_quitting_stops_a_running_scenario(server, tmp_path, minilm, data_dir, session_file, paced_scenarios):
     """Ctrl+Q while a scenario runs: it stops at its next step (the app's exit waits for
     its thread; it ran on to its end, two minutes under --judge auto), and no verdict is
     recorded for a run that did not finish."""

@@ -15,6 +15,7 @@ from nexus.treesnap import TreeSnapshot
 from nexus.widgets import MemoryTree
 
 data_dir, session_file = test_nexus_inspect.data_dir, test_nexus_inspect.session_file  # its fixtures
+paced_scenarios = test_nexus_inspect.paced_scenarios
 COUNT = re.compile(r" \(\d+\)$")
 
 
@@ -107,7 +108,7 @@ def test_a_scenarios_title_names_its_scratch_tree_in_any_room():
 
 
 async def test_the_pane_title_says_a_running_scenario_is_its_scratch_tree(server, tmp_path, minilm, data_dir,
-                                                                        session_file):
+                                                                        session_file, paced_scenarios):
     """It read "depth 3 · 59 topics · 141 exchanges" while the app's title named the
     user's session; the user's title comes back when the scenario ends."""
     app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
