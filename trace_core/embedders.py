@@ -333,17 +333,19 @@ def as_embedder(embed_fn: EmbedFnLike) -> Embedder | None:
     raise TypeError(f"embed_fn must be callable, got {type(embed_fn).__name__}")
 
 
+MINILM_NAMES = ("minilm", "default", "all-MiniLM-L6-v2")  # the bundled model's names in a config
+
+
 def embedder_problem(spec: str | None, timeout: float = 5.0) -> str | None:
     """Why ``spec`` (as ``make_embedder`` reads it) cannot load, in words; None when it can
     or cannot be told without loading it. Checked at start: a name that is neither a folder
     nor a downloaded model was looked up on huggingface.co with retries for 85 s, offline,
     before the error reached the user. Only such a name costs one lookup here."""
-    if not spec or spec in ("minilm", "default", "all-MiniLM-L6-v2") or spec.startswith("openai:"):
+    if not spec or spec in MINILM_NAMES or spec.startswith("openai:"):
         return None
-    path = os.path.expanduser(spec)
-    if os.path.isdir(path):
+    if os.path.isdir(os.path.expanduser(spec)):
         return None
-    if spec.startswith(("/", ".", "~")) or os.sep in spec.strip("/").replace("/", "", 1):
+    if spec.startswith(("/", ".", "~")) or spec.count("/") > 1:  # a hub name is owner/name
         return f"{spec!r} is no folder with a model in it"
     try:
         from huggingface_hub import model_info, try_to_load_from_cache
@@ -374,7 +376,7 @@ def make_embedder(spec: str | None = None, base_url: str | None = None, api_key:
     ``None``/``"minilm"``/``"default"`` → bundled MiniLM; ``"openai:MODEL"`` → the
     endpoint's ``/v1/embeddings``; anything else → a sentence-transformers name or path.
     """
-    if not spec or spec in ("minilm", "default", "all-MiniLM-L6-v2"):
+    if not spec or spec in MINILM_NAMES:
         return MiniLMEmbedder()
     if spec.startswith("openai:"):
         return OpenAIEmbedder(
