@@ -119,21 +119,20 @@ class MemoryTree(ReportsFailures, Tree):
 
         return next((i for i in self.app.query(NodeInspector) if i.display), None)
 
-    def action_page_down(self) -> None:
+    def _page(self, way: str) -> None:
         """PageDown/PageUp scroll an open inspector (in a small terminal it showed 9 of its
         lines and nothing reached the rest by keyboard); else the pane, a page."""
         inspector = self._open_inspector()
         if inspector is not None:
-            inspector.scroll_page_down(animate=False)
+            getattr(inspector, f"scroll_page_{way}")(animate=False)
         else:
-            super().action_page_down()
+            getattr(super(), f"action_page_{way}")()
+
+    def action_page_down(self) -> None:
+        self._page("down")
 
     def action_page_up(self) -> None:
-        inspector = self._open_inspector()
-        if inspector is not None:
-            inspector.scroll_page_up(animate=False)
-        else:
-            super().action_page_up()
+        self._page("up")
 
     def action_open_branch(self) -> None:
         """→: open the branch under the cursor; on an open one, go to its first child."""

@@ -60,40 +60,51 @@ def test_data_folders_are_0700(tmp_path, monkeypatch, loose_umask):
     assert log_dir() == tmp_path / "deep" / "data" / "logs"
 
 
-def test_log_is_text_private_in_the_log_folder_and_rotates(tmp_path, monkeypatch, loose_umask):
+@pytest.fixture
+def file_log(tmp_path, monkeypatch):
+    """Nexus's log file in ``tmp_path``; the root logger and the loggers it quiets are
+    put back after."""
     monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
-    from nexus.logs import BACKUPS, setup_file_log
+    from nexus.logs import QUIET, setup_file_log
 
     root = logging.getLogger()
-    level = root.level
+    levels = {name: logging.getLogger(name).level for name in ("", *QUIET)}
     try:
-        path = setup_file_log()
-        assert path == tmp_path / "data" / "logs" / "nexus.log"
-        assert mode(path.parent) == 0o700
-        topic = "Cats\x1b]0;pwned\x07 \x1b[2J\x1b[31mred\rover\n2026-01-01 ERROR forged record \ud800"
-        logging.getLogger("nexus").info("judge embedding: new → %s", topic)
-        handler = next(h for h in root.handlers if getattr(h, "_nexus", False))
-        handler.flush()
-        raw = path.read_bytes()
-        assert b"\x1b" not in raw and b"\x07" not in raw and b"\r" not in raw
-        text = raw.decode("utf-8")
-        assert "␛]0;pwned\\x07" in text and "␛[31mred\\rover" in text
-        assert "\n    2026-01-01 ERROR forged record" in text  # a continuation, not a record
-        assert mode(path) == 0o600
-        handler.maxBytes = 2000  # size-bounded: rotate quickly for the test
-        for k in range(200):
-            logging.getLogger("nexus").info("line %d %s", k, "x" * 80)
-        handler.flush()
-        files = sorted(p.name for p in path.parent.iterdir())
-        assert files == ["nexus.log"] + [f"nexus.log.{k}" for k in range(1, BACKUPS + 1)]
-        assert all(mode(path.parent / f) == 0o600 for f in files)
-        assert all((path.parent / f).stat().st_size <= 2000 + 200 for f in files)
+        yield setup_file_log()
     finally:
         for h in list(root.handlers):
             if getattr(h, "_nexus", False):
                 root.removeHandler(h)
                 h.close()
-        root.setLevel(level)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def test_log_is_text_private_in_the_log_folder_and_rotates(tmp_path, loose_umask, file_log):
+    from nexus.logs import BACKUPS
+
+    root = logging.getLogger()
+    path = file_log
+    assert path == tmp_path / "data" / "logs" / "nexus.log"
+    assert mode(path.parent) == 0o700
+    topic = "Cats\x1b]0;pwned\x07 \x1b[2J\x1b[31mred\rover\n2026-01-01 ERROR forged record \ud800"
+    logging.getLogger("nexus").info("judge embedding: new → %s", topic)
+    handler = next(h for h in root.handlers if getattr(h, "_nexus", False))
+    handler.flush()
+    raw = path.read_bytes()
+    assert b"\x1b" not in raw and b"\x07" not in raw and b"\r" not in raw
+    text = raw.decode("utf-8")
+    assert "␛]0;pwned\\x07" in text and "␛[31mred\\rover" in text
+    assert "\n    2026-01-01 ERROR forged record" in text  # a continuation, not a record
+    assert mode(path) == 0o600
+    handler.maxBytes = 2000  # size-bounded: rotate quickly for the test
+    for k in range(200):
+        logging.getLogger("nexus").info("line %d %s", k, "x" * 80)
+    handler.flush()
+    files = sorted(p.name for p in path.parent.iterdir())
+    assert files == ["nexus.log"] + [f"nexus.log.{k}" for k in range(1, BACKUPS + 1)]
+    assert all(mode(path.parent / f) == 0o600 for f in files)
+    assert all((path.parent / f).stat().st_size <= 2000 + 200 for f in files)
 
 
 def test_nexus_paths_and_help_say_where_things_live(tmp_path):
@@ -110,30 +121,19 @@ def test_nexus_paths_and_help_say_where_things_live(tmp_path):
     assert str(tmp_path / "data" / "logs") in helptext and "--paths" in helptext
 
 
-def test_the_log_file_has_each_engine_event_once_in_words(tmp_path, monkeypatch):
+def test_the_log_file_has_each_engine_event_once_in_words(file_log):
     """nexus.log held 617 lines like "INFO trace_core JudgeDecided(level='info', …)", each
     beside Nexus's own sentence for it."""
-    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
-    from nexus.logs import setup_file_log
     from trace_core import events as ev
 
     root = logging.getLogger()
-    level = root.level
-    try:
-        path = setup_file_log()
-        bus = ev.EventBus()
-        bus.emit(ev.JudgeDecided("embedding", "new", "Cat Miso", "the first exchange opens a topic", 0))
-        logging.getLogger("nexus").info("%s", ev.TopicsFrozen(("Cat Miso",)))  # as Nexus logs it
-        handler = next(h for h in root.handlers if getattr(h, "_nexus", False))
-        handler.flush()
-        text = path.read_text(encoding="utf-8")
-        assert "JudgeDecided(" not in text and "judge embedding: new → Cat Miso" not in text  # Nexus says it
-        assert "summarised 1 topic that left the active path: Cat Miso" in text
-        assert str(ev.GroupRenamed("A", "B", "g1")) == "group renamed: A → B"
-    finally:
-        for h in list(root.handlers):
-            if getattr(h, "_nexus", False):
-                root.removeHandler(h)
-                h.close()
-        root.setLevel(level)
-        logging.getLogger("trace_core.events").setLevel(logging.NOTSET)
+    path = file_log
+    bus = ev.EventBus()
+    bus.emit(ev.JudgeDecided("embedding", "new", "Cat Miso", "the first exchange opens a topic", 0))
+    logging.getLogger("nexus").info("%s", ev.TopicsFrozen(("Cat Miso",)))  # as Nexus logs it
+    handler = next(h for h in root.handlers if getattr(h, "_nexus", False))
+    handler.flush()
+    text = path.read_text(encoding="utf-8")
+    assert "JudgeDecided(" not in text and "judge embedding: new → Cat Miso" not in text  # Nexus says it
+    assert "summarised 1 topic that left the active path: Cat Miso" in text
+    assert str(ev.GroupRenamed("A", "B", "g1")) == "group renamed: A → B"
