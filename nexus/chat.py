@@ -26,6 +26,7 @@ from .session_settings import SessionSettings, parse_setting
 from .streaming import stream_reply
 from .text import counted
 from .turn import Turn, reply_problem, says_something, store_problem, strip_think
+from .versions import ReplyVersions, version_of
 from .web import RouteDecision, WebRouter, WebSearch, WebSearchError, results_block
 
 log = logging.getLogger("nexus")
@@ -62,6 +63,7 @@ class ChatSession:
         self.unstored: list[tuple[str, str]] = []  # exchanges whose storing failed: store again with a key
         self._reloading = False  # reading the file again after a failed store
         self.settings = SessionSettings()  # /system, /set: read from the session file when it opens
+        self.versions = ReplyVersions()  # what /retry and /edit replaced: /undo-retry puts it back
         self.recent: list[dict] = []
         self.read_only = False  # opened read-only: another process writes the session
         self.read_only_reason = ""  # why, in words (set by whoever opened it read-only)
@@ -92,6 +94,7 @@ class ChatSession:
         if self.settings.web is False:  # /web off is kept with the session (a restart turned it on again);
             self.web_enabled = False    # off wins: a session's "on" never overrides --no-web or the config
         self.kept = load_kept(tree.vdb)
+        self.versions = ReplyVersions.load(tree.vdb)
         self._kept_saved = list(self.kept)  # what the file holds: written only when it differs
         if not read_only:
             self.take_parked()
@@ -458,8 +461,7 @@ class ChatSession:
             msgs.insert(0, {"role": "system", "content": system})
         with self._lock:
             if replace and self.tree.exchanges:
-                node = self.tree.replace_last(msgs)
-                self.recent = self.recent_from_tree()
+                node = self._replace_newest(msgs)
             else:
                 node = self.tree.add(msgs)
                 n = self.config.section("memory").recent_exchanges
@@ -468,6 +470,39 @@ class ChatSession:
         if index:
             self.index_sentences()
         return node
+
+    def _replace_newest(self, msgs: list[dict], timestamp: str | None = None):
+        """The newest exchange replaced by ``msgs``; the one replaced is kept as a version
+        (written first: a crash in between loses neither)."""
+        old = self.tree.exchanges[-1]
+        self.versions.replacing(old.index, version_of(old))
+        self.versions.save(self.tree.vdb)
+        node = self.tree.replace_last(msgs, timestamp)
+        self.versions.added(version_of(node))
+        self.versions.save(self.tree.vdb)
+        self.recent = self.recent_from_tree()
+        return node
+
+    def put_back_version(self) -> tuple[object, int, int]:
+        """/undo-retry: the newest exchange's previous version (the one the last /retry or
+        /edit replaced) back in memory. Returns (its node, its number, how many versions).
+        Raises ValueError when the newest exchange was never replaced."""
+        assert self.tree is not None
+        with self._lock:
+            newest = self.tree.exchanges[-1] if self.tree.exchanges else None
+            if newest is None or len(self.versions.of(newest.index)) < 2:
+                raise ValueError("no /retry or /edit replaced the newest exchange")
+            k = self.versions.previous()
+            back = self.versions.versions[k]
+            self.versions.versions[self.versions.at] = version_of(newest)
+            self.versions.save(self.tree.vdb)
+            node = self.tree.replace_last(back.messages, back.timestamp or None)
+            self.versions.at = k
+            self.versions.save(self.tree.vdb)
+            self.recent = self.recent_from_tree()
+        self.emit(ev.Remembered(node.index, self.tree.thread_path(node)))
+        self.index_sentences()
+        return node, k + 1, len(self.versions.versions)
 
     def store_unstored(self) -> tuple[int, str]:
         """Store again the exchanges whose storing failed (no new request to the model).

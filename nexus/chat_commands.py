@@ -1,13 +1,15 @@
-"""Slash commands of the conversation: /help, /web, /model, /system, /set, /retry, /edit, /clear, /quit."""
+"""Slash commands of the conversation: /help, /web, /model, /system, /set, /retry, /undo-retry, /edit,
+/clear, /quit."""
 
 from __future__ import annotations
 
 from . import commands as C
 from .chat import ChatSession
-from .failures import background
+from .failures import TaskFailed, background
+from .history import past_exchange
 from .keys import ALL_KEYS, key_for
 from .replies import UNSENT_STATE
-from .widgets import PromptInput, UserMessage, two_columns
+from .widgets import PastExchangeView, PromptInput, UserMessage, two_columns
 
 
 class ChatCommands:
@@ -124,8 +126,35 @@ class ChatCommands:
         last = self._last_exchange("retry")
         if last is None:
             return
-        self.chat_notice(f"Regenerating the reply to #{last.index}: the new one replaces it in memory.")
+        self.chat_notice(f"Regenerating the reply to #{last.index}: the new one replaces it in memory "
+                         "(/undo-retry puts this one back).")
         self.send(last.user, replace=True)
+
+    def cmd_undo_retry(self, args: list[str]) -> None:
+        if args:
+            raise C.UsageError(C.BY_NAME["undo-retry"].usage)
+        if self._last_exchange("put back") is None:
+            return
+        self.undo_retry_worker(self.need_session())
+
+    @background(group="memory", exclusive=True)
+    def undo_retry_worker(self, session: ChatSession) -> None:
+        try:
+            node, k, n = session.put_back_version()
+        except ValueError as exc:  # nothing replaced the newest exchange: said, no traceback
+            raise TaskFailed(level="warning") from exc
+        self.call_from_thread(self.version_put_back, node, k, n)
+
+    def version_put_back(self, node, k: int, n: int) -> None:
+        """The exchange /undo-retry put back, shown below what it replaced (dimmed)."""
+        chat = self.query_one("#chat")
+        self.mark_replaced_above(None, node.index)
+        self.chat_notice(f"Put back version {k} of {n} of #{node.index} in memory"
+                         + (" (/undo-retry again: the one before it)." if n > 2 else
+                            " (/undo-retry again: the other one)."))
+        chat.mount(PastExchangeView(past_exchange(node)))
+        chat.scroll_end(animate=False)
+        self.refresh_tree()
 
     def cmd_edit(self, args: list[str]) -> None:
         if args:

@@ -56,6 +56,7 @@ FAILURES: dict[str, Failure] = {  # by worker name (the worker method's name)
     "search_worker": Failure("/search failed"),
     "reorganize_worker": Failure("Reorganisation failed", task="reorganize"),
     "undo_worker": Failure("Nothing undone", "warning", end="."),
+    "undo_retry_worker": Failure("Nothing put back", "warning", end="."),
     "ingest_worker": Failure("/ingest failed", task="ingest", refresh_tree=True),
     "load_worker": Failure("Cannot load the file", task="load"),
     "check_worker": Failure("/check failed"),

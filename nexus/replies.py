@@ -251,19 +251,20 @@ class Replies:
             asked.set_state(UNSENT_STATE)  # no answer: Ctrl+R sends it again, and this one goes
         elif asked is not None and asked.is_attached and message.event.exchange >= 0 and asked.parent is not None:
             if message.event.replaced:
-                self.mark_replaced(asked, message.event.exchange)
+                self.mark_replaced_above(asked, message.event.exchange)
             asked.parent.mount(ExchangeHead(message.event.exchange, when(message.event.timestamp)), before=asked)
         if self.turn is not None and self.turn.id == turn:
             self.turn = None
         if not self._leaving:
             self.drain_outbox()
 
-    def mark_replaced(self, asked: UserMessage, index: int) -> None:
-        """Dim what the chat still shows above ``asked`` of exchange ``index``, which /retry
-        or /edit has just replaced: a reopened one, or a live one (its head, message and
-        reply). It read as part of the conversation until a reopen."""
-        chat = list(asked.parent.children)
-        above = chat[: chat.index(asked)]
+    def mark_replaced_above(self, asked: UserMessage | None, index: int) -> None:
+        """Dim what the chat still shows above ``asked`` (None: anywhere) of exchange
+        ``index``, which /retry, /edit or /undo-retry has just replaced: a reopened one, or
+        a live one (its head, message and reply). It read as part of the conversation
+        until a reopen."""
+        chat = list(self.query_one("#chat").children if asked is None else asked.parent.children)
+        above = chat if asked is None else chat[: chat.index(asked)]
         for k, widget in enumerate(above):
             if isinstance(widget, PastExchangeView) and widget.exchange.index == index:
                 widget.mark_replaced()

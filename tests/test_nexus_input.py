@@ -607,6 +607,68 @@ async def test_retry_replaces_the_last_exchange(server, tmp_path, minilm, data_d
     tree.vdb.close()
 
 
+async def test_undo_retry_puts_back_the_answer_a_retry_replaced(server, tmp_path, minilm, data_dir):
+    """/retry threw the replaced answer away: a worse regenerated one could not be undone
+    (noticed in a trial). Every version of the newest exchange is kept in the session file;
+    /undo-retry steps back through them, and a restart keeps them."""
+    answers = iter(["Tides follow the moon.", "Tides are waves.", "Tides: the sea goes up."])
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply(next(answers)))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        prompt.value = "/undo-retry"  # nothing replaced yet: said, nothing changes
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "Nothing to put back yet: no exchange in this session." in notices(app))
+        prompt.value = "Explain tides."
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        prompt.value = "/undo-retry"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "Nothing put back: no /retry or /edit replaced the newest exchange."
+                       in notices(app))
+        for want in ("Tides are waves.", "Tides: the sea goes up."):
+            prompt.value = "/retry"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda want=want: app.session.tree.exchanges[-1].assistant == want)
+            await wait_for(pilot, lambda: app.turn is None)
+        prompt.value = "/undo-retry"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.session.tree.exchanges[-1].assistant == "Tides are waves.")
+        await wait_for(pilot, lambda: "Put back version 2 of 3 of #0" in notices(app))
+        prompt.value = "/undo-retry"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.session.tree.exchanges[-1].assistant == "Tides follow the moon.")
+        # shown below what it replaced, which is dimmed; memory holds it alone
+        await wait_for(pilot, lambda: any(v.exchange.assistant == "Tides follow the moon." and not v.replaced
+                                          for v in app.query(PastExchangeView)))
+        assert [v.replaced for v in app.query(PastExchangeView)] == [True, False]
+        assert len(app.session.tree.exchanges) == 1
+        hits = app.session.search("tides sea goes up")
+        assert not any("the sea goes up" in h.text for h in hits)
+    # a restart keeps the versions: going back from the first comes round to the newest
+    app2 = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app2.run_test(size=(120, 40)) as pilot:
+        await ready(app2, pilot)
+        assert app2.session.tree.exchanges[-1].assistant == "Tides follow the moon."
+        app2.query_one("#prompt", PromptInput).value = "/undo-retry"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app2.session.tree.exchanges[-1].assistant == "Tides: the sea goes up.")
+        # a new exchange ends the versions: they were of the newest exchange only
+        prompt = app2.query_one("#prompt", PromptInput)
+        prompt.value = "Thanks."
+        server.respond(chat_reply("You're welcome."))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app2.session.tree.exchanges) == 2)
+        await wait_for(pilot, lambda: app2.turn is None)
+        prompt.value = "/undo-retry"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: notices(app2).count("Nothing put back") == 1)
+        assert [x.assistant for x in app2.session.tree.exchanges] == ["Tides: the sea goes up.", "You're welcome."]
+
+
 async def test_edit_puts_the_message_back_and_replaces_the_exchange(server, tmp_path, minilm, data_dir):
     server.respond(chat_reply("ok"))
     app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
