@@ -236,11 +236,11 @@ def cached_finder(synth: PromptSynthesizer, cache: dict) -> None:
     key = tuple(getattr(synth.params, f) for f in CANDIDATE_FIELDS) + (
         bool(synth.params.neighbour_weight), bool(synth.params.date_weight), bool(synth.params.diversity))
 
-    def cached(query, *args):
+    def cached(query, *args, **kwargs):
         timings = args[-1]
         k = key + (query,)
         if k not in cache:
-            cache[k] = (find(query, *args), dict(timings))
+            cache[k] = (find(query, *args, **kwargs), dict(timings))
         result, t = cache[k]
         timings.update(t)
         return result

@@ -105,12 +105,14 @@ class ChatSession:
             self.take_unstored()
         return tree
 
-    def recent_from_tree(self) -> list[dict]:
-        """The messages (no system text) of the last ``memory.recent_exchanges`` exchanges."""
+    def recent_from_tree(self, before_newest: bool = False) -> list[dict]:
+        """The messages (no system text) of the last ``memory.recent_exchanges`` exchanges
+        (``before_newest``: of those before the newest one)."""
         n = self.config.section("memory").recent_exchanges
         if n <= 0:  # [-0:] is the whole list: recent_exchanges = 0 sent the whole history
             return []
-        return [dict(m) for x in self.tree.exchanges[-n:] for m in x.messages if m["role"] != "system"]
+        xs = self.tree.exchanges[:-1] if before_newest else self.tree.exchanges
+        return [dict(m) for x in xs[-n:] for m in x.messages if m["role"] != "system"]
 
     def close(self) -> None:
         if self.tree is not None and self.tree.vdb is not None:
@@ -187,15 +189,19 @@ class ChatSession:
     def prompt_room(self) -> int:
         return prompt_room(*self.limits(), self.settings.system)
 
-    def build_prompt(self, text: str, web_results: list) -> str:
+    def build_prompt(self, text: str, web_results: list, replacing: bool = False) -> str:
         """The system prompt, counted against the context: the recent window is trimmed
-        oldest first, then the memory block shrinks, each said in the log."""
+        oldest first, then the memory block shrinks, each said in the log. ``replacing``
+        (/retry, /edit): asked as if the newest exchange, which the reply replaces, had not
+        happened — seeing its own old answer, a model repeats it or (the bundled one)
+        says nothing."""
         assert self.tree is not None and self.synth is not None
         ctx, _ = self.limits()
         extra = [results_block(web_results)] if web_results else []
         room = self.prompt_room() - count_tokens(text)
         avail = room - count_tokens(self.synth.base_prompt) - sum(count_tokens(b) + 1 for b in extra)
-        recent, dropped = fit_recent(self.recent, avail)
+        replaced = {len(self.tree.exchanges) - 1} if replacing and self.tree.exchanges else set()
+        recent, dropped = fit_recent(self.recent_from_tree(before_newest=True) if replaced else self.recent, avail)
         if dropped:
             self.emit(ev.Notice(f"prompt: dropped the {dropped} oldest recent message(s) to fit the model's "
                                 f"context ({ctx} tokens)"))
@@ -205,7 +211,7 @@ class ChatSession:
             self.emit(ev.Notice(f"prompt: memory block limited to {mem} tokens (of {budget}) to fit the "
                                 f"model's context ({ctx} tokens)"))
         prompt = self.synth.synthesize_prompt(text, self.tree.embed_fn.embed(text), self.tree.current_node,
-                                              recent, memory_token_budget=mem, extra_context=extra)
+                                              recent, memory_token_budget=mem, extra_context=extra, exclude=replaced)
         self.emit(ev.Retrieved(self.synth.last_report))
         if count_tokens(prompt) > room:  # the estimate of a block overshot: never past the context
             self.emit(ev.Notice(f"prompt: system prompt cut from {count_tokens(prompt)} to {room} tokens", "warning"))
@@ -253,7 +259,7 @@ class ChatSession:
             model = self.resolve_model()
             _decision, results = self.route(text, turn.forced_query)
             if not turn.cancelled.is_set():
-                system = self.with_system_prompt(self.build_prompt(text, results))
+                system = self.with_system_prompt(self.build_prompt(text, results, replacing=turn.replace))
                 finish = self._stream(turn, model, system, text, max_tokens)
         except Exception as exc:
             turn.outcome = "failed"
@@ -490,8 +496,11 @@ class ChatSession:
         assert self.tree is not None
         with self._lock:
             newest = self.tree.exchanges[-1] if self.tree.exchanges else None
-            if newest is None or len(self.versions.of(newest.index)) < 2:
-                raise ValueError("no /retry or /edit replaced the newest exchange")
+            if newest is None:
+                raise ValueError("no exchange in this session")
+            if len(self.versions.of(newest.index)) < 2:
+                raise ValueError(f"#{newest.index}, the newest exchange, is as it was (no /retry or /edit "
+                                 "replaced it)")
             k = self.versions.previous()
             back = self.versions.versions[k]
             self.versions.versions[self.versions.at] = version_of(newest)

@@ -99,7 +99,7 @@ class Failures:
             words, level, cause = exc.words or words, exc.level or level, exc.__cause__
         text = f"{words}: {reason(cause)}{how.end}" if cause is not None else f"{words}{how.end}"
         if isinstance(exc, TaskFailed):  # foreseen, and said in words: the traceback only at debug
-            log.error("worker %s failed: %s", name, text)
+            log.log(logging.WARNING if level == "warning" else logging.ERROR, "worker %s failed: %s", name, text)
             log.debug("worker %s failed", name, exc_info=cause or exc)
         else:
             log.error("worker %s failed", name, exc_info=cause or exc)

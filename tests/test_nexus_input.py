@@ -3,6 +3,7 @@ against the scripted server; real SQLite sessions in tmp dirs)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -596,6 +597,10 @@ async def test_retry_replaces_the_last_exchange(server, tmp_path, minilm, data_d
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.session.tree.exchanges[-1].assistant == "A second, better answer.")
         await wait_for(pilot, lambda: app.turn is None)
+        # asked as if the replaced exchange had not happened: its answer is neither a recent
+        # message nor memory (the bundled model, seeing it, answered nothing, three times of three)
+        retried = json.dumps(chat_bodies(server)[-1])
+        assert "Explain tides." in retried and "The first answer." not in retried
         xs = app.session.tree.exchanges
         assert len(xs) == 1 and xs[0].user == "Explain tides."
         hits = app.session.search("tides answer")
@@ -627,7 +632,7 @@ async def test_undo_retry_puts_back_the_answer_a_retry_replaced(server, tmp_path
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         prompt.value = "/undo-retry"
         await pilot.press("enter")
-        await wait_for(pilot, lambda: "Nothing put back: no /retry or /edit replaced the newest exchange."
+        await wait_for(pilot, lambda: "Nothing put back: #0, the newest exchange, is as it was (no /retry or /edit replaced it)."
                        in notices(app))
         for want in ("Tides are waves.", "Tides: the sea goes up."):
             prompt.value = "/retry"

@@ -90,6 +90,19 @@ def test_recent_window_is_not_repeated_in_memory(cross_tree, minilm):
     assert "Most recent exchanges:" in prompt
 
 
+def test_excluded_exchanges_are_never_injected(cross_tree, minilm):
+    """``exclude``: a regenerated reply is asked as if the exchange it replaces had not
+    happened (Nexus's /retry)."""
+    synth = PromptSynthesizer(ctree=cross_tree)
+    q = "peanut butter cake"
+    synth.synthesize_prompt(q, minilm.embed(q), None, [])
+    shown = {x.index for x in synth.last_report.exchanges}
+    assert 4 in shown
+    prompt = synth.synthesize_prompt(q, minilm.embed(q), None, [], exclude={4})
+    assert "a cup of peanut butter" not in prompt
+    assert 4 not in {x.index for x in synth.last_report.exchanges}
+
+
 def test_shared_ancestors_are_deduplicated(cross_tree, minilm):
     synth = PromptSynthesizer(ctree=cross_tree)
     q = "Sarah peanut cake party"

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -125,12 +126,17 @@ class PromptSynthesizer:
         min_history_similarity: float = 0.50,
         memory_token_budget: int | None = None,
         extra_context: list[str] | None = None,
+        *,
+        exclude: Collection[int] = (),
     ) -> str:
+        """The system prompt for ``user_query``: the base prompt, the memory block, the
+        recent messages, ``extra_context``. ``exclude``: exchange indices never injected
+        (a regenerated reply is asked as if the exchange it replaces had not happened)."""
         started = time.perf_counter()
         budget = self.params.memory_token_budget if memory_token_budget is None else memory_token_budget
         report = RetrievalReport(query=user_query, memory_token_budget=budget)
         memory = self.memory_block(user_query, query_vector, recent_messages or [], top_k_docs, top_k_history,
-                                   min_history_similarity, budget, report)
+                                   min_history_similarity, budget, report, exclude=exclude)
         parts = [self.base_prompt]
         if memory:
             parts.append(memory)
@@ -153,13 +159,14 @@ class PromptSynthesizer:
         return await asyncio.to_thread(self.synthesize_prompt, user_query, *args, **kwargs)
 
     def memory_block(self, query, query_vector, recent_messages, top_k_docs, top_k_history,
-                     min_history_similarity, budget, report: RetrievalReport) -> str:
+                     min_history_similarity, budget, report: RetrievalReport, *, exclude: Collection[int] = ()) -> str:
         """The memory block for ``query`` within ``budget`` tokens; fills ``report``."""
         return self.memory_blocks(query, query_vector, recent_messages, top_k_docs, top_k_history,
-                                  min_history_similarity, [(budget, report)])[0]
+                                  min_history_similarity, [(budget, report)], exclude=exclude)[0]
 
     def memory_blocks(self, query, query_vector, recent_messages, top_k_docs, top_k_history,
-                      min_history_similarity, requests: list[tuple[int, RetrievalReport]]) -> list[str]:
+                      min_history_similarity, requests: list[tuple[int, RetrievalReport]], *,
+                      exclude: Collection[int] = ()) -> list[str]:
         """The memory block for ``query`` at each ``(budget, report)`` of ``requests``:
         candidates and ranking are computed once, selection and rendering per budget
         (a benchmark compares budgets on one ranking)."""
@@ -172,7 +179,8 @@ class PromptSynthesizer:
         recent_texts = {m.get("content", "") for m in recent_messages}
         timings: dict[str, float] = {}
         # stage 1: candidates
-        cands = self._finder.find(query, qvec, exchanges, recent_texts, embedder.embed, tree.exchange_vector, timings)
+        cands = self._finder.find(query, qvec, exchanges, recent_texts, embedder.embed, tree.exchange_vector, timings,
+                                  exclude=frozenset(exclude))
         for _, report in requests:
             report.embed_seconds = timings.get("embed_seconds", 0.0)
         if cands is None:

@@ -203,14 +203,15 @@ class CandidateFinder:
 
     def find(self, query: str, qvec: np.ndarray, exchanges: Sequence[MessageNode], recent_texts: set[str],
              embed: Callable[[str], np.ndarray], vector_of: Callable[[int], np.ndarray],
-             timings: dict[str, float]) -> Candidates | None:
-        """The candidates of ``query`` (``qvec``: its unit vector), or ``None``."""
+             timings: dict[str, float], exclude: frozenset[int] = frozenset()) -> Candidates | None:
+        """The candidates of ``query`` (``qvec``: its unit vector), or ``None``; the
+        exchanges of ``exclude`` are never candidates."""
         p = self.params
         n = len(exchanges)
 
         def live(i: int) -> bool:
             x = exchanges[i]
-            if x.archived:
+            if x.archived or i in exclude:
                 return False
             # the caller's context holds the user's words already: injecting the exchange again
             # repeats them (a proxy's client keeps its own copy of the replies, often not the stored one)
