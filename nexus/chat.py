@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -417,7 +418,10 @@ class ChatSession:
     def _stream(self, turn: Turn, model: str, system: str, text: str, max_tokens: int) -> str | None:
         """The reply streamed into ``turn.partial`` (nexus/streaming.py): its finish reason, or None when cancelled."""
         messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
-        return stream_reply(self.client, turn, model, messages, self.sampling(max_tokens), self.emit)
+        sampling = self.sampling(max_tokens)
+        if turn.replace:  # asked the same again: a server that seeds each request alike (llama.cpp)
+            sampling["seed"] = random.randrange(2**31)  # gave the very answer /retry replaces
+        return stream_reply(self.client, turn, model, messages, sampling, self.emit)
 
     # --- per-session settings (/system, /set) ------------------------------------------------------
 
