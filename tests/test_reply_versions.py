@@ -1,8 +1,7 @@
 """The versions /retry and /edit replaced, as the session file keeps them."""
 
-from trace_core import VectorDatabase
-
 from nexus.versions import META_KEY, ReplyVersions, Version
+from trace_core import VectorDatabase
 
 
 def test_versions_round_trip_and_step_back(tmp_path):
