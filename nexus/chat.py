@@ -275,6 +275,10 @@ class ChatSession:
                 self.emit(ev.ReplyFinished("", True, sources, turn.id, note="cancelled before the first word: "
                                            "your message is kept — Ctrl+R sends it again"))
                 return None
+            if turn.replace:  # a /retry or /edit stopped half-way: the exchange it was to replace stays
+                self.emit(ev.ReplyFinished(turn.partial, True, sources, turn.id, note=(
+                    "cancelled: this partial reply is not kept, and the exchange it was to replace is as it was")))
+                return None
             reply = turn.partial + "\n\n[reply cancelled]"
             self.emit(ev.ReplyFinished(reply, True, sources, turn.id))
         elif not says_something(turn.partial):  # nothing, or a bare "User:"
@@ -487,6 +491,8 @@ class ChatSession:
         old = self.tree.exchanges[-1]
         self.versions.replacing(old.index, version_of(old))
         self.versions.save(self.tree.vdb)
+        if timestamp is None and old.user == next((m["content"] for m in msgs if m["role"] == "user"), None):
+            timestamp = old.timestamp or None  # /retry: the question was asked then (an /edit asks it now)
         node = self.tree.replace_last(msgs, timestamp)
         self.versions.added(version_of(node))
         self.versions.save(self.tree.vdb)

@@ -331,6 +331,27 @@ async def test_escape_cancels_a_reply_and_keeps_the_partial_text(server, tmp_pat
         assert "word0" in reply.text
 
 
+async def test_a_cancelled_retry_leaves_the_exchange_it_was_to_replace(server, tmp_path, minilm, data_dir):
+    """Esc (or Ctrl+Q) during /retry replaced a good answer with the partial one, marked
+    cancelled (found in a trial: users press Esc exactly when they dislike the new reply)."""
+    answers = iter([Reply("Biscuit is a beagle."), Reply("", chunks=[f"word{i} " for i in range(200)],
+                                                         chunk_delay=0.05)])
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format") else next(answers))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My dog Biscuit is a beagle.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1 and app.turn is None)
+        await type_and_send(pilot, app, "/retry")
+        await wait_for(pilot, lambda: app.current_reply is not None and "word3" in app.current_reply.text)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.turn is None)
+        await wait_for(pilot, lambda: "not kept" in list(app.query(AssistantMessage))[-1].note)
+        assert [(x.user, x.assistant) for x in app.session.tree.exchanges] == [
+            ("My dog Biscuit is a beagle.", "Biscuit is a beagle.")]
+        assert app.session.kept == []
+
+
 async def test_server_down_then_up(tmp_path, minilm, data_dir):
     from scripted_server import ScriptedServer
 

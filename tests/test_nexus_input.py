@@ -593,6 +593,8 @@ async def test_retry_replaces_the_last_exchange(server, tmp_path, minilm, data_d
         prompt.value = "Explain tides."
         await pilot.press("enter")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        asked_at = app.session.tree.exchanges[0].timestamp
+        time.sleep(1.1)  # timestamps are to the second
         prompt.value = "/retry"
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.session.tree.exchanges[-1].assistant == "A second, better answer.")
@@ -605,6 +607,7 @@ async def test_retry_replaces_the_last_exchange(server, tmp_path, minilm, data_d
         assert "seed" in chat_bodies(server)[-1] and "seed" not in chat_bodies(server)[0]
         xs = app.session.tree.exchanges
         assert len(xs) == 1 and xs[0].user == "Explain tides."
+        assert xs[0].timestamp == asked_at  # asked then: a retried exchange kept the retry's time
         hits = app.session.search("tides answer")
         assert not any("The first answer." in h.text for h in hits)
     from trace_core import CTree
