@@ -87,6 +87,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.replies: dict[int, AssistantMessage] = {}  # turn id -> its reply widget
         self.asked: dict[int, UserMessage] = {}  # turn id -> the message it answers
         self.outbox: list[Outgoing] = []  # messages shown, not sent yet
+        self.running_queued = False  # a command from the outbox runs: the rest was typed after it
         self.unsent_notice: Notice | None = None  # "N messages above got no answer…", counted down by Ctrl+R
         self.vision_busy = False  # /ingest holds the vision model: messages wait
         self.model_restarting = False  # the bundled server died and starts again: messages wait
@@ -142,11 +143,13 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.watch(self.query_one("#chat"), "scroll_y", self._chat_scrolled, init=False)
         self.update_header()
         self.query_one("#prompt").focus()
+        # the session's worker first: a command typed before the first screen waits for it
+        # (it was told "no session is open … type /new", and /new made a second session)
+        self.open_session(self.session_path)
         self.take_typeahead(self.typeahead)
         # after the first screen: keys typed while Python imported arrive as key events
         # before it, and were glued to a draft restored now ("draft twovery early")
         self.call_after_refresh(self.restore_draft)
-        self.open_session(self.session_path)
         if self.local_model is None:  # the bundled server is ours: the session's opening waits for it
             self.probe_server()
         if self.handle_signals:

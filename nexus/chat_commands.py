@@ -112,7 +112,7 @@ class ChatCommands:
             reason = session.read_only_reason or "This session is open read-only."
             self.chat_notice(f"Cannot {what} here: {reason}", "warning")
             return None
-        if self.turn is not None or self.outbox:
+        if self.turn is not None or (self.outbox and not self.running_queued):
             self.chat_notice(f"A reply is on its way: {what} when it has ended.", "warning")
             return None
         if not session.tree or not session.tree.exchanges:

@@ -61,7 +61,11 @@ class Replies:
             return
         shown = UserMessage(text)
         self.query_one("#chat").mount(shown)
-        self.outbox.append(Outgoing(text, forced_query, shown, replace))
+        item = Outgoing(text, forced_query, shown, replace)
+        if self.running_queued:  # a queued /retry or /web <query>: before what was typed after it
+            self.outbox.insert(0, item)
+        else:
+            self.outbox.append(item)
         self.drain_outbox()
 
     def reopen_if_writable(self) -> bool:
@@ -93,7 +97,11 @@ class Replies:
         item = self.outbox.pop(0)
         if item.command:  # its place in the queue kept the order it was typed in
             item.shown.remove()
-            self.run_command(item.text)
+            self.running_queued = True  # what is still queued was typed after it
+            try:
+                self.run_command(item.text)
+            finally:
+                self.running_queued = False
             chat = self.query_one("#chat")
             for rest in self.outbox:  # what it said goes above the messages typed after it
                 if rest.shown.parent is chat:

@@ -142,3 +142,28 @@ def test_two_windows_keep_their_own_drafts_and_the_next_start_has_both(tmp_path)
     assert path.read_text(encoding="utf-8") == again.load()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["draft.txt", "draft.txt.lock"]
     again.close()
+
+
+async def test_commands_typed_before_the_first_screen_run_in_the_order_typed(server, tmp_path, minilm, data_dir):
+    """A trial typed /stats, /retry, then a message, before the first screen: /stats was
+    told "no session is open … type /new" (and /new made a second session), and /retry
+    "a reply is on its way" — the message typed after it. Both wait for the session now,
+    and /retry runs before the message typed after it."""
+    from scripted_server import Reply
+    from trace_core import CTree
+
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
+    tree.add([{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue."}])
+    tree.vdb.close()
+    answers = iter(["Green.", "Noted."])
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply(next(answers)))
+    app = new_app(server, tmp_path, minilm, typeahead="/stats\n/retry\nAnd a fruit?\n")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2 and app.turn is None)
+        assert [(x.user, x.assistant) for x in app.session.tree.exchanges] == [
+            ("Name a colour.", "Green."), ("And a fruit?", "Noted.")]
+        said = notices(app)
+        assert "needs a session" not in said and "on its way" not in said
+        assert "sampling:" in said  # /stats ran
