@@ -223,22 +223,27 @@ class Replies:
             self.chat_notice(f"No reply: {e.problem}. Your message is kept — press {self.resend_key()} to send "
                              "it again.", "error")
         else:  # refused before sending: nothing failed at the server
-            self.chat_notice(f"Not sent: {e.problem}.", "warning")
-            self.give_back(e.turn, e.user)
+            back = self.give_back(e.turn, e.user)
+            self.chat_notice(f"Not sent: {e.problem}." + (" It is back in the input, selected: type to replace "
+                                                          "it, or Backspace to clear it." if back else ""), "warning")
             self.log_line(f"not sent: {e.problem}", "warning")
             return
         self.log_line(f"reply failed: {e.problem}", "error")
 
-    def give_back(self, turn: int, text: str) -> None:
+    def give_back(self, turn: int, text: str) -> bool:
         """A message refused before sending (too long) is not kept: it goes back to the
-        input, to shorten, when the input is empty; otherwise its bubble stays, to copy."""
+        input, selected, when the input is empty (to shorten, or clear with one key: a
+        trial took 32,000 Backspaces to clear a refused paste); otherwise its bubble stays,
+        to copy. True when it went back."""
         prompt = self.query_one("#prompt", PromptInput)
         if prompt.value.strip():
-            return
+            return False
         prompt.value = text
+        prompt.select_all()
         asked = self.asked.get(turn)
         if asked is not None and asked.is_attached:
             asked.remove()
+        return True
 
     def on_store_failed_message(self, message: M.StoreFailedMessage) -> None:
         e = message.event

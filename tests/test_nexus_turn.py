@@ -262,6 +262,10 @@ async def test_the_prompt_fits_the_context_and_a_message_too_long_is_refused(ser
         # not kept for Ctrl+R (it would be refused again): back in the input, to shorten
         await wait_for(pilot, lambda: app.query_one("#prompt").value == "x" * 4000)
         assert "x" * 4000 not in [m.text for m in app.query(UserMessage)]
+        # selected, so one key clears it (a trial took 32,000 Backspaces to clear a refused paste)
+        assert "back in the input, selected" in notices(app)
+        await pilot.press("backspace")
+        assert app.query_one("#prompt").value == ""
 
 
 async def test_a_failure_while_storing_is_shown_kept_and_stored_again_with_ctrl_r(server, tmp_path, minilm,
