@@ -16,7 +16,7 @@ from .chat import ChatSession, Turn
 from .failures import TaskFailed, background
 from .history import when
 from .text import counted
-from .widgets import AssistantMessage, ExchangeHead, PastExchangeView, PromptInput, UserMessage
+from .widgets import AssistantMessage, ExchangeHead, Notice, PastExchangeView, PromptInput, UserMessage
 
 log = logging.getLogger("nexus")
 UNSENT_STATE = "not answered — kept to send again"
@@ -360,14 +360,14 @@ class Replies:
         # no claim of when: it is also said after /rename, for a message that failed in this run
         return f"{what} above {'has' if n == 1 else 'have'} no answer yet: press {key} to send {which}."
 
-    def recount_unsent(self, gone: list[UserMessage]) -> None:
-        """A kept message was sent again (``gone``: its bubbles, on their way out): the note
-        over them counts the ones left, and goes with the last (it stayed, saying "message
-        above" over the message sent below it)."""
+    def recount_unsent(self) -> None:
+        """A kept message was sent again: the note over them counts the ones left, and goes
+        with the last (it stayed, saying "message above" over the message sent below it)."""
         notice = self.unsent_notice
         if notice is None or not notice.is_attached:
             return
-        left = sum(1 for m in self.query(UserMessage) if m.state == UNSENT_STATE and m not in gone)
+        # the session's count, not the bubbles': one message can be shown twice (trial: "2 above")
+        left = len(self.session.kept) if self.session is not None else 0
         if left:
             notice.say(self.unsent_note(left))
         else:
@@ -397,7 +397,7 @@ class Replies:
         gone = [old for old in self.query(UserMessage) if old.text == text and old.state == UNSENT_STATE]
         for old in gone:
             self.remove_unanswered(old)  # shown again below, as it is sent
-        self.recount_unsent(gone)
+        self.recount_unsent()
         replace = self.session.replaces(text)  # a failed /retry or /edit, sent again, still replaces
         if first:
             self.send_first(text, replace)
@@ -431,12 +431,19 @@ class Replies:
         one with a partial reply under it (interrupted) stays above it, marked."""
         siblings = list(asked.parent.children) if asked.parent is not None else []
         at = siblings.index(asked) if asked in siblings else -1
-        after = siblings[at + 1] if 0 <= at < len(siblings) - 1 else None
+        between: list = []  # notes of that attempt (a failed web search) sit above its box
+        after = None
+        for w in siblings[at + 1:] if at >= 0 else []:
+            if not isinstance(w, Notice):
+                after = w
+                break
+            between.append(w)
         if isinstance(after, AssistantMessage) and after.text.strip():
             asked.set_state("sent again below")
             return
         if isinstance(after, AssistantMessage):
-            after.remove()
+            for w in [*between, after]:  # they stayed above the answer of the resend (trial)
+                w.remove()
         asked.remove()
 
     @background(group="reply-store")

@@ -312,3 +312,34 @@ async def test_a_failed_search_is_said_in_the_chat(server, tmp_path, minilm, mon
         chat = list(app.query_one("#chat").children)
         said = next(w for w in chat if isinstance(w, Notice) and "The web search for" in w.plain)
         assert chat.index(said) < chat.index(app.query(AssistantMessage).last())
+
+
+async def test_a_resent_message_takes_the_notes_of_its_failed_attempt_with_it(server, tmp_path, minilm, monkeypatch):
+    """After Ctrl+R answered, the failed search's note and the "(no answer …)" box of the
+    first attempt stayed above the answer, and the count of unanswered messages over them
+    was stale (trial)."""
+    from scripted_server import Reply
+    from test_nexus_app import make_config, notices, ready, type_and_send, wait_for
+
+    from nexus.app import NexusApp
+    from nexus.widgets import AssistantMessage, Notice
+
+    def no_network(*_args):
+        raise OSError("error sending request > error resolving DNS > no records found for Query")
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    answers = iter(["", "Python 3.13."])
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply(next(answers)))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm, search_fn=no_network)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/web latest stable Python version")
+        await wait_for(pilot, lambda: app.session.kept == ["latest stable Python version"] and app.turn is None)
+        assert "The web search for" in notices(app)
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1 and app.turn is None)
+        await pilot.pause()
+        assert "The web search for" not in notices(app)
+        assert [r.note for r in app.query(AssistantMessage)] == [""]
+        assert not any("no answer yet" in n.plain for n in app.query(Notice))
