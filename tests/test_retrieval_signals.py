@@ -35,6 +35,11 @@ def test_message_parts_add_the_message_read_after_its_cue():
     assert message_parts("Melanie: Seven years now.", "(no message)") == []
     long = message_parts("y " * 400, "x " * 400)
     assert len(long) == 1 and len(long[0]) <= 601
+    # the app's marks are no words of the message (a trial found "…model in my [reply
+    # cancelled]" among a topic's indexed parts)
+    cut = "The sea rises twice a day. The moon pulls the water toward it\n\n[reply cancelled]"
+    assert sentence_parts(cut) == ["The sea rises twice a day.", "The moon pulls the water toward it"]
+    assert "cancelled" not in " ".join(message_parts("Thanks, that helps a lot.", cut))
 
 
 def test_dates_named_in_a_question():

@@ -309,8 +309,9 @@ def sentence_parts(text: str, min_words: int = 3, max_parts: int = 16, max_chars
     averages everything it says, so one fact among small talk ("BTW, I had a setback
     last month…") scores low as a whole. Short sentences are dropped; a message of fewer
     than two remaining sentences has no parts (its own vector is already that). Each
-    part keeps the message's speaker label, if it opens with one."""
-    text = " ".join(text.split())
+    part keeps the message's speaker label, if it opens with one. The app's marks
+    ("[reply cancelled]") are no words of the message."""
+    text = " ".join(without_marks(text).split())
     label = speaker_label(text)
     sents = [s for s in _SENTENCE.split(text[len(label):]) if _length(s) >= min_words]
     if len(sents) < 2:
@@ -323,7 +324,7 @@ def message_parts(text: str, previous: str = "", context_chars: int = 300) -> li
     message read after the one it answers ("Seven years now." means little alone; after
     "How long have you been painting?" it is an answer)."""
     parts = sentence_parts(text)
-    previous = " ".join(previous.split())
+    previous = " ".join(without_marks(previous).split())
     if previous and previous not in PLACEHOLDERS:
-        parts.append(f"{previous[-context_chars:]} {' '.join(text.split())[:context_chars]}")
+        parts.append(f"{previous[-context_chars:]} {' '.join(without_marks(text).split())[:context_chars]}")
     return parts
