@@ -96,8 +96,15 @@ class ChatCommands:
         from .session_settings import LIMITS
 
         session = self.need_session()
+        allowed = "; ".join(f"{n}: {lim.describe()}" for n, lim in LIMITS.items())
+        if not args:  # what they are now, and how to change them
+            now = session.sampling(session.limits()[1])
+            own = {n for n in LIMITS if getattr(session.settings, n) is not None}
+            said = ", ".join(f"{n} {now[n]:g}" + (" (this session's)" if n in own else "") if n in now
+                             else f"{n}: the server's default" for n in LIMITS)
+            self.chat_notice(f"Sampling now: {said}. Usage: {C.BY_NAME['set'].usage} — {allowed}")
+            return
         if len(args) != 2:
-            allowed = "; ".join(f"{n}: {lim.describe()}" for n, lim in LIMITS.items())
             raise C.UsageError(f"{C.BY_NAME['set'].usage} — {allowed}")
         try:
             value = session.set_value(args[0], args[1])

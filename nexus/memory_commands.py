@@ -62,7 +62,7 @@ class MemoryCommands:
             return
         title = f"Memory search: {clip_text(query, 120)}"
         rows = [(f"{h.similarity:.2f}", f"{h.thread_path}  #{h.exchange_index} {h.role}: "
-                 f"{' '.join(h.text.split())[:120]}") for h in hits]
+                 f"{clip_text(h.text, 120)}") for h in hits]  # cut with "…" (mid-word, it read as whole)
         self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}" for a, b in rows]),
                               "info", two_columns([(title, rows)]))
 

@@ -69,6 +69,11 @@ def make_folders(folder: Path) -> list[Path]:
     return made
 
 
+def ends_a_sentence(text: str, path: Path) -> str:
+    """``text`` with a full stop, unless it ends with ``path``: copied, "….md." names no file."""
+    return text if text.endswith(str(path)) else text + "."
+
+
 def folders_made(made: list[Path]) -> str:
     """`` (made the folder X)`` for a success message, or ``""`` when none was made."""
     if not made:

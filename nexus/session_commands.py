@@ -11,7 +11,7 @@ from . import commands as C
 from . import sessions
 from .failures import TaskFailed, background
 from .long_tasks import Cancelled
-from .paths import folders_made, make_folders, private_dir, write_problem
+from .paths import ends_a_sentence, folders_made, make_folders, private_dir, write_problem
 from .text import counted
 
 
@@ -187,7 +187,7 @@ class SessionCommands:
             return
         left = (f" {counted(len(s.kept), 'message')} with no answer {'is' if len(s.kept) == 1 else 'are'} not in "
                 "it (a tree export holds exchanges; /export writes them too)." if s.kept else "")
-        self.chat_notice(f"Saved the tree to {path}{folders_made(made)}.{left}")
+        self.chat_notice(ends_a_sentence(f"Saved the tree to {path}{folders_made(made)}", path) + left)
 
     def file_not_written(self, what: str, path: Path, exc: OSError) -> None:
         problem = write_problem(path, exc)
@@ -271,5 +271,6 @@ class SessionCommands:
             self.file_not_written("Not exported", path, exc)
             return
         also = f" and {counted(len(session.kept), 'message')} with no answer" if session.kept else ""
-        self.chat_notice(f"Exported {counted(len(session.tree.exchanges), 'exchange')}{also} to {path.resolve()}"
-                         + (" with the topic outline" if with_tree else "") + f"{folders_made(made)}.")
+        self.chat_notice(ends_a_sentence(
+            f"Exported {counted(len(session.tree.exchanges), 'exchange')}{also} to {path.resolve()}"
+            + (" with the topic outline" if with_tree else "") + folders_made(made), path.resolve()))

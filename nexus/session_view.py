@@ -308,7 +308,7 @@ class SessionView:
             self.post_event(ev.Notice(f"sentence index not updated: {exc}", "warning"))
         if done:
             # named: a switch can end the work after the next session's first lines
-            self.post_event(ev.Notice(f"{session.path.stem}: indexed the sentences of {done} earlier exchanges"))
+            self.post_event(ev.Notice(f"{session.path.stem}: indexed the sentences of {counted(done, 'earlier exchange')}"))
 
     def _setup_file_log(self) -> None:
         """One rotating, private, text-only log in the log folder (``nexus --paths``)."""
