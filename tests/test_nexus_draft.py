@@ -150,6 +150,7 @@ async def test_commands_typed_before_the_first_screen_run_in_the_order_typed(ser
     "a reply is on its way" — the message typed after it. Both wait for the session now,
     and /retry runs before the message typed after it."""
     from scripted_server import Reply
+
     from trace_core import CTree
 
     tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
