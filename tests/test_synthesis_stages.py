@@ -431,9 +431,9 @@ def test_asynthesize_prompt_runs_off_the_event_loop(tree):
     ran_in: list[int] = []
     real = synth.memory_block
 
-    def spy(*args):
+    def spy(*args, **kwargs):
         ran_in.append(threading.get_ident())
-        return real(*args)
+        return real(*args, **kwargs)
 
     synth.memory_block = spy
 
