@@ -15,6 +15,7 @@ from . import parked, sessions
 from .chat import ChatSession, Turn
 from .failures import TaskFailed, background
 from .history import when
+from .inspector import NodeInspector
 from .text import counted
 from .widgets import AssistantMessage, ExchangeHead, Notice, PastExchangeView, PromptInput, UserMessage
 
@@ -41,6 +42,7 @@ class Replies:
         if not text.strip():
             return
         self.follow_chat()  # what is sent, and its answer, are in sight
+        self.uncover_chat()
         editing, self.editing = self.editing, None
         if text.strip().startswith("/"):
             message = C.as_message(text)
@@ -52,6 +54,14 @@ class Replies:
         replace = (editing is not None and self.session is not None and self.session.tree is not None
                    and len(self.session.tree.exchanges) == editing + 1)
         self.send(text, replace=replace)
+
+    def uncover_chat(self) -> None:
+        """The inspector closes when it hides most of the chat (a narrow terminal): what is
+        sent or run, and its answer, were drawn under it, unseen until Esc (trial)."""
+        inspector = self.query_one(NodeInspector)
+        chat = self.query_one("#chat")
+        if inspector.display and inspector.outer_size.width * 2 > chat.size.width:
+            inspector.close()
 
     def send(self, text: str, forced_query: str | None = None, replace: bool = False) -> None:
         """Show the message at once and queue it: it is sent when no reply streams, a

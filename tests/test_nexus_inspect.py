@@ -253,6 +253,28 @@ async def test_the_keyboard_reaches_the_tree_and_the_inspector(server, tmp_path,
         app.reinspect(app.session.tree)
 
 
+@pytest.mark.parametrize("size,stays", [((70, 20), False), ((160, 40), True)])
+async def test_a_command_run_beside_the_inspector_is_not_hidden_under_it(server, tmp_path, minilm, data_dir,
+                                                                         session_file, size, stays):
+    """At 70 columns the inspector covered the whole chat: /help ran unseen under it
+    (trial). Submitting closes it where it hides most of the chat; a wide one stays."""
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=size) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        inspector = app.query_one(NodeInspector)
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: app.focused is pane, what="tree focused")
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: inspector.display and inspector.detail is not None, what="inspector open")
+        prompt = app.query_one("#prompt")
+        prompt.focus()
+        prompt.value = "/help"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "/undo-reorganize" in notices(app))
+        assert inspector.display is stays
+
+
 async def test_click_inspects_and_esc_closes_the_inspector_before_cancelling_a_reply(server, tmp_path, minilm,
                                                                                   data_dir, session_file):
     def respond(req):
