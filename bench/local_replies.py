@@ -1,14 +1,15 @@
 """Replies of the embedded llama.cpp model (gemma-3-270m, a base model) with and without
 the bundled server's reply stops, in one run.
 
-    python -m bench.local_replies [--seeds 1,2] [--max-tokens 256] [--json OUT]
+    python -m bench.local_replies [--seeds 1,2 | --seeds none] [--max-tokens 256] [--json OUT]
 
 Twelve first messages (English, German, French, Japanese; a chat's first turn, so the
 prompt is TRACE's assistant system text and the message) are sent to two servers
 started one after the other: **stops on** (as Nexus runs it: the model's word for a turn
 end, the starts of the prompt's lines, one more sample of a reply stopped before its
 first word) and **stops off** (only ``<end_of_turn>`` ends a reply: the baseline), at
-temperature 0.7 (Nexus's default) with fixed seeds. Per server: replies that write the
+temperature 0.7 (Nexus's default) with fixed seeds, or with none (``--seeds none``: as
+Nexus asks, where llama.cpp seeds every request alike). Per server: replies that write the
 prompt again (its system text or the message, first 20 characters) or the turn-end word,
 empty replies, replies cut at ``max_tokens``, and the median tokens and seconds a reply.
 
@@ -57,7 +58,12 @@ def second_turn(message: str) -> list[dict]:
     return [{"role": "system", "content": f"{ASSISTANT_SYSTEM}\n\n{recent}"}, {"role": "user", "content": FOLLOW_UP}]
 
 
-def run_server(reply_stops: bool, seeds: list[int], max_tokens: int) -> dict:
+def seeded(seed: int | None) -> dict:
+    """The request's seed argument: none at all for ``None`` (as Nexus sends a message)."""
+    return {} if seed is None else {"seed": seed}
+
+
+def run_server(reply_stops: bool, seeds: list[int | None], max_tokens: int) -> dict:
     from openai import OpenAI
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,7 +75,7 @@ def run_server(reply_stops: bool, seeds: list[int], max_tokens: int) -> dict:
                 for seed in seeds:
                     t = time.perf_counter()
                     resp = client.chat.completions.create(
-                        model=srv.model_name, max_tokens=max_tokens, temperature=0.7, seed=seed,
+                        model=srv.model_name, max_tokens=max_tokens, temperature=0.7, **seeded(seed),
                         messages=[{"role": "system", "content": ASSISTANT_SYSTEM},
                                   {"role": "user", "content": message}])
                     seconds = time.perf_counter() - t
@@ -82,7 +88,8 @@ def run_server(reply_stops: bool, seeds: list[int], max_tokens: int) -> dict:
             for message in MESSAGES:
                 for seed in seeds:
                     resp = client.chat.completions.create(model=srv.model_name, max_tokens=max_tokens,
-                                                          temperature=0.7, seed=seed, messages=second_turn(message))
+                                                          temperature=0.7, **seeded(seed),
+                                                          messages=second_turn(message))
                     text = resp.choices[0].message.content or ""
                     follow.append({"message": message, "seed": seed, "tokens": resp.usage.completion_tokens,
                                    "next_turn": any(s in text for s in NEXT_TURN), "empty": not text.strip(),
@@ -109,7 +116,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=256)  # Nexus's --local default
     ap.add_argument("--json")
     args = ap.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = [None] if args.seeds == "none" else [int(s) for s in args.seeds.split(",")]
     out = {"max_tokens": args.max_tokens, "seeds": seeds,
            "stops_off": run_server(False, seeds, args.max_tokens),
            "stops_on": run_server(True, seeds, args.max_tokens)}

@@ -423,8 +423,10 @@ class ChatSession:
         """The reply streamed into ``turn.partial`` (nexus/streaming.py): its finish reason, or None when cancelled."""
         messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
         sampling = self.sampling(max_tokens)
-        if turn.replace:  # asked the same again: a server that seeds each request alike (llama.cpp)
-            sampling["seed"] = random.randrange(2**31)  # gave the very answer /retry replaces
+        # asked the same again: llama.cpp seeds requests without one from a fixed chain that starts
+        # with the server, so a /retry first after a restart got the very seed, and answer, it replaces
+        if turn.replace:
+            sampling["seed"] = random.randrange(2**31)
         return stream_reply(self.client, turn, model, messages, sampling, self.emit)
 
     # --- per-session settings (/system, /set) ------------------------------------------------------

@@ -608,7 +608,8 @@ async def test_retry_replaces_the_last_exchange(server, tmp_path, minilm, data_d
         # message nor memory (the bundled model, seeing it, answered nothing, three times of three)
         retried = json.dumps(chat_bodies(server)[-1])
         assert "Explain tides." in retried and "The first answer." not in retried
-        # with a seed of its own: llama.cpp seeds each request alike, and gave the same answer again
+        # with a seed of its own: llama.cpp's seeds restart with the server, and a retry first
+        # after a restart gave the same answer again
         assert "seed" in chat_bodies(server)[-1] and "seed" not in chat_bodies(server)[0]
         xs = app.session.tree.exchanges
         assert len(xs) == 1 and xs[0].user == "Explain tides."
