@@ -96,7 +96,8 @@ class SessionCommands:
         except (ValueError, OSError, sessions.SessionInUse) as exc:
             self._open(old, f"Not renamed: {exc}.")
             return
-        self._open(path, f"Renamed {old.stem} to {path.stem}.")
+        told = "" if path.stem == new_name else f" (the name you typed, {new_name!r}, is written {path.stem} as a file name)"
+        self._open(path, f"Renamed {old.stem} to {path.stem}{told}.")
 
     def cmd_delete(self, args: list[str]) -> None:
         if len(args) != 1:
