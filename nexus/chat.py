@@ -32,6 +32,7 @@ from .web import RouteDecision, WebRouter, WebSearch, WebSearchError, results_bl
 
 log = logging.getLogger("nexus")
 
+AS_IT_WAS = "the exchange it was to replace is as it was"
 UNSENT_KEY = "nexus.unsent"  # the session file's meta row of messages kept for Ctrl+R
 
 
@@ -255,7 +256,8 @@ class ChatSession:
             return None
         results: list = []
         finish = None
-        self.hold_in_flight(text)
+        if not self.is_retry(text, turn):  # a /retry that fails leaves its exchange: nothing to hold
+            self.hold_in_flight(text)
         try:
             model = self.resolve_model()
             _decision, results = self.route(text, turn.forced_query)
@@ -264,27 +266,33 @@ class ChatSession:
                 finish = self._stream(turn, model, system, text, max_tokens)
         except Exception as exc:
             turn.outcome = "failed"
-            self._keep(text, turn)
-            self.emit(ev.ReplyFailed(text, turn.partial, reply_problem(exc, self.config.base_url), turn.id))
+            kept = self._keep(text, turn)
+            self.emit(ev.ReplyFailed(text, turn.partial, reply_problem(exc, self.config.base_url), turn.id,
+                                     kept=kept, stays=not kept))
             return None
         sources = tuple((r.title, r.url) for r in results)
         if turn.cancelled.is_set():
             turn.outcome = "cancelled"
             if not says_something(turn.partial):  # no answer came: nothing to store, kept for resend (in the file)
-                self._keep(text, turn)
-                self.emit(ev.ReplyFinished("", True, sources, turn.id, note="cancelled before the first word: "
-                                           "your message is kept — Ctrl+R sends it again"))
+                kept = self._keep(text, turn)
+                self.emit(ev.ReplyFinished("", True, sources, turn.id, note="cancelled before the first word: " + (
+                    "your message is kept — Ctrl+R sends it again" if kept else AS_IT_WAS)))
                 return None
             if turn.replace:  # a /retry or /edit stopped half-way: the exchange it was to replace stays
+                kept = self._keep(text, turn)  # an /edit's new words are kept for Ctrl+R
                 self.emit(ev.ReplyFinished(turn.partial, True, sources, turn.id, note=(
-                    "cancelled: this partial reply is not kept, and the exchange it was to replace is as it was")))
+                    f"cancelled: this partial reply is not kept, and {AS_IT_WAS}"
+                    + (" — your edited message is kept: Ctrl+R sends it again" if kept else ""))))
                 return None
             reply = turn.partial + "\n\n[reply cancelled]"
             self.emit(ev.ReplyFinished(reply, True, sources, turn.id))
         elif not says_something(turn.partial):  # nothing, or a bare "User:"
             turn.outcome = "empty"
-            self._keep(text, turn)
-            self.emit(ev.ReplyFinished(turn.partial, False, sources, turn.id, empty=True))
+            if self._keep(text, turn):
+                self.emit(ev.ReplyFinished(turn.partial, False, sources, turn.id, empty=True))
+            else:
+                self.emit(ev.ReplyFinished("", False, sources, turn.id, note=f"no new answer: {AS_IT_WAS} — "
+                                           "/retry tries again"))
             return None
         else:
             turn.outcome = "answered"
@@ -354,13 +362,24 @@ class ChatSession:
             return self.latest_kept
         return self.kept[0] if self.kept else None
 
-    def _keep(self, text: str, turn: Turn | None = None) -> None:
+    def is_retry(self, text: str, turn: Turn | None) -> bool:
+        """A /retry: the newest exchange's own question asked again (an /edit asks another)."""
+        return bool(turn is not None and turn.replace and self.tree is not None and self.tree.exchanges
+                    and self.tree.exchanges[-1].user == text)
+
+    def _keep(self, text: str, turn: Turn | None = None) -> bool:
+        """A message without an answer, kept for Ctrl+R; False for a /retry, which is not: its
+        exchange stays as it was (kept, it read as "not answered" over an answered question,
+        and a resend after a restart stored the question twice — trial)."""
+        if self.is_retry(text, turn):
+            return False
         self.keep_unsent([text])
         self.latest_kept = text
         if turn is not None and turn.replace and self.tree is not None and self.tree.exchanges:
             self.replacing[text] = len(self.tree.exchanges) - 1  # its resend replaces it too
         else:
             self.replacing.pop(text, None)
+        return True
 
     def replaces(self, text: str) -> bool:
         """A kept message of /retry or /edit whose exchange is still the newest: sent again,

@@ -52,6 +52,7 @@ class ReplyFailed:
     problem: str
     turn: int = 0
     kept: bool = True  # the message is kept for resend (False: refused, e.g. too long for the context)
+    stays: bool = False  # a /retry: not kept, the exchange it was to replace stays as it was
 
 
 @dataclass(frozen=True)

@@ -226,6 +226,11 @@ class Replies:
             await reply.finish(e.partial, "reply interrupted")
         elif reply is not None:
             await reply.remove()  # an empty reply box: the notice below says what happened
+        if e.stays:
+            self.chat_notice(f"No new reply: {e.problem}. The exchange /retry was to replace is as it was: "
+                             "/retry tries again.", "error")
+            self.log_line(f"reply failed: {e.problem}", "error")
+            return
         if e.kept and self.local_model_lost():
             self.log_line(f"reply failed: {e.problem}", "error")
             return

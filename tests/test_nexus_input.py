@@ -719,9 +719,10 @@ async def test_edit_puts_the_message_back_and_replaces_the_exchange(server, tmp_
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 3)
 
 
-async def test_ctrl_r_after_a_failed_retry_still_replaces_the_exchange(server, tmp_path, minilm, data_dir):
-    """/retry got an empty answer; Ctrl+R sent the question again as a new exchange: the
-    question was stored twice (found in a trial). Its answer takes the old one's place."""
+async def test_a_retry_with_no_answer_keeps_nothing_and_leaves_the_exchange(server, tmp_path, minilm, data_dir):
+    """/retry got an empty answer: its question was kept for Ctrl+R as "not answered" over
+    an answered exchange, nagged at every start, and a Ctrl+R after a restart stored the
+    question twice (trial). Nothing is kept now; the exchange stays; /retry tries again."""
     answers = iter(["The first answer.", "", "A second answer."])
     server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
                    else Reply(next(answers), chunk_delay=0.0))
@@ -734,13 +735,23 @@ async def test_ctrl_r_after_a_failed_retry_still_replaces_the_exchange(server, t
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         prompt.value = "/retry"
         await pilot.press("enter")
-        await wait_for(pilot, lambda: app.turn is None and app.session.kept == ["What is the capital of Portugal?"])
-        await pilot.press("ctrl+r")
-        await wait_for(pilot, lambda: app.session.tree.exchanges[-1].assistant == "A second answer.")
-        await wait_for(pilot, lambda: app.turn is None)
+        await wait_for(pilot, lambda: app.turn is None and "no new answer" in app.query(AssistantMessage).last().note)
+        assert app.session.kept == [] and app.session.tree.vdb.get_meta("nexus.unsent") in (None, "[]")
         assert [(x.user, x.assistant) for x in app.session.tree.exchanges] == [
-            ("What is the capital of Portugal?", "A second answer.")]
-        assert app.session.kept == []
+            ("What is the capital of Portugal?", "The first answer.")]
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: "Nothing to resend." in notices(app))
+        prompt.value = "/retry"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.session.tree.exchanges[-1].assistant == "A second answer.")
+        assert len(app.session.tree.exchanges) == 1
+        # a /retry the server fails: said, nothing kept, the exchange as it was
+        server.respond(lambda req: Reply("", status=500, body='{"error": {"message": "model crashed"}}'))
+        prompt.value = "/retry"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "No new reply:" in notices(app) and app.turn is None)
+        assert "The exchange /retry was to replace is as it was" in notices(app)
+        assert app.session.kept == [] and app.session.tree.exchanges[-1].assistant == "A second answer."
 
 
 async def test_copy_keys_find_the_replies_of_a_reopened_session(server, tmp_path, minilm, data_dir):
