@@ -111,8 +111,12 @@ class MemoryTree(ReportsFailures, Tree):
             self.key = key
 
     # → and ← open and close branches, as in a file manager (they scrolled the pane sideways)
-    BINDINGS = [Binding("right", "open_branch", "Open", show=False),
-                Binding("left", "close_branch", "Close", show=False)]
+    # shown in the footer while the pane has focus: a trial found no word there of how to
+    # move in it, open a branch or inspect a node
+    BINDINGS = [Binding("enter", "select_cursor", "inspect"),
+                Binding("right", "open_branch", "open", key_display="→"),
+                Binding("left", "close_branch", "close", key_display="←"),
+                Binding("space", "toggle_node", "fold")]
 
     def _open_inspector(self):
         from .inspector import NodeInspector
