@@ -494,14 +494,15 @@ class ChatSession:
         msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": content}]
         if system:
             msgs.insert(0, {"role": "system", "content": system})
+        replacing = replace and bool(self.tree.exchanges)
         with self._lock:
-            if replace and self.tree.exchanges:
+            if replacing:
                 node = self._replace_newest(msgs)
             else:
                 node = self.tree.add(msgs)
                 n = self.config.section("memory").recent_exchanges
                 self.recent = (self.recent + [m for m in msgs if m["role"] != "system"])[-2 * n:] if n > 0 else []
-        self.emit(ev.Remembered(node.index, self.tree.thread_path(node)))
+        self.emit(ev.Remembered(node.index, self.tree.thread_path(node), "replaced" if replacing else "remembered"))
         if index:
             self.index_sentences()
         return node
@@ -540,7 +541,7 @@ class ChatSession:
             self.versions.at = k
             self.versions.save(self.tree.vdb)
             self.recent = self.recent_from_tree()
-        self.emit(ev.Remembered(node.index, self.tree.thread_path(node)))
+        self.emit(ev.Remembered(node.index, self.tree.thread_path(node), "put back"))
         self.index_sentences()
         return node, k + 1, len(self.versions.versions)
 

@@ -134,7 +134,7 @@ class ChatCommands:
         if last is None:
             return
         self.chat_notice(f"Regenerating the reply to #{last.index}: the new one replaces it in memory "
-                         "(/undo-retry puts this one back).")
+                         "(/undo-retry then puts the one above back).")
         self.send(last.user, replace=True)
 
     def cmd_undo_retry(self, args: list[str]) -> None:

@@ -61,7 +61,10 @@ class EngineView:
 
     def on_remembered_message(self, message: M.RememberedMessage) -> None:
         if self.on_screen(message):
-            self.log_line(f"remembered exchange #{message.event.exchange_index} in {message.event.thread_path}")
+            e = message.event
+            after = {"replaced": " (/undo-retry puts the one it replaced back)",
+                     "put back": " (the version /undo-retry chose)"}.get(e.how, "")
+            self.log_line(f"{e.how} exchange #{e.exchange_index} in {e.thread_path}{after}")
             self.refresh_tree()
 
     def on_model_step_message(self, message: M.ModelStepMessage) -> None:

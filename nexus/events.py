@@ -94,6 +94,7 @@ class WebRouted:
 class Remembered:
     exchange_index: int
     thread_path: str
+    how: str = "remembered"  # or "replaced" (/retry, /edit), "put back" (/undo-retry)
 
 
 @dataclass(frozen=True)

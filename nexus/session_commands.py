@@ -188,7 +188,8 @@ class SessionCommands:
             return
         left = (f" {counted(len(s.kept), 'message')} with no answer {'is' if len(s.kept) == 1 else 'are'} not in "
                 "it (a tree export holds exchanges; /export writes them too)." if s.kept else "")
-        self.chat_notice(ends_a_sentence(f"Saved the tree to {path}{folders_made(made)}", path) + left)
+        said = f"Saved the tree to {path}{folders_made(made)}"
+        self.chat_notice(f"{said}.{left}" if left else ends_a_sentence(said, path))  # a sentence after it: "."
 
     def file_not_written(self, what: str, path: Path, exc: OSError) -> None:
         problem = write_problem(path, exc)

@@ -654,6 +654,8 @@ async def test_undo_retry_puts_back_the_answer_a_retry_replaced(server, tmp_path
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.session.tree.exchanges[-1].assistant == "Tides are waves.")
         await wait_for(pilot, lambda: "Put back version 2 of 3 of #0" in notices(app))
+        # the log tells a retry from its undo (both said "remembered exchange #0")
+        assert "replaced exchange #0 in" in log_text(app) and "put back exchange #0 in" in log_text(app)
         prompt.value = "/undo-retry"
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.session.tree.exchanges[-1].assistant == "Tides follow the moon.")
