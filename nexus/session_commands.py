@@ -90,14 +90,17 @@ class SessionCommands:
     @background(group="session", exclusive=True)
     def rename_worker(self, new_name: str) -> None:
         old = self.session_path
-        self.close_session()  # the file is renamed closed: SQLite keeps its -wal beside it by name
+        # the same conversation under another name: the chat stays as it is (redrawn from
+        # history, it lost the command output and undid a /clear — re-trial)
+        pager = self.history
+        self.close_session(keep_chat=pager is not None)  # renamed closed: SQLite keeps its -wal beside it by name
         try:
             path = sessions.rename(old, new_name)
         except (ValueError, OSError, sessions.SessionInUse) as exc:
-            self._open(old, f"Not renamed: {exc}.")
+            self._open(old, f"Not renamed: {exc}.", shown=pager)
             return
         told = "" if path.stem == new_name else f" (the name you typed, {new_name!r}, is written {path.stem} as a file name)"
-        self._open(path, f"Renamed {old.stem} to {path.stem}{told}.")
+        self._open(path, f"Renamed {old.stem} to {path.stem}{told}.", shown=pager)
 
     def cmd_delete(self, args: list[str]) -> None:
         if len(args) != 1:

@@ -71,9 +71,9 @@ class SessionView:
         self.call_from_thread(self._clear_chat)
         self._open(self.session_path, announce)
 
-    def close_session(self, queued: list | None = None) -> None:
+    def close_session(self, queued: list | None = None, keep_chat: bool = False) -> None:
         """(worker thread) Settle the reply, keep ``queued`` messages unsent in the session,
-        close its file, clear the chat pane."""
+        close its file, clear the chat pane (``keep_chat``: the same session reopens)."""
         if self.session is None:
             return
         self.settle_reply()  # the reply in flight is cancelled and stored in the session it belongs to
@@ -82,7 +82,8 @@ class SessionView:
             if queued:
                 self.store_unsent(session, self.session_path, queued)
             session.close()
-        self.call_from_thread(self._clear_chat)
+        if not keep_chat:
+            self.call_from_thread(self._clear_chat)
 
     # the app's state changes on the UI thread only: the session worker asks for each change
 
@@ -123,12 +124,13 @@ class SessionView:
         self.current_reply = None
         self.query_one("#chat").remove_children()
 
-    def _open(self, path: Path, announce: str = "") -> None:
-        """(worker thread) Open ``path`` as the session and show its history."""
+    def _open(self, path: Path, announce: str = "", shown: HistoryPager | None = None) -> None:
+        """(worker thread) Open ``path`` as the session and show its history (``shown``: the
+        chat shows it already, paged by that pager — a renamed session)."""
         path = Path(path)
         self.call_from_thread(self.set_session_path, path)
         self._setup_file_log()
-        early = self._show_newest_page(path)
+        early = self._show_newest_page(path) if shown is None else None
         if not self._wait_for_local_model():
             return
         emptied = path.is_file() and path.stat().st_size == 0  # a session file emptied outside Nexus
@@ -151,7 +153,10 @@ class SessionView:
         own = session.settings.own()
         if own:  # over the config's (and --local's) values, which the log said at start
             self.post_event(ev.Notice(f"this session's own settings (/set, /system, /web): {own}"))
-        if early is not None and self.history is early:
+        if shown is not None:
+            shown.attach(past)
+            self.call_from_thread(self.keep_history, shown)
+        elif early is not None and self.history is early:
             early.attach(past)
             self.call_from_thread(self.history_attached)
         else:
@@ -165,7 +170,7 @@ class SessionView:
             self.call_from_thread(self.chat_notice, f"The session file {path} was empty (0 bytes): it starts again "
                                   "as a new session. If it held a conversation, it was emptied outside Nexus.",
                                   "warning")
-        if session.kept:
+        if session.kept and shown is None:
             self.call_from_thread(self.show_unsent, list(session.kept))
         self.call_from_thread(self.refresh_tree)
         embedder = self._load_embedder(tree)  # here, in the worker: the first paint did not wait for it
@@ -323,6 +328,10 @@ class SessionView:
         self.history = pager
         await self.load_earlier(page)
         self.call_after_refresh(self._probe, "history")
+
+    def keep_history(self, pager: HistoryPager) -> None:
+        """(UI thread) The chat as it was pages on with ``pager``."""
+        self.history = pager
 
     def history_attached(self) -> None:
         """The tree is open: a reader already at the top gets the earlier page now."""
