@@ -18,10 +18,13 @@ from trace_core.local_server import (
     TURN_END_STANDINS,
     LoopGuard,
     RepeatedRun,
+    cut_at_turn_markers,
+    cut_whole_at_turn_markers,
     echo_stops,
     format_prompt,
     label_stops,
     loop_length,
+    marker_at,
     reply_text,
     stream_or_again,
 )
@@ -357,3 +360,30 @@ def test_a_request_made_while_a_reply_streams_does_not_end_that_reply(llama_serv
     other.join(120)
     assert chunks > 3 and finish in ("stop", "length"), (chunks, finish)
     assert listed == [200]  # answered too, once the reply was done
+
+
+def _streamed(pieces: list[str], finish: str = "length") -> str:
+    chunks = [_chunk(role="assistant")] + [_chunk(p) for p in pieces] + [_chunk(finish=finish)]
+    out = list(cut_at_turn_markers(iter(chunks)))
+    assert out[-1]["choices"][0]["finish_reason"] in ("stop", finish)
+    return "".join(c["choices"][0]["delta"].get("content", "") for c in out)
+
+
+def test_a_turn_change_written_as_a_word_ends_the_reply():
+    """gemma-270m writes "<end_of_turn><start_of_turn>model" as a junk word glued to the
+    next role ("łęmauser", "LoginPagemodel"), then that turn: almost every reply of a
+    re-trial, stored as the reply. Cut there, streamed (token by token) or whole."""
+    text = "It has long ears and white fur.\nłęmauser\nHe is usually in the kitchen."
+    assert _streamed(list(text)) == "It has long ears and white fur.\n"
+    assert _streamed(["It is a red Volvo tahun", "model", "\nit is not"]) == "It is a red Volvo "
+    assert _streamed(["What is the capital of Brazil?遷移", "model"], finish="stop") == \
+        "What is the capital of Brazil?"
+    whole = {"choices": [{"message": {"role": "assistant", "content": "Feed it daily. subtreemodel\nassistant: no"},
+                          "finish_reason": "length"}]}
+    cut = cut_whole_at_turn_markers(whole)["choices"][0]
+    assert cut["message"]["content"] == "Feed it daily." and cut["finish_reason"] == "stop"
+    # words that end so are words; "user" alone, and a role name inside a line, are not cut
+    for kept in ("Ask the superuser\nthen", "We will remodel\nthe kitchen", "the user\nsaid",
+                 "a modeling usermodel tool is fine"):
+        assert _streamed(list(kept)) == kept
+    assert marker_at("Call the user") is None and marker_at("Call the LoginPagemodel", ended=True) == 9

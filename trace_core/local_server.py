@@ -113,6 +113,99 @@ def label_stops(messages: Sequence[dict]) -> list[str]:
     return [f"{sep}{label}:" for label in labels for sep in ("\n", " ")]
 
 
+# gemma-3-270m writes Gemma's turn change ("<end_of_turn>\n<start_of_turn>model") as a junk
+# word glued to the next turn's role: "łęmauser", "LoginPagemodel", "tahunmodel", "遷移model"
+# (almost every reply of a re-trial), at a line's end, and then writes that turn. English
+# words that end so are no marker.
+ROLE_ENDINGS = ("user", "model")
+WORDS_ENDING_SO = frozenset({"abuser", "accuser", "amuser", "diffuser", "misuser", "nonuser", "peruser",
+                             "refuser", "superuser", "remodel", "supermodel"})
+_LINE_END_WORD = re.compile(r"(\S+)[ \t]*\n")
+_LAST_WORD = re.compile(r"\S+[ \t]*\Z")
+
+
+def turn_marker(word: str) -> bool:
+    """Whether ``word``, the last of a line, is a turn change written as a word."""
+    low = word.lower()
+    ending = next((e for e in ROLE_ENDINGS if low.endswith(e)), None)
+    if ending is None or len(low) == len(ending):
+        return False  # "user" alone is a word of the reply (a role label at a line start is cut elsewhere)
+    return low.lstrip("\"'*_([{-") not in WORDS_ENDING_SO
+
+
+def marker_at(text: str, ended: bool = False) -> int | None:
+    """Where the first turn change written as a word starts in ``text``: a marker word at
+    a line's end (``ended``: the text's end is one). None: none."""
+    for m in _LINE_END_WORD.finditer(text):
+        if turn_marker(m.group(1)):
+            return m.start(1) + _junk_from(m.group(1))
+    last = _LAST_WORD.search(text) if ended else None
+    if last is not None and turn_marker(last.group(0).rstrip()):
+        return last.start() + _junk_from(last.group(0))
+    return None
+
+
+def _junk_from(word: str) -> int:
+    """Where the junk starts in a marker word: after a sentence's end glued to it
+    ("Brazil?遷移model" keeps "Brazil?")."""
+    ends = [word.rfind(c) for c in ".?!。？！"]
+    return max(ends) + 1
+
+
+def _with_content(chunk: dict, text: str | None, finish: str | None = None) -> dict:
+    choice = (chunk.get("choices") or [{}])[0]
+    delta = {k: v for k, v in (choice.get("delta") or {}).items() if k != "content"}
+    if text:
+        delta["content"] = text
+    return {**chunk, "choices": [{**choice, "delta": delta, "finish_reason": finish}]}
+
+
+def cut_at_turn_markers(chunks: Iterator[dict]) -> Iterator[dict]:
+    """A streamed reply that ends where the model writes a turn change as a word. The last
+    word of the line being written is held until the line goes on or ends (a word's delay)."""
+    held = ""
+    last: dict | None = None
+    for chunk in chunks:
+        last = chunk
+        choice = (chunk.get("choices") or [{}])[0]
+        piece = (choice.get("delta") or {}).get("content")
+        finish = choice.get("finish_reason")
+        if not piece and not finish:
+            yield chunk  # the role, or an empty delta
+            continue
+        text = held + (piece or "")
+        tail = _LAST_WORD.search(text) if not finish else None
+        done, held = (text[: tail.start()], text[tail.start():]) if tail else (text, "")
+        at = marker_at(done, ended=bool(finish))
+        if at is not None:
+            if done[:at]:
+                yield _with_content(chunk, done[:at])
+            yield _with_content(chunk, None, "stop")
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()  # the model stops writing the next turn
+            return
+        if done or finish:
+            yield _with_content(chunk, done, finish)
+        if finish:
+            return
+    if held and last is not None:  # a stream that ended without a finish reason
+        at = marker_at(held, ended=True)
+        if held[:at] if at is not None else held:
+            yield _with_content(last, held if at is None else held[:at])
+
+
+def cut_whole_at_turn_markers(completion: dict) -> dict:
+    """A whole reply cut where the model writes a turn change as a word."""
+    choice = (completion.get("choices") or [{}])[0]
+    text = (choice.get("message") or {}).get("content") or ""
+    at = marker_at(text, ended=True)
+    if at is None:
+        return completion
+    message = {**choice["message"], "content": text[:at].rstrip()}
+    return {**completion, "choices": [{**choice, "message": message, "finish_reason": "stop"}]}
+
+
 def loop_length(tokens: Sequence[int], min_period: int = LOOP_MIN_PERIOD, max_period: int = LOOP_MAX_PERIOD,
                 repeats: int = LOOP_REPEATS) -> int:
     """The period of a loop at the end of ``tokens`` (0 if none): the last ``period`` tokens
@@ -193,8 +286,11 @@ def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float
             stops += echo_stops(kwargs.get("messages", [])) + label_stops(kwargs.get("messages", []))
 
         def answer(**kw):
-            return base(max_tokens=max_tokens, repeat_penalty=max(repeat_penalty, min_repeat_penalty),
-                        stop=stops or None, response_format=response_format, **kw)
+            out = base(max_tokens=max_tokens, repeat_penalty=max(repeat_penalty, min_repeat_penalty),
+                       stop=stops or None, response_format=response_format, **kw)
+            if not plain:
+                return out
+            return cut_at_turn_markers(out) if kw.get("stream") else cut_whole_at_turn_markers(out)
 
         first = answer(**kwargs)
         if not plain or kwargs.get("temperature", 0.2) <= 0:
