@@ -28,7 +28,7 @@ import tempfile
 import time
 
 from trace_core.local_llm import LocalLLMServer
-from trace_core.local_server import TURN_END_STANDINS
+from trace_core.local_server import TURN_END_STANDINS, marker_at
 from trace_core.prompts import ASSISTANT_SYSTEM, RECENT_HEADER
 
 MESSAGES = [
@@ -83,7 +83,8 @@ def run_server(reply_stops: bool, seeds: list[int | None], max_tokens: int) -> d
                     again = [s for s in (ASSISTANT_SYSTEM[:20], message[:20], *TURN_END_STANDINS) if s in text]
                     rows.append({"message": message, "seed": seed, "seconds": round(seconds, 3),
                                  "tokens": resp.usage.completion_tokens, "finish": resp.choices[0].finish_reason,
-                                 "prompt_again": bool(again), "empty": not text.strip(), "text": text[:400]})
+                                 "prompt_again": bool(again), "empty": not text.strip(),
+                                 "turn_word": marker_at(text, ended=True) is not None, "text": text[:400]})
             follow = []
             for message in MESSAGES:
                 for seed in seeds:
@@ -93,6 +94,7 @@ def run_server(reply_stops: bool, seeds: list[int | None], max_tokens: int) -> d
                     text = resp.choices[0].message.content or ""
                     follow.append({"message": message, "seed": seed, "tokens": resp.usage.completion_tokens,
                                    "next_turn": any(s in text for s in NEXT_TURN), "empty": not text.strip(),
+                                   "turn_word": marker_at(text, ended=True) is not None,
                                    "text": text[:400]})
         finally:
             srv.stop()
@@ -101,6 +103,8 @@ def run_server(reply_stops: bool, seeds: list[int | None], max_tokens: int) -> d
             "prompt_written_again": sum(r["prompt_again"] for r in rows),
             "empty": sum(r["empty"] for r in rows),
             "cut_at_max_tokens": sum(r["finish"] == "length" for r in rows),
+            # a turn change written as a junk word glued to a role ("łęmauser"), kept in the reply
+            "turn_word": sum(r["turn_word"] for r in rows) + sum(r["turn_word"] for r in follow),
             "median_tokens": statistics.median(r["tokens"] for r in rows),
             "median_seconds": round(statistics.median(r["seconds"] for r in rows), 3),
             "second_turns": len(follow),
@@ -131,6 +135,9 @@ def main() -> None:
         print(f"{name:10} | {r['second_turns']:12} | {r['second_turn_writes_next_turn']:17} | "
               f"{r['second_turn_empty']:5} | {r['second_turn_median_tokens']:13}")
     off, on = out["stops_off"], out["stops_on"]
+    print("turn change written as a word (\"łęmauser\"), first and second turns: "
+          + ", ".join(f"{name} {out[name]['turn_word']} of {out[name]['replies'] + out[name]['second_turns']}"
+                      for name in ("stops_off", "stops_on")))
     print(f"ratio on/off: median tokens {on['median_tokens'] / off['median_tokens']:.2f}, "
           f"median seconds {on['median_seconds'] / off['median_seconds']:.2f}")
     if args.json:
