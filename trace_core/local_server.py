@@ -191,8 +191,9 @@ def cut_at_turn_markers(chunks: Iterator[dict]) -> Iterator[dict]:
             return
     if held and last is not None:  # a stream that ended without a finish reason
         at = marker_at(held, ended=True)
-        if held[:at] if at is not None else held:
-            yield _with_content(last, held if at is None else held[:at])
+        said = held if at is None else held[:at]
+        if said:
+            yield _with_content(last, said)
 
 
 def cut_whole_at_turn_markers(completion: dict) -> dict:
