@@ -17,6 +17,13 @@ Each message is then followed by a second turn as Nexus sends it: the first exch
 the system text's "Most recent exchanges" (``User: …`` / ``Assistant: …`` lines), and a
 follow-up question. Counted there: replies that write a next turn of the dialogue
 themselves (a role label after a space or a line break, which the stops cut).
+
+Then **turns with a memory block** (``--memory-retries 0,1,3``): the twelve messages
+stored in a TRACE tree with a short answer each, then six questions about them asked as
+Nexus asks (system text with the memory block and the newest exchange, streamed, no
+seed), ``--repeats`` times each, to the server with its stops and 0, 1, 3… more samples
+for a reply stopped before it says anything. Counted: replies that say nothing (empty, a
+bare role label, a copied date line, symbols: what Nexus keeps as not answered).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import tempfile
 import time
 
 from trace_core.local_llm import LocalLLMServer
-from trace_core.local_server import TURN_END_STANDINS, marker_at
+from trace_core.local_server import EMPTY_RETRIES, TURN_END_STANDINS, marker_at
 from trace_core.prompts import ASSISTANT_SYSTEM, RECENT_HEADER
 
 MESSAGES = [
@@ -56,6 +63,68 @@ def second_turn(message: str) -> list[dict]:
     """The follow-up as Nexus sends it: the first exchange as a recent one in the system text."""
     recent = f"{RECENT_HEADER}\nUser: {message}\nAssistant: {FIRST_ANSWER}"
     return [{"role": "system", "content": f"{ASSISTANT_SYSTEM}\n\n{recent}"}, {"role": "user", "content": FOLLOW_UP}]
+
+
+STORED_ANSWER = "Here is a short answer: keep it simple, and check again in a week."
+MEMORY_QUESTIONS = [
+    "What did I ask you about my tomatoes?",
+    "Remind me, when is my marathon?",
+    "Which album did you suggest?",
+    "What was my question about taxes?",
+    "Was habe ich über meinen Großvater gefragt?",
+    "Qu'ai-je demandé sur le levain ?",
+]
+
+
+def memory_prompts(tmp: str) -> list[list[dict]]:
+    """The six questions as Nexus sends them after the twelve messages were answered: the
+    system text with TRACE's memory block and the newest exchange, then the question."""
+    from trace_core import CTree, PromptSynthesizer
+
+    tree = CTree.open(f"{tmp}/memory.db", judge="embedding")
+    for message in MESSAGES:
+        tree.add([{"role": "user", "content": message}, {"role": "assistant", "content": STORED_ANSWER}])
+    recent = [{"role": "user", "content": MESSAGES[-1]}, {"role": "assistant", "content": STORED_ANSWER}]
+    out = []
+    with PromptSynthesizer(ctree=tree, vector_db=tree.vdb) as synth:
+        for q in MEMORY_QUESTIONS:
+            system = synth.synthesize_prompt(q, tree.embed_fn.embed(q), tree.current_node, recent)
+            out.append([{"role": "system", "content": system}, {"role": "user", "content": q}])
+    tree.close()
+    return out
+
+
+def run_memory_turns(retries: list[int], repeats: int, max_tokens: int) -> dict:
+    """Per ``empty_retries``: the memory turns' replies that say nothing, and their times."""
+    from openai import OpenAI
+
+    from trace_core.textutil import says_something
+
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        prompts = memory_prompts(tmp)
+        for n in retries:
+            srv = LocalLLMServer(log_path=f"{tmp}/server-{n}.log", empty_retries=n).start(timeout=180)
+            try:
+                client = OpenAI(base_url=srv.base_url, api_key="x", max_retries=0, timeout=300)
+                rows = []
+                for _ in range(repeats):
+                    for messages in prompts:
+                        t = time.perf_counter()
+                        text = ""
+                        for chunk in client.chat.completions.create(model=srv.model_name, max_tokens=max_tokens,
+                                                                    temperature=0.7, stream=True, messages=messages):
+                            if chunk.choices and chunk.choices[0].delta.content:
+                                text += chunk.choices[0].delta.content
+                        rows.append({"question": messages[-1]["content"], "seconds": round(time.perf_counter() - t, 3),
+                                     "says_nothing": not says_something(text), "text": text[:200]})
+            finally:
+                srv.stop()
+            out[str(n)] = {"replies": len(rows), "says_nothing": sum(r["says_nothing"] for r in rows),
+                           "median_seconds": round(statistics.median(r["seconds"] for r in rows), 3),
+                           "p90_seconds": round(statistics.quantiles([r["seconds"] for r in rows], n=10)[-1], 3),
+                           "rows": rows}
+    return out
 
 
 def seeded(seed: int | None) -> dict:
@@ -118,12 +187,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="1,2")
     ap.add_argument("--max-tokens", type=int, default=256)  # Nexus's --local default
+    ap.add_argument("--memory-retries", default=f"0,1,{EMPTY_RETRIES}")  # "none": skip the memory turns
+    ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--json")
     args = ap.parse_args()
     seeds = [None] if args.seeds == "none" else [int(s) for s in args.seeds.split(",")]
     out = {"max_tokens": args.max_tokens, "seeds": seeds,
            "stops_off": run_server(False, seeds, args.max_tokens),
            "stops_on": run_server(True, seeds, args.max_tokens)}
+    if args.memory_retries != "none":
+        retries = list(dict.fromkeys(int(n) for n in args.memory_retries.split(",")))
+        out["memory_turns"] = run_memory_turns(retries, args.repeats, args.max_tokens)
     print(f"{'':10} | replies | prompt written again | empty | cut at max_tokens | median tokens | median s")
     for name in ("stops_off", "stops_on"):
         r = out[name]
@@ -140,6 +214,11 @@ def main() -> None:
                       for name in ("stops_off", "stops_on")))
     print(f"ratio on/off: median tokens {on['median_tokens'] / off['median_tokens']:.2f}, "
           f"median seconds {on['median_seconds'] / off['median_seconds']:.2f}")
+    if "memory_turns" in out:
+        print("turns with a memory block | more samples | replies | say nothing | median s | p90 s")
+        for n, r in out["memory_turns"].items():
+            print(f"{'':25} | {n:12} | {r['replies']:7} | {r['says_nothing']:11} | {r['median_seconds']:8} | "
+                  f"{r['p90_seconds']}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=1, ensure_ascii=False)

@@ -7,6 +7,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 
+from trace_core import textutil
 from trace_core.llm import describe_error
 
 THINK = re.compile(r"<think>.*?(</think>|$)", re.S)
@@ -19,18 +20,10 @@ def strip_think(text: str) -> str:
     return THINK.sub("", text).strip()
 
 
-# what the bundled base model answers when it copies the prompt's form and says nothing:
-# a role label ("User:", "user"), the memory block's date lines ("[2026-12-03]"), a "|"
-_BARE_LABEL = re.compile(r"^\s*(?:user|assistant|model|system)\s*:?\s*$", re.I)
-_DATE_LINE = re.compile(r"\[\d{4}-\d{2}-\d{2}\]")
-_WORD = re.compile(r"[^\W_]")  # a letter or digit, in any script
-
-
 def says_something(text: str) -> bool:
-    """The reply holds words: more than reasoning, whitespace, symbols, a bare role label
-    or a copied date line. An answer that is a number or a date ("42", "2026-12-03") does."""
-    shown = strip_think(text)
-    return not _BARE_LABEL.match(shown) and bool(_WORD.search(_DATE_LINE.sub("", shown)))
+    """The reply holds words beside its reasoning (``textutil.says_something``: not a bare
+    role label, a copied date line or symbols; a number or a date as an answer does)."""
+    return textutil.says_something(strip_think(text))
 
 
 class ReplyError(RuntimeError):

@@ -27,7 +27,10 @@ from trace_core.local_server import (
     marker_at,
     reply_text,
     stream_or_again,
+    until_said,
+    whole_or_again,
 )
+from trace_core.textutil import says_something
 
 FOREIGN_MARKERS = ("[INST]", "[/INST]", "<<SYS>>", "<</SYS>>", START, END, "<|im_start|>", "<|im_end|>")
 
@@ -107,6 +110,62 @@ def test_a_streamed_reply_stopped_before_its_first_word_is_sampled_again():
     assert list(stream_or_again(iter(full), again)) == full and asked == [1]
     assert reply_text({"choices": [{"message": {"role": "assistant", "content": "Hi"}}]}) == "Hi"
     assert reply_text({"choices": [{"message": {"role": "assistant", "content": None}}]}) == ""
+
+
+def test_a_reply_that_copies_the_prompts_form_says_nothing():
+    # what the stops leave when the bundled model starts writing its memory block out again
+    for junk in ("", "  ", "-", "[2026-10-05]\n-", "User:", "assistant", "| - |"):
+        assert not says_something(junk), junk
+    for answer in ("42", "2026-12-03", "Rye.", "はい", "Ja, gern.", "User: needs a break"):
+        assert says_something(answer), answer
+    # the start of a stream that may still become a label or a date line says nothing yet
+    for begun in ("Use", "assist", "[2026-1", "- [20"):
+        assert not says_something(begun, partial=True), begun
+    assert says_something("Use") and says_something("assist")  # as a whole reply, words
+    assert says_something("Usefully, yes", partial=True) and says_something("[2026-10-05] I went", partial=True)
+
+
+def _whole(text: str, finish: str = "stop") -> dict:
+    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}]}
+
+
+def test_a_reply_with_no_words_is_sampled_again_with_the_next_seed():
+    replies = iter(["-", "[2026-10-05]\n-", "Water them at the base."])
+    seeds = []
+
+    def answer(**kw):
+        seeds.append(kw["seed"])
+        return _whole(next(replies))
+
+    out = until_said(answer, {"seed": 7, "messages": []}, 3)
+    assert reply_text(out) == "Water them at the base." and seeds == [7, 8, 9]
+    # after the last try a reply that says nothing comes back empty, never as "-"
+    seeds.clear()
+    out = until_said(lambda **kw: (seeds.append(kw["seed"]), _whole("-"))[1], {"seed": None}, 2)
+    assert reply_text(out) == "" and seeds == [None, None, None]
+    assert out["choices"][0]["finish_reason"] == "stop"
+    # one cut at max_tokens is kept as it is: the context is full, and would be again
+    assert reply_text(whole_or_again(_whole("-", "length"), lambda: _whole("again"))) == "-"
+
+
+def test_a_streamed_reply_with_no_words_is_sampled_again_and_the_last_comes_back_empty():
+    def stream(*pieces):
+        yield _chunk(role="assistant")
+        yield from (_chunk(p) for p in pieces)
+        yield _chunk(finish="stop")
+
+    tries = iter([stream("[2026", "-10-05]", "\n-"), stream("Use"), stream("Use", "r:")])
+    out = list(until_said(lambda **kw: next(tries), {"stream": True}, 2))
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in out)
+    # "Use" alone, a whole reply, says something: it is not sampled again
+    assert text == "Use" and next(tries, None) is not None
+    tries = iter([stream("[2026", "-10-05]", "\n-"), stream("User", ":")])
+    out = list(until_said(lambda **kw: next(tries), {"stream": True}, 1))
+    assert all("content" not in c["choices"][0]["delta"] for c in out)
+    assert out[0]["choices"][0]["delta"]["role"] == "assistant" and out[-1]["choices"][0]["finish_reason"] == "stop"
+    # a reply that says something streams chunk for chunk once it does
+    said = list(stream("[2026-10-05]", " I", " planted them."))
+    assert list(until_said(lambda **kw: iter(said), {"stream": True}, 3)) == said
 
 
 def test_loop_length_finds_loops_and_leaves_text_alone():

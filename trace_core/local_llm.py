@@ -69,8 +69,9 @@ class LocalLLMServer:
     ``reply_max_tokens`` bounds a reply whose request names no ``max_tokens``."""
 
     def __init__(self, model: str | None = None, n_ctx: int = 4096, log_path: str | None = None,
-                 reply_max_tokens: int = 512, reply_stops: bool = True) -> None:
+                 reply_max_tokens: int = 512, reply_stops: bool = True, empty_retries: int | None = None) -> None:
         self.model = model
+        self.empty_retries = empty_retries  # None: the server's own default
         self.reply_stops = reply_stops  # off: only <end_of_turn> ends a reply (bench.local_replies' baseline)
         self.n_ctx = n_ctx
         self.reply_max_tokens = reply_max_tokens
@@ -94,6 +95,7 @@ class LocalLLMServer:
         cmd = [sys.executable, "-m", "trace_core.local_server", "--model", path, "--model_alias", MODEL_ALIAS,
                "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(self.n_ctx),
                "--reply_max_tokens", str(self.reply_max_tokens), "--reply_stops", str(self.reply_stops),
+               *(["--empty_retries", str(self.empty_retries)] if self.empty_retries is not None else []),
                "--verbose", "False",
                # llama.cpp's server otherwise ends a streaming reply, with no finish_reason, as
                # soon as any other request arrives — even GET /models (Tab after /model)

@@ -13,6 +13,7 @@ prompt's system or user lines out again, or a next turn ("User: …") of its own
 
     python -m trace_core.local_server --model PATH [llama_cpp.server flags]
         [--reply_max_tokens 512] [--min_repeat_penalty 1.1] [--reply_stops True|False]
+        [--empty_retries 3]
 
 Importing this module does not import llama_cpp; ``register()`` does.
 """
@@ -23,6 +24,9 @@ import argparse
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from .textutil import says_something
 
 CHAT_FORMAT = "gemma-system"
 START, END = "<start_of_turn>", "<end_of_turn>"
@@ -43,6 +47,10 @@ TURN_END_STANDINS = (" mendatang",)
 # turns out: stopped at the first ECHO_CHARS characters of any such line (lines this long only;
 # at most ECHO_STOPS of them: llama_cpp checks every stop string after each token)
 ECHO_CHARS, ECHO_STOPS = 32, 48
+# more samples for a reply stopped before it says anything: with a memory block in the
+# prompt, 20 of 36 first tries said nothing; after 1, 3, 5, 8 more: 12, 7, 2, 0 of 36
+# (bench.local_replies), each stopped try costing a fraction of a second
+EMPTY_RETRIES = 8
 
 
 def _text(content) -> str:
@@ -264,9 +272,10 @@ class LoopGuard:
 
 
 def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float = MIN_REPEAT_PENALTY,
-             reply_stops: bool = True) -> None:
+             reply_stops: bool = True, empty_retries: int = EMPTY_RETRIES) -> None:
     """Register ``gemma-system`` with llama_cpp (idempotent). ``reply_stops`` off: only
-    <end_of_turn> ends a reply, and an empty one is not sampled again (a baseline)."""
+    <end_of_turn> ends a reply, and an empty one is not sampled again (a baseline).
+    ``empty_retries``: how many more samples a reply stopped before its first word gets."""
     import llama_cpp
     from llama_cpp import llama_chat_format as lcf
 
@@ -293,15 +302,14 @@ def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float
                 return out
             return cut_at_turn_markers(out) if kw.get("stream") else cut_whole_at_turn_markers(out)
 
-        first = answer(**kwargs)
-        if not plain or kwargs.get("temperature", 0.2) <= 0:
-            return first  # greedy: a second try would say the same
-        # a reply stopped before its first word (it began by writing the prompt out again) is
-        # sampled once more, with the next seed if the request fixed one
-        seed = kwargs.get("seed")
-        again = {**kwargs, "seed": None if seed is None else seed + 1}
-        retry = stream_or_again if kwargs.get("stream") else whole_or_again
-        return retry(first, lambda: answer(**again))
+        if not plain:
+            return answer(**kwargs)
+        # a reply stopped before it said anything (it began by writing the prompt out again)
+        # is sampled again, with the next seed if the request fixed one; after the last try
+        # it is returned empty. A stopped try is short: the prompt is llama.cpp's cached
+        # prefix, and the stop comes within a few tokens
+        tries = 0 if kwargs.get("temperature", 0.2) <= 0 else empty_retries  # greedy says the same again
+        return until_said(answer, kwargs, tries)
 
     lcf.LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(CHAT_FORMAT, handler, overwrite=True)
 
@@ -312,28 +320,59 @@ def reply_text(completion: dict) -> str:
     return (choices[0].get("message") or {}).get("content") or ""
 
 
-def whole_or_again(completion: dict, again: Callable[[], dict]) -> dict:
-    """A whole reply, or ``again()``'s when the model stopped it with no text (one cut at
-    ``max_tokens`` is kept: the context is full, and would be again)."""
-    finish = (completion.get("choices") or [{}])[0].get("finish_reason")
-    return again() if finish == "stop" and not reply_text(completion).strip() else completion
+def until_said(answer: Callable[..., Any], kwargs: dict, tries: int):
+    """``answer(**kwargs)``, sampled up to ``tries`` more times while it is stopped before
+    it says anything (with the next seed each time if the request fixed one); after the
+    last try such a reply is returned empty. Streamed or whole, as ``kwargs`` asks."""
+    seed = kwargs.get("seed")
+    retry = stream_or_again if kwargs.get("stream") else whole_or_again
+
+    def attempt(n: int):
+        out = answer(**{**kwargs, "seed": None if seed is None else seed + n})
+        return retry(out, (lambda: attempt(n + 1)) if n < tries else None)
+
+    return attempt(0)
 
 
-def stream_or_again(chunks: Iterator[dict], again: Callable[[], Iterator[dict]]) -> Iterator[dict]:
-    """The chunks of a streamed reply, held back until one carries text; a stream that
-    stops with none is replaced by ``again()``'s (one cut at ``max_tokens`` is not: the
-    context is full, and would be again)."""
+def _finish(completion: dict) -> str | None:
+    return (completion.get("choices") or [{}])[0].get("finish_reason")
+
+
+def whole_or_again(completion: dict, again: Callable[[], dict] | None) -> dict:
+    """A whole reply, or ``again()``'s when the model stopped it before it said anything
+    (one cut at ``max_tokens`` is kept: the context is full, and would be again). With
+    no ``again`` (the last try), such a reply is returned empty."""
+    if _finish(completion) != "stop" or says_something(reply_text(completion)):
+        return completion
+    if again is not None:
+        return again()
+    choice = completion["choices"][0]
+    return {**completion, "choices": [{**choice, "message": {**(choice.get("message") or {}), "content": ""}}]}
+
+
+def stream_or_again(chunks: Iterator[dict], again: Callable[[], Iterator[dict]] | None) -> Iterator[dict]:
+    """The chunks of a streamed reply, held back until they say something; a stream that
+    stops before that is replaced by ``again()``'s, or with no ``again`` (the last try)
+    passed on without its text (one cut at ``max_tokens`` is passed on: the context is
+    full, and would be again)."""
     held = []
+    text = ""
     finish = None
     for chunk in chunks:
         held.append(chunk)
         choice = (chunk.get("choices") or [{}])[0]
         finish = choice.get("finish_reason") or finish
-        if ((choice.get("delta") or {}).get("content") or "").strip():
+        text += (choice.get("delta") or {}).get("content") or ""
+        if says_something(text, partial=True):
             yield from held
             yield from chunks
             return
-    yield from (again() if finish == "stop" else held)
+    if finish != "stop" or says_something(text):
+        yield from held
+    elif again is not None:
+        yield from again()
+    else:  # the last try: its chunks without their text
+        yield from (_with_content(c, None, _finish(c)) for c in held)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -341,8 +380,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--reply_max_tokens", type=int, default=REPLY_MAX_TOKENS)
     ap.add_argument("--min_repeat_penalty", type=float, default=MIN_REPEAT_PENALTY)
     ap.add_argument("--reply_stops", choices=("True", "False"), default="True")
+    ap.add_argument("--empty_retries", type=int, default=EMPTY_RETRIES)
     ours, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
-    register(ours.reply_max_tokens, ours.min_repeat_penalty, ours.reply_stops == "True")
+    register(ours.reply_max_tokens, ours.min_repeat_penalty, ours.reply_stops == "True", ours.empty_retries)
     from llama_cpp.server.__main__ import main as serve
 
     sys.argv = [sys.argv[0], *rest, "--chat_format", CHAT_FORMAT]  # the server parses sys.argv

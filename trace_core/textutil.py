@@ -328,3 +328,28 @@ def message_parts(text: str, previous: str = "", context_chars: int = 300) -> li
     if previous and previous not in PLACEHOLDERS:
         parts.append(f"{previous[-context_chars:]} {' '.join(without_marks(text).split())[:context_chars]}")
     return parts
+
+
+# what a small base model answers when it copies the prompt's form and says nothing: a
+# role label ("User:", "user"), the memory block's date lines ("[2026-12-03]"), symbols
+ROLE_WORDS = ("user", "assistant", "model", "system")
+_BARE_LABEL = re.compile(r"^\s*(?:" + "|".join(ROLE_WORDS) + r")\s*:?\s*$", re.I)
+_DATE_LINE = re.compile(r"\[\d{4}-\d{2}-\d{2}\]")
+_DATE_LINE_BEGUN = re.compile(r"\[[\d-]{0,9}\Z")  # a date line a stream has begun
+_WORD_CHAR = re.compile(r"[^\W_]")  # a letter or digit, in any script
+
+
+def says_something(text: str, *, partial: bool = False) -> bool:
+    """A reply holds words: more than whitespace, symbols, a bare role label or a copied
+    date line. An answer that is a number or a date ("42", "2026-12-03") does.
+    ``partial``: ``text`` is the start of a streamed reply, which says nothing yet while
+    it may still become a role label or a date line ("Use", "[2026-")."""
+    if _BARE_LABEL.match(text):
+        return False
+    rest = _DATE_LINE.sub("", text)
+    if partial:
+        begun = rest.strip().lower()
+        if any(f"{w}:".startswith(begun) for w in ROLE_WORDS):
+            return False
+        rest = _DATE_LINE_BEGUN.sub("", rest)
+    return _WORD_CHAR.search(rest) is not None
