@@ -83,6 +83,36 @@ def test_older_absorbs_newer_and_the_store_follows(tmp_path, minilm):
     assert reopened.snapshot() == tree.snapshot()
 
 
+def lone_groups(tree: CTree, *, off_path: bool = True) -> list[str]:
+    """Groups holding one part (named as it: "Income Tax Deadline" over "Income Tax Deadline")."""
+    path = set(tree.active_path()) if off_path else set()
+    return [t.topic_name for t in tree.root.iter_topics()
+            if t is not tree.root and t.is_group and len(t.children) == 1 and t not in path]
+
+
+def test_a_merge_never_leaves_a_group_of_one(tmp_path, minilm):
+    # fan-out 2 makes groups of two topics; a merge that takes one of them away left the
+    # other alone in its group, named as it (a /reorganize of LoCoMo's conv-26 left four)
+    tree = build(tmp_path, minilm, (BREAD + OTHER[:2] + BREAD2 + OTHER[2:]) * 2, max_children=2)
+    before = tree.snapshot()
+    res = tree.reorganize(similarity_threshold=0.5)
+    check_invariants(tree)
+    assert res["merged"] >= 3 and lone_groups(tree) == [], tree.render_tree()
+    tree.vdb.close()
+    reopened = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm)
+    assert reopened.snapshot() == tree.snapshot() and lone_groups(reopened) == []
+    reopened.undo_reorganize()  # the dissolved groups come back with the rest
+    assert reopened.snapshot() == before
+
+
+def test_the_fan_out_never_makes_a_group_of_one(tmp_path, minilm):
+    # a group of three cut after its first part kept that part alone: chains of eight
+    # groups named "Income Tax Deadline" over one topic of that name
+    tree = build(tmp_path, minilm, (OTHER + BREAD) * 3, max_children=2)
+    assert lone_groups(tree, off_path=False) == [], tree.render_tree()
+    assert sum(1 for t in tree.root.iter_topics() if t.is_group) <= len(tree.exchanges)
+
+
 def test_threshold_is_respected(tmp_path, minilm):
     tree = build(tmp_path, minilm, BREAD + OTHER[:2] + BREAD2 + OTHER[2:])
     before = tree.snapshot()

@@ -93,6 +93,8 @@ class FanoutBalancer:
         if len(topics) <= self.max_children:
             return []
         cut = halves([self.vector_of(t) for t in topics])
+        if node.is_group:  # a group keeps two parts at least: a group of one says nothing
+            cut = max(cut, 2)
         if node.parent is None:  # the only way the tree grows a level: two groups under ROOT
             created = self._new_topic(topics[:cut], node, True) + self._new_topic(topics[cut:], node, True)
         else:  # a group's later half becomes a group; a topic's, a topic

@@ -255,6 +255,17 @@ class TreeModel:
             topic = parent
         return removed
 
+    def dissolve(self, group: TopicNode) -> None:
+        """A group left holding one part gives way to it: a group of one says nothing, and
+        is named as its part (after a merge took its other parts, "Caroline Mel Melanie"
+        over "Caroline Mel Melanie")."""
+        (part,) = group.children
+        parent = group.parent
+        group.remove_child(part)
+        parent.remove_child(group)
+        parent.add_child(part)
+        parent.sort_children()
+
     def recompute_ranges(self, node: TopicNode | None = None) -> None:
         """Children sorted and ranges recomputed bottom-up, for ``node`` (ROOT) and below."""
         node = node or self.root

@@ -292,12 +292,14 @@ class Reorganizer:
                 for c in list(newer.children):
                     newer.remove_child(c)
                     older.add_child(c)
+                above = model.get_ancestors(old_parent)
                 old_parent.remove_child(newer)
                 live.discard(newer)
                 gone = model.prune_empty(old_parent)
                 live.difference_update(gone)
-                if old_parent.is_group and old_parent not in gone:
-                    left[old_parent.node_id] = old_parent
+                lost = next(t for t in reversed(above) if t not in gone)  # the node that lost a part
+                if lost.is_group:
+                    left[lost.node_id] = lost
                 state.touched.append(older)  # sorted once in _settle, not per merge
                 state.absorbers.add(older.node_id)
                 grown.append(older)
@@ -311,6 +313,12 @@ class Reorganizer:
             groups = dict(left)
             for start in [*left.values(), *grown]:
                 groups.update((g.node_id, g) for g in model.get_ancestors(start, include_self=False) if g.is_group)
+            # a group left with one part gives way to it (off the active path: axiom 2)
+            for group in left.values():
+                if group in live and group not in path and len(group.children) == 1:
+                    model.dissolve(group)
+                    live.discard(group)
+                    del groups[group.node_id]
             for group in sorted(groups.values(), key=lambda g: -len(model.get_ancestors(g))):
                 if group not in live:
                     continue
