@@ -9,11 +9,12 @@ reply: a default ``max_tokens`` when a request names none (llama.cpp would other
 generate until the context is full), the usual repetition penalty as a floor, a
 loop guard that stops a reply repeating the same run of tokens, and stop strings where
 the bundled base model ends its turn in words (" mendatang"), starts writing the
-prompt's system or user lines out again, or a next turn ("User: …") of its own.
+prompt's system or user lines out again, or a next turn ("User: …") of its own. A
+reply those stops leave saying nothing ("-" of a memory line) is sampled again.
 
     python -m trace_core.local_server --model PATH [llama_cpp.server flags]
         [--reply_max_tokens 512] [--min_repeat_penalty 1.1] [--reply_stops True|False]
-        [--empty_retries 3]
+        [--empty_retries 8]
 
 Importing this module does not import llama_cpp; ``register()`` does.
 """
@@ -275,7 +276,7 @@ def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float
              reply_stops: bool = True, empty_retries: int = EMPTY_RETRIES) -> None:
     """Register ``gemma-system`` with llama_cpp (idempotent). ``reply_stops`` off: only
     <end_of_turn> ends a reply, and an empty one is not sampled again (a baseline).
-    ``empty_retries``: how many more samples a reply stopped before its first word gets."""
+    ``empty_retries``: how many more samples a reply stopped before it says anything gets."""
     import llama_cpp
     from llama_cpp import llama_chat_format as lcf
 
