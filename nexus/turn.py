@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from trace_core import textutil
 from trace_core.llm import describe_error
+from trace_core.prompts import SYSTEM_BOILERPLATE
 
 THINK = re.compile(r"<think>.*?(</think>|$)", re.S)
 TAGS = re.compile(r"<[^>]+>")
@@ -22,8 +23,9 @@ def strip_think(text: str) -> str:
 
 def says_something(text: str) -> bool:
     """The reply holds words beside its reasoning (``textutil.says_something``: not a bare
-    role label, a copied date line or symbols; a number or a date as an answer does)."""
-    return textutil.says_something(strip_think(text))
+    role label, a copied date line, the system prompt's fixed lines or symbols; a number
+    or a date as an answer does)."""
+    return textutil.says_something(strip_think(text), boilerplate=SYSTEM_BOILERPLATE)
 
 
 class ReplyError(RuntimeError):

@@ -26,11 +26,15 @@ from trace_core.local_server import (
     loop_length,
     marker_at,
     reply_text,
+    says_nothing,
     stream_or_again,
     until_said,
     whole_or_again,
+    writes_user_turn,
 )
+from trace_core.prompts import ASSISTANT_SYSTEM, RECENT_HEADER, SYSTEM_BOILERPLATE
 from trace_core.textutil import says_something
+from nexus.turn import says_something as nexus_says_something
 
 FOREIGN_MARKERS = ("[INST]", "[/INST]", "<<SYS>>", "<</SYS>>", START, END, "<|im_start|>", "<|im_end|>")
 
@@ -79,7 +83,8 @@ def test_label_stops_follow_the_role_labels_the_system_text_writes_turns_with():
              "- User: I am travelling to Lisbon next month. | Assistant: Bring a map.\n\n"
              "Most recent exchanges:\nUser: Any tips?\nAssistant: Pack light.")
     msgs = [{"role": "system", "content": block}, {"role": "user", "content": "User: is a field name here"}]
-    assert label_stops(msgs) == ["\nUser:", " User:", "\nAssistant:", " Assistant:"]
+    assert label_stops(msgs) == ["\nUser:", " User:", "\nuser:", " user:",
+                                 "\nAssistant:", " Assistant:", "\nassistant:", " assistant:"]
     # no labelled turns in the system text, no stops (a user's own "User:" is not a turn)
     assert label_stops([{"role": "system", "content": "Answer briefly. The User: field is required."},
                         {"role": "user", "content": "User: hello"}]) == []
@@ -113,16 +118,35 @@ def test_a_streamed_reply_stopped_before_its_first_word_is_sampled_again():
 
 
 def test_a_reply_that_copies_the_prompts_form_says_nothing():
-    # what the stops leave when the bundled model starts writing its memory block out again
-    for junk in ("", "  ", "-", "[2026-10-05]\n-", "User:", "assistant", "| - |"):
-        assert not says_something(junk), junk
-    for answer in ("42", "2026-12-03", "Rye.", "はい", "Ja, gern.", "User: needs a break"):
-        assert says_something(answer), answer
-    # the start of a stream that may still become a label or a date line says nothing yet
-    for begun in ("Use", "assist", "[2026-1", "- [20"):
-        assert not says_something(begun, partial=True), begun
+    # what the stops leave when the bundled model starts writing its memory block out again,
+    # and what a new user's trial found stored as answers: a date alone, the system prompt
+    for junk in ("", "  ", "-", "[2026-10-05]\n-", "User:", "assistant", "| - |", "[2015-7-18]",
+                 "you are a helpful assistant with long-term memory of this conversation. [2026-12-03]",
+                 f"{ASSISTANT_SYSTEM} [2026-12-03] -", f"{RECENT_HEADER}\n-"):
+        assert not says_something(junk, boilerplate=SYSTEM_BOILERPLATE), junk
+        assert says_nothing(junk) and not nexus_says_something(junk), junk
+    for answer in ("42", "2026-12-03", "Rye.", "はい", "Ja, gern.", "User: needs a break",
+                   "You are right: water them in the morning."):
+        assert says_something(answer, boilerplate=SYSTEM_BOILERPLATE) and nexus_says_something(answer), answer
+    assert says_something(ASSISTANT_SYSTEM)  # boilerplate only when it is named
+    # the start of a stream that may still become a label, a date line or the system prompt
+    for begun in ("Use", "assist", "[2026-1", "- [20", "You are a hel", "[2026-12-03]\n- you are"):
+        assert not says_something(begun, partial=True, boilerplate=SYSTEM_BOILERPLATE), begun
     assert says_something("Use") and says_something("assist")  # as a whole reply, words
-    assert says_something("Usefully, yes", partial=True) and says_something("[2026-10-05] I went", partial=True)
+    for said in ("Usefully, yes", "[2026-10-05] I went", "You are right"):
+        assert says_something(said, partial=True, boilerplate=SYSTEM_BOILERPLATE), said
+
+
+def test_a_reply_that_writes_the_users_turn_is_no_answer():
+    for turn in ("User: In Lisbon I'm looking for a job.", "- user: hi", "[2026-12-03]\n- User: I want",
+                 f"{ASSISTANT_SYSTEM}\nUser: what"):
+        assert writes_user_turn(turn) and says_nothing(turn), turn
+    for answer in ("Your user: field is required.", "Users: three", "Lisbon. User: next"):
+        assert not writes_user_turn(answer), answer
+    replies = iter(["User: In Lisbon I'm looking for a job.", "Lisbon, next month."])
+    assert reply_text(until_said(lambda **kw: _whole(next(replies)), {"seed": 1}, 2)) == "Lisbon, next month."
+    # even cut at max_tokens (it wrote the user's turn for the whole budget)
+    assert reply_text(whole_or_again(_whole("User: and then " * 20, "length"), None)) == ""
 
 
 def _whole(text: str, finish: str = "stop") -> dict:
@@ -166,6 +190,21 @@ def test_a_streamed_reply_with_no_words_is_sampled_again_and_the_last_comes_back
     # a reply that says something streams chunk for chunk once it does
     said = list(stream("[2026-10-05]", " I", " planted them."))
     assert list(until_said(lambda **kw: iter(said), {"stream": True}, 3)) == said
+    # a user turn is cut off where it shows: the model stops writing it, and is asked again
+    closed = []
+
+    def user_turn():
+        try:
+            yield from stream("- ", "User", ": In", " Lisbon", " I'm", " looking")
+        finally:
+            closed.append(1)
+
+    tries = iter([user_turn(), stream("Lisbon.")])
+    out = list(until_said(lambda **kw: next(tries), {"stream": True}, 1))
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in out) == "Lisbon." and closed == [1]
+    out = list(until_said(lambda **kw: user_turn(), {"stream": True}, 0))  # the last try: empty, ended
+    assert all("content" not in c["choices"][0]["delta"] for c in out)
+    assert out[-1]["choices"][0]["finish_reason"] == "stop"
 
 
 def test_loop_length_finds_loops_and_leaves_text_alone():

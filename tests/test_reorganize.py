@@ -268,3 +268,28 @@ def test_a_reorganisation_killed_midway_leaves_before_or_after(tmp_path, minilm)
         assert snap in (before, after), f"round {k}: a mixed tree"
         outcomes.add("before" if snap == before else "after")
     assert "before" in outcomes  # the kills did land midway
+
+
+def test_a_merged_topic_over_the_bound_is_cut_in_the_fewest_parts():
+    # ten exchanges under a bound of five were cut in five parts of two (a new user's
+    # /reorganize: "Travelling Lisbon · part 1" … "part 5"); two parts of five hold them
+    from trace_core.fanout import FanoutBalancer
+    from trace_core.nodes import MessageNode, TopicNode
+
+    root, topic = TopicNode("ROOT"), TopicNode("Travelling Lisbon")
+    root.add_child(topic)
+    for i in range(10):
+        topic.add_child(MessageNode(i, [{"role": "user", "content": f"q{i}"}]))
+    made = FanoutBalancer(5, lambda n: np.ones(4), lambda nodes: "", lambda t: None).contain(topic)
+    assert [len(t.children) for t in made] == [5, 5] and not topic.message_children
+    assert [t.topic_name for t in made] == ["Travelling Lisbon · part 1", "Travelling Lisbon · part 2"]
+    # seven: four and three; thirty: six parts of five, grouped again under the bound
+    for n, sizes in ((7, [4, 3]), (30, None)):
+        t = TopicNode("T")
+        root.add_child(t)
+        for i in range(n):
+            t.add_child(MessageNode(i, [{"role": "user", "content": f"q{i}"}]))
+        made = FanoutBalancer(5, lambda x: np.ones(4), lambda nodes: "", lambda x: None).contain(t)
+        assert len(t.children) <= 5 and sum(1 for _ in t.iter_messages()) == n
+        if sizes:
+            assert [len(p.children) for p in made] == sizes

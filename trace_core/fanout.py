@@ -119,7 +119,10 @@ class FanoutBalancer:
                 kids = node.message_children if kind == "message" else node.topic_children
                 if len(kids) <= m:
                     break
-                size = max(2, -(-len(kids) // m))  # ceil: at most m groups
+                # the fewest parts that fit, of even size (ten exchanges: two parts of
+                # five, not five of two); more than m parts are grouped by the next pass
+                parts = -(-len(kids) // m)
+                size = -(-len(kids) // parts)
                 groups = [kids[k : k + size] for k in range(0, len(kids), size)]
                 for part, g in enumerate(groups, 1):
                     if len(g) == 1:

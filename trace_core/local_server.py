@@ -27,7 +27,8 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .textutil import says_something
+from .prompts import SYSTEM_BOILERPLATE
+from .textutil import says_something, without_echo
 
 CHAT_FORMAT = "gemma-system"
 START, END = "<start_of_turn>", "<end_of_turn>"
@@ -119,7 +120,8 @@ def label_stops(messages: Sequence[dict]) -> list[str]:
     reply that opens with the label is not cut (it would be empty)."""
     system = "\n".join(_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
     labels = dict.fromkeys(m.group(1) for m in LABELLED_LINE.finditer(system))
-    return [f"{sep}{label}:" for label in labels for sep in ("\n", " ")]
+    # the bundled model writes them lower case as often ("\nassistant:"); stops match case
+    return [f"{sep}{word}:" for label in labels for word in (label, label.lower()) for sep in ("\n", " ")]
 
 
 # gemma-3-270m writes Gemma's turn change ("<end_of_turn>\n<start_of_turn>model") as a junk
@@ -339,23 +341,40 @@ def _finish(completion: dict) -> str | None:
     return (completion.get("choices") or [{}])[0].get("finish_reason")
 
 
+_USER_TURN = re.compile(r"[\s\-*|]*user\s*:")
+
+
+def writes_user_turn(text: str) -> bool:
+    """A reply that opens with a "User:" label (after a copied date line or the system
+    prompt's fixed lines) is the model writing the user's next turn, not an answer
+    ("User: In Lisbon I'm looking for a job.", stored and later found as a fact)."""
+    return _USER_TURN.match(without_echo(text, SYSTEM_BOILERPLATE)) is not None
+
+
+def says_nothing(text: str, *, partial: bool = False) -> bool:
+    """Not an answer (yet): no words beyond the prompt's form, or a user turn."""
+    return writes_user_turn(text) or not says_something(text, partial=partial, boilerplate=SYSTEM_BOILERPLATE)
+
+
 def whole_or_again(completion: dict, again: Callable[[], dict] | None) -> dict:
-    """A whole reply, or ``again()``'s when the model stopped it before it said anything
-    (one cut at ``max_tokens`` is kept: the context is full, and would be again). With
-    no ``again`` (the last try), such a reply is returned empty."""
-    if _finish(completion) != "stop" or says_something(reply_text(completion)):
+    """A whole reply, or ``again()``'s when it says nothing (one stopped with no words
+    that was cut at ``max_tokens`` is kept: the context is full, and would be again; a
+    user turn never is). With no ``again`` (the last try), such a reply is returned empty."""
+    text = reply_text(completion)
+    if not writes_user_turn(text) and (_finish(completion) != "stop" or not says_nothing(text)):
         return completion
     if again is not None:
         return again()
     choice = completion["choices"][0]
-    return {**completion, "choices": [{**choice, "message": {**(choice.get("message") or {}), "content": ""}}]}
+    return {**completion, "choices": [{**choice, "message": {**(choice.get("message") or {}), "content": ""},
+                                       "finish_reason": "stop"}]}
 
 
 def stream_or_again(chunks: Iterator[dict], again: Callable[[], Iterator[dict]] | None) -> Iterator[dict]:
     """The chunks of a streamed reply, held back until they say something; a stream that
-    stops before that is replaced by ``again()``'s, or with no ``again`` (the last try)
-    passed on without its text (one cut at ``max_tokens`` is passed on: the context is
-    full, and would be again)."""
+    says nothing is replaced by ``again()``'s, or with no ``again`` (the last try) passed
+    on without its text (one cut at ``max_tokens`` with no words is passed on: the
+    context is full, and would be again). A user turn is cut off as soon as it shows."""
     held = []
     text = ""
     finish = None
@@ -364,16 +383,23 @@ def stream_or_again(chunks: Iterator[dict], again: Callable[[], Iterator[dict]] 
         choice = (chunk.get("choices") or [{}])[0]
         finish = choice.get("finish_reason") or finish
         text += (choice.get("delta") or {}).get("content") or ""
-        if says_something(text, partial=True):
+        if writes_user_turn(text):
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()  # the model stops writing the user's turn
+            finish = "user turn"
+            break
+        if not says_nothing(text, partial=True):
             yield from held
             yield from chunks
             return
-    if finish != "stop" or says_something(text):
+    if finish not in ("stop", "user turn") or not says_nothing(text):
         yield from held
     elif again is not None:
         yield from again()
-    else:  # the last try: its chunks without their text
-        yield from (_with_content(c, None, _finish(c)) for c in held)
+    else:  # the last try: its chunks without their text, ended
+        yield from (_with_content(c, None, _finish(c)) for c in held[:-1])
+        yield _with_content(held[-1], None, "stop")
 
 
 def main(argv: list[str] | None = None) -> None:

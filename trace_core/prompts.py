@@ -85,6 +85,10 @@ SUPERSEDED_NOTE = "([current] entries replace [superseded] ones.)"
 
 RECENT_HEADER = "Most recent exchanges:"
 
+# the fixed lines of that system prompt: a reply that only says them again says nothing
+# (the bundled 270M model answers "you are a helpful assistant with long-term memory…")
+SYSTEM_BOILERPLATE = (ASSISTANT_SYSTEM, MEMORY_HEADER, SUPERSEDED_NOTE, RECENT_HEADER)
+
 # --- Nexus ----------------------------------------------------------------------
 
 WEB_ROUTER_SYSTEM = "You decide whether a question needs a web search. Answer with one JSON object only."

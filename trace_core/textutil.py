@@ -331,25 +331,46 @@ def message_parts(text: str, previous: str = "", context_chars: int = 300) -> li
 
 
 # what a small base model answers when it copies the prompt's form and says nothing: a
-# role label ("User:", "user"), the memory block's date lines ("[2026-12-03]"), symbols
+# role label ("User:", "user"), the memory block's date lines ("[2026-12-03]", also
+# written "[2015-7-18]"), the system prompt's fixed lines, symbols
 ROLE_WORDS = ("user", "assistant", "model", "system")
 _BARE_LABEL = re.compile(r"^\s*(?:" + "|".join(ROLE_WORDS) + r")\s*:?\s*$", re.I)
-_DATE_LINE = re.compile(r"\[\d{4}-\d{2}-\d{2}\]")
+_DATE_LINE = re.compile(r"\[\d{4}-\d{1,2}-\d{1,2}\]")
 _DATE_LINE_BEGUN = re.compile(r"\[[\d-]{0,9}\Z")  # a date line a stream has begun
 _WORD_CHAR = re.compile(r"[^\W_]")  # a letter or digit, in any script
 
 
-def says_something(text: str, *, partial: bool = False) -> bool:
-    """A reply holds words: more than whitespace, symbols, a bare role label or a copied
-    date line. An answer that is a number or a date ("42", "2026-12-03") does.
-    ``partial``: ``text`` is the start of a streamed reply, which says nothing yet while
-    it may still become a role label or a date line ("Use", "[2026-")."""
+def _folded(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def _without(text: str, lines: Sequence[str]) -> str:
+    """``text`` (case-folded) without any of ``lines`` said in it."""
+    out = _folded(text)
+    for line in lines:
+        out = out.replace(_folded(line), " ")
+    return out
+
+
+def without_echo(text: str, boilerplate: Sequence[str] = ()) -> str:
+    """``text`` case-folded, without date lines and ``boilerplate`` lines: what a reply
+    says beyond copying the prompt's form."""
+    return _without(_DATE_LINE.sub(" ", text), boilerplate)
+
+
+def says_something(text: str, *, partial: bool = False, boilerplate: Sequence[str] = ()) -> bool:
+    """A reply holds words: more than whitespace, symbols, a bare role label, a copied
+    date line or the ``boilerplate`` lines (the system prompt's fixed ones), in any case.
+    An answer that is a number or a date ("42", "2026-12-03") does. ``partial``: ``text``
+    is the start of a streamed reply, which says nothing yet while it may still become a
+    role label, a date line or a boilerplate line ("Use", "[2026-", "You are a")."""
     if _BARE_LABEL.match(text):
         return False
-    rest = _DATE_LINE.sub("", text)
+    rest = without_echo(text, boilerplate)
     if partial:
-        begun = rest.strip().lower()
-        if any(f"{w}:".startswith(begun) for w in ROLE_WORDS):
-            return False
         rest = _DATE_LINE_BEGUN.sub("", rest)
+        begun = rest.strip(" -*|\n\t")
+        if any(f"{w}:".startswith(begun) for w in ROLE_WORDS) or any(
+                _folded(line).startswith(begun) for line in boilerplate):
+            return False
     return _WORD_CHAR.search(rest) is not None
