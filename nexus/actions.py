@@ -38,17 +38,23 @@ class KeyActions:
         t = self.query_one("#log")
         t.display = not t.display
 
-    def action_grow_side(self) -> None:
+    # Ctrl+←/→ take the tree pane past the stylesheet's bounds for its default, by 4
+    # columns, to SIDE_WIDEST at most and never leaving the chat under CHAT_NARROWEST
+    SIDE_NARROWEST, SIDE_WIDEST, CHAT_NARROWEST = 16, 120, 40
+
+    def _side_width(self, step: int) -> None:
         self._on_main_screen()
         t = self.query_one("#tree")
-        t.styles.width = min(t.outer_size.width + 4, 120)  # outer: the width style includes border and padding
-        t.styles.max_width, t.styles.min_width = 120, 16  # past the stylesheet's bounds for its default
+        widest = max(self.SIDE_NARROWEST, min(self.SIDE_WIDEST, self.size.width - self.CHAT_NARROWEST))
+        # outer: the width style includes border and padding
+        t.styles.width = min(max(t.outer_size.width + step, self.SIDE_NARROWEST), widest)
+        t.styles.max_width, t.styles.min_width = widest, self.SIDE_NARROWEST
+
+    def action_grow_side(self) -> None:
+        self._side_width(4)
 
     def action_shrink_side(self) -> None:
-        self._on_main_screen()
-        t = self.query_one("#tree")
-        t.styles.width = max(t.outer_size.width - 4, 16)
-        t.styles.max_width, t.styles.min_width = 120, 16
+        self._side_width(-4)
 
     def action_cancel(self) -> None:
         """Esc: stop the reply that streams; else leave a selected message for the input."""

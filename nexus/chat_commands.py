@@ -18,6 +18,7 @@ class ChatCommands:
     def cmd_help(self, args: list[str]) -> None:
         commands = [(c.usage, c.help) for c in C.COMMANDS]
         keys = ([("Enter", "send"), ("↑ / ↓", "earlier / later prompts (from the first / last line)"),
+                 ("F7", "select the whole input (the input's own key)"),
                  (self.COMMAND_PALETTE_BINDING, "command palette")]
                 + [(key_for(k.action, self.keymap), k.description) for k in ALL_KEYS.values()])
         plain = "\n".join(["Commands:"] + [f"  {u:<38} {h}" for u, h in commands]

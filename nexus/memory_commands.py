@@ -212,4 +212,5 @@ class MemoryCommands:
         st["system_prompt"] = " ".join(own.system.split())[:80] + ("…" if len(own.system) > 80 else "") or "(none)"
         sampling = session.sampling(session.limits()[1] if hasattr(session, "limits") else 0)
         st["sampling"] = ", ".join(f"{k} {v}" for k, v in sampling.items())
-        self.chat_notice("\n".join(f"{k:>20}: {v}" for k, v in st.items()))
+        # a heading: the lines would otherwise run straight on from the output above
+        self.chat_notice("\n".join(["Statistics of this session:"] + [f"{k:>20}: {v}" for k, v in st.items()]))

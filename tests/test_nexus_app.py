@@ -129,6 +129,7 @@ async def test_help_wraps_each_description_under_itself(server, tmp_path, minilm
         await wait_for(pilot, lambda: "Commands:" in notices(app))
         note = [n for n in app.query(Notice) if "Commands:" in n.plain][-1]
         assert "ctrl+p: command palette" in note.plain and "earlier / later prompts" in note.plain
+        assert "F7: select the whole input" in note.plain  # a TextArea key, not in the keymap
         console = Console(width=70, color_system=None, record=True, file=open(os.devnull, "w"))
         console.print(note.content)  # the table, as Rich draws it
         lines = console.export_text().splitlines()
@@ -300,6 +301,7 @@ async def test_commands(server, tmp_path, minilm, data_dir):
                        and app.session.tree is not None and len(app.session.tree.exchanges) == 4)
         await type_and_send(pilot, app, "/stats")
         await wait_for(pilot, lambda: "exchanges: 4" in notices(app))
+        assert "Statistics of this session:\n" in notices(app)  # a heading, not run on from the output above
         assert "memory_model: (none: judge embedding)" in notices(app)  # no model is asked about the tree
         # a session just opened: its history is counted now, not "0" until the first reply
         assert "last_memory_tokens: (no reply yet in this window)" in notices(app)

@@ -272,6 +272,10 @@ async def test_every_readme_key_works_with_the_input_focused(server, tmp_path, m
         await press("ctrl+left")
         await pilot.pause(0.05)
         assert tree.outer_size.width == width - 4
+        for _ in range(40):  # at most 120 columns, and the chat keeps 40 (a trial left it 20 of 140)
+            await press("ctrl+right")
+        await pilot.pause(0.05)
+        assert app.size.width - tree.outer_size.width >= 40 and tree.outer_size.width > width
         # PageUp / PageDown scroll the chat (test_page_up_and_down_scroll_the_chat_while_typing), the text kept
         prompt.value = "a draft"
         await press("pageup")
