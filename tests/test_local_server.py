@@ -147,6 +147,14 @@ def test_a_reply_that_writes_the_users_turn_is_no_answer():
     assert reply_text(until_said(lambda **kw: _whole(next(replies)), {"seed": 1}, 2)) == "Lisbon, next month."
     # even cut at max_tokens (it wrote the user's turn for the whole budget)
     assert reply_text(whole_or_again(_whole("User: and then " * 20, "length"), None)) == ""
+    # its own label is no answer's part: stored with it, memory read "Assistant: Assistant: …"
+    assert reply_text(until_said(lambda **kw: _whole("Assistant: When is your marathon?"), {}, 0)) \
+        == "When is your marathon?"
+    chunks = [_chunk(role="assistant"), _chunk("- Assis"), _chunk("tant:"), _chunk(" When"), _chunk(" is it?"),
+              _chunk(finish="stop")]
+    out = list(until_said(lambda **kw: iter(chunks), {"stream": True}, 0))
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in out) == "When is it?"
+    assert out[0]["choices"][0]["delta"]["role"] == "assistant" and out[-1]["choices"][0]["finish_reason"] == "stop"
 
 
 def _whole(text: str, finish: str = "stop") -> dict:

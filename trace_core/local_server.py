@@ -351,6 +351,16 @@ def writes_user_turn(text: str) -> bool:
     return _USER_TURN.match(without_echo(text, SYSTEM_BOILERPLATE)) is not None
 
 
+_OWN_LABEL = re.compile(r"[\s\-*|]*(?:assistant|model)\s*:[ \t]*", re.I)
+
+
+def without_own_label(text: str) -> str:
+    """A reply without the "Assistant:" label the model opens it with ("Assistant: When
+    is your marathon?"): stored with it, memory shows the model "Assistant: Assistant: …"."""
+    m = _OWN_LABEL.match(text)
+    return text[m.end():] if m else text
+
+
 def says_nothing(text: str, *, partial: bool = False) -> bool:
     """Not an answer (yet): no words beyond the prompt's form, or a user turn."""
     return writes_user_turn(text) or not says_something(text, partial=partial, boilerplate=SYSTEM_BOILERPLATE)
@@ -362,12 +372,28 @@ def whole_or_again(completion: dict, again: Callable[[], dict] | None) -> dict:
     user turn never is). With no ``again`` (the last try), such a reply is returned empty."""
     text = reply_text(completion)
     if not writes_user_turn(text) and (_finish(completion) != "stop" or not says_nothing(text)):
+        if without_own_label(text) != text:
+            choice = completion["choices"][0]
+            message = {**(choice.get("message") or {}), "content": without_own_label(text)}
+            return {**completion, "choices": [{**choice, "message": message}]}
         return completion
     if again is not None:
         return again()
     choice = completion["choices"][0]
     return {**completion, "choices": [{**choice, "message": {**(choice.get("message") or {}), "content": ""},
                                        "finish_reason": "stop"}]}
+
+
+def _unlabelled(held: list[dict], text: str) -> list[dict]:
+    """The chunks held back, their text given again in one chunk without the reply's own
+    opening label when it has one (else as they were)."""
+    bare = without_own_label(text)
+    if bare == text:
+        return held
+    out = [_with_content(c, None, _finish(c)) for c in held]
+    first = next((k for k, c in enumerate(held) if (c.get("choices") or [{}])[0].get("delta", {}).get("content")), 0)
+    out[first] = _with_content(held[first], bare, _finish(held[first]))
+    return out
 
 
 def stream_or_again(chunks: Iterator[dict], again: Callable[[], Iterator[dict]] | None) -> Iterator[dict]:
@@ -390,11 +416,11 @@ def stream_or_again(chunks: Iterator[dict], again: Callable[[], Iterator[dict]] 
             finish = "user turn"
             break
         if not says_nothing(text, partial=True):
-            yield from held
+            yield from _unlabelled(held, text)
             yield from chunks
             return
     if finish not in ("stop", "user turn") or not says_nothing(text):
-        yield from held
+        yield from _unlabelled(held, text)
     elif again is not None:
         yield from again()
     else:  # the last try: its chunks without their text, ended
