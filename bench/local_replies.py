@@ -23,7 +23,8 @@ stored in a TRACE tree with a short answer each, then six questions about them a
 Nexus asks (system text with the memory block and the newest exchange, streamed, no
 seed), ``--repeats`` times each, to the server with its stops and 0, 1, 3… more samples
 for a reply stopped before it says anything. Counted: replies that say nothing (empty, a
-bare role label, a copied date line, symbols: what Nexus keeps as not answered).
+bare role label, a copied date line or system-prompt line, symbols: what Nexus keeps as
+not answered; or the user's next turn, "User: …").
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def run_memory_turns(retries: list[int], repeats: int, max_tokens: int) -> dict:
     """Per ``empty_retries``: the memory turns' replies that say nothing, and their times."""
     from openai import OpenAI
 
-    from trace_core.textutil import says_something
+    from trace_core.local_server import says_nothing
 
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -117,7 +118,7 @@ def run_memory_turns(retries: list[int], repeats: int, max_tokens: int) -> dict:
                             if chunk.choices and chunk.choices[0].delta.content:
                                 text += chunk.choices[0].delta.content
                         rows.append({"question": messages[-1]["content"], "seconds": round(time.perf_counter() - t, 3),
-                                     "says_nothing": not says_something(text), "text": text[:200]})
+                                     "says_nothing": says_nothing(text), "text": text[:200]})
             finally:
                 srv.stop()
             out[str(n)] = {"replies": len(rows), "says_nothing": sum(r["says_nothing"] for r in rows),

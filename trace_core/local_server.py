@@ -49,9 +49,9 @@ TURN_END_STANDINS = (" mendatang",)
 # turns out: stopped at the first ECHO_CHARS characters of any such line (lines this long only;
 # at most ECHO_STOPS of them: llama_cpp checks every stop string after each token)
 ECHO_CHARS, ECHO_STOPS = 32, 48
-# more samples for a reply stopped before it says anything: with a memory block in the
-# prompt, 20 of 36 first tries said nothing; after 1, 3, 5, 8 more: 12, 7, 2, 0 of 36
-# (bench.local_replies), each stopped try costing a fraction of a second
+# more samples for a reply that says nothing: with a memory block in the prompt, 22 of
+# 36 first tries said nothing; after 1 or 8 more, 20 or 3 of 36 (bench.local_replies),
+# each stopped try costing a fraction of a second
 EMPTY_RETRIES = 8
 
 
