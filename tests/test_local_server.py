@@ -122,15 +122,16 @@ def test_a_reply_that_copies_the_prompts_form_says_nothing():
     # and what a new user's trial found stored as answers: a date alone, the system prompt
     for junk in ("", "  ", "-", "[2026-10-05]\n-", "User:", "assistant", "| - |", "[2015-7-18]",
                  "you are a helpful assistant with long-term memory of this conversation. [2026-12-03]",
-                 f"{ASSISTANT_SYSTEM} [2026-12-03] -", f"{RECENT_HEADER}\n-"):
+                 f"{ASSISTANT_SYSTEM} [2026-12-03] -", f"{RECENT_HEADER}\n-",
+                 "You're a helpful assistant with long-term memory of this conversation, by topic:"):
         assert not says_something(junk, boilerplate=SYSTEM_BOILERPLATE), junk
         assert says_nothing(junk) and not nexus_says_something(junk), junk
     for answer in ("42", "2026-12-03", "Rye.", "はい", "Ja, gern.", "User: needs a break",
-                   "You are right: water them in the morning."):
+                   "You are right: water them in the morning.", "Memory.", "Most recent exchanges: none"):
         assert says_something(answer, boilerplate=SYSTEM_BOILERPLATE) and nexus_says_something(answer), answer
     assert says_something(ASSISTANT_SYSTEM)  # boilerplate only when it is named
     # the start of a stream that may still become a label, a date line or the system prompt
-    for begun in ("Use", "assist", "[2026-1", "- [20", "You are a hel", "[2026-12-03]\n- you are"):
+    for begun in ("Use", "assist", "[2026-1", "- [20", "You are a hel", "[2026-12-03]\n- you are", "You're a help"):
         assert not says_something(begun, partial=True, boilerplate=SYSTEM_BOILERPLATE), begun
     assert says_something("Use") and says_something("assist")  # as a whole reply, words
     for said in ("Usefully, yes", "[2026-10-05] I went", "You are right"):

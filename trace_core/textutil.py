@@ -338,6 +338,7 @@ _BARE_LABEL = re.compile(r"^\s*(?:" + "|".join(ROLE_WORDS) + r")\s*:?\s*$", re.I
 _DATE_LINE = re.compile(r"\[\d{4}-\d{1,2}-\d{1,2}\]")
 _DATE_LINE_BEGUN = re.compile(r"\[[\d-]{0,9}\Z")  # a date line a stream has begun
 _WORD_CHAR = re.compile(r"[^\W_]")  # a letter or digit, in any script
+_WORD_RUN = re.compile(r"[^\W_]+")
 
 
 def _folded(text: str) -> str:
@@ -358,6 +359,21 @@ def without_echo(text: str, boilerplate: Sequence[str] = ()) -> str:
     return _without(_DATE_LINE.sub(" ", text), boilerplate)
 
 
+_CONTRACTION_TAILS = frozenset({"re", "m", "s", "ve", "ll", "d", "t"})  # "you're" reads "you", "re"
+
+
+def _only_words_of(text: str, lines: Sequence[str], partial: bool) -> bool:
+    """Whether a reply of three words or more (any number, ``partial``) is made only of the
+    words of ``lines``: the system prompt said again in other words ("You're a helpful
+    assistant with long-term memory of this conversation, by topic:")."""
+    vocab = {w for line in lines for w in _WORD_RUN.findall(line.casefold())} | _CONTRACTION_TAILS
+    said = _WORD_RUN.findall(_DATE_LINE.sub(" ", text).casefold())
+    if not said or (len(said) < 3 and not partial):
+        return False
+    last_ok = said[-1] in vocab or (partial and any(v.startswith(said[-1]) for v in vocab))
+    return last_ok and all(w in vocab for w in said[:-1])
+
+
 def says_something(text: str, *, partial: bool = False, boilerplate: Sequence[str] = ()) -> bool:
     """A reply holds words: more than whitespace, symbols, a bare role label, a copied
     date line or the ``boilerplate`` lines (the system prompt's fixed ones), in any case.
@@ -365,6 +381,8 @@ def says_something(text: str, *, partial: bool = False, boilerplate: Sequence[st
     is the start of a streamed reply, which says nothing yet while it may still become a
     role label, a date line or a boilerplate line ("Use", "[2026-", "You are a")."""
     if _BARE_LABEL.match(text):
+        return False
+    if boilerplate and _only_words_of(text, boilerplate, partial):
         return False
     rest = without_echo(text, boilerplate)
     if partial:
