@@ -10,6 +10,7 @@ import urllib.request
 
 import pytest
 
+from nexus.turn import says_something as nexus_says_something
 from trace_core.local_server import (
     ECHO_CHARS,
     END,
@@ -34,7 +35,6 @@ from trace_core.local_server import (
 )
 from trace_core.prompts import ASSISTANT_SYSTEM, RECENT_HEADER, SYSTEM_BOILERPLATE
 from trace_core.textutil import says_something
-from nexus.turn import says_something as nexus_says_something
 
 FOREIGN_MARKERS = ("[INST]", "[/INST]", "<<SYS>>", "<</SYS>>", START, END, "<|im_start|>", "<|im_end|>")
 
