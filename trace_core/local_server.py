@@ -372,16 +372,17 @@ def whole_or_again(completion: dict, again: Callable[[], dict] | None) -> dict:
     user turn never is). With no ``again`` (the last try), such a reply is returned empty."""
     text = reply_text(completion)
     if not writes_user_turn(text) and (_finish(completion) != "stop" or not says_nothing(text)):
-        if without_own_label(text) != text:
-            choice = completion["choices"][0]
-            message = {**(choice.get("message") or {}), "content": without_own_label(text)}
-            return {**completion, "choices": [{**choice, "message": message}]}
-        return completion
+        bare = without_own_label(text)
+        return completion if bare == text else _with_message(completion, bare, _finish(completion))
     if again is not None:
         return again()
+    return _with_message(completion, "", "stop")
+
+
+def _with_message(completion: dict, text: str, finish: str | None) -> dict:
     choice = completion["choices"][0]
-    return {**completion, "choices": [{**choice, "message": {**(choice.get("message") or {}), "content": ""},
-                                       "finish_reason": "stop"}]}
+    message = {**(choice.get("message") or {}), "content": text}
+    return {**completion, "choices": [{**choice, "message": message, "finish_reason": finish}]}
 
 
 def _unlabelled(held: list[dict], text: str) -> list[dict]:
