@@ -142,12 +142,7 @@ def _retrieval_for(tree: CTree, topic: TopicNode, report) -> RetrievalScores | N
     path = next((p for p in report.paths if p.node_id == topic.node_id), None)
     fused, n = 0.0, 0
     for x in report.exchanges:
-        if x.index >= len(tree.exchange_view()):
-            continue
-        cur = tree.exchange_view()[x.index].parent
-        while cur is not None and cur is not topic:
-            cur = cur.parent
-        if cur is topic:
+        if x.index < len(tree.exchange_view()) and _under(tree.exchange_view()[x.index], topic):
             n += 1
             fused = max(fused, x.fused)
     if path is None and not n:
@@ -173,18 +168,27 @@ def topic_detail(tree: CTree, node_id: str, report=None, k: int = 5,
             n_topics,
             len(kids) - n_topics, snap.max_children, not row.active and not is_root, row.exchanges_below,
             () if is_root else nearest_branches(tree, snap, node_id, k), _retrieval_for(tree, topic, report),
-            is_root, () if is_root else _asked(tree, row.start, row.end))
+            is_root, () if is_root else _asked(tree, topic, row.start, row.end))
 
 
 ASKED_SHOWN = 3
 
 
-def _asked(tree: CTree, start: int, end: int) -> tuple[str, ...]:
-    """The user's messages of a topic's first exchanges (archived ones left out)."""
+def _under(node, topic: TopicNode) -> bool:
+    cur = node.parent
+    while cur is not None and cur is not topic:
+        cur = cur.parent
+    return cur is topic
+
+
+def _asked(tree: CTree, topic: TopicNode, start: int, end: int) -> tuple[str, ...]:
+    """The user's messages of a topic's first exchanges (archived ones left out). Only
+    its own: after a merge its range spans other topics' exchanges too (trial: a tomato
+    topic listed two sourdough questions)."""
     xs = tree.exchange_view()
     out = []
     for i in range(max(start, 0), min(end + 1, len(xs))):
-        if xs[i].parent is not None and xs[i].user.strip():
+        if xs[i].user.strip() and _under(xs[i], topic):
             out.append(" ".join(xs[i].user.split()))
             if len(out) == ASKED_SHOWN:
                 break
