@@ -6,6 +6,7 @@ import functools
 import os
 import re
 import time
+import unicodedata
 
 from rich.text import Text
 from textual import events
@@ -270,6 +271,12 @@ class AssistantMessage(Vertical):
         return code_blocks(self.text)
 
 
+def is_format_character(character: str | None) -> bool:
+    """An invisible character that shapes text (Unicode category Cf: joiners, direction
+    marks, soft hyphen), typed as one key."""
+    return character is not None and len(character) == 1 and unicodedata.category(character) == "Cf"
+
+
 class PromptInput(TextArea):
     """The multi-line input. Enter sends; Shift+Enter / Ctrl+J add a line; ↑ on the first
     line and ↓ on the last recall earlier prompts; Tab completes commands and arguments."""
@@ -326,6 +333,17 @@ class PromptInput(TextArea):
             event.stop()
             event.prevent_default()
             action()
+        elif is_format_character(event.character) and not self.read_only:
+            # TextArea types only what ``str.isprintable`` passes, and it fails the joiners
+            # (U+200C/U+200D) of Persian words and emoji sequences (trial: typed "می‌خواهم"
+            # was sent as "میخواهم"); what the user types is sent as typed
+            event.stop()
+            event.prevent_default()
+            start, end = self.selection
+            self._replace_via_keyboard(event.character, start, end)
+
+    def check_consume_key(self, key: str, character: str | None) -> bool:
+        return is_format_character(character) and not self.read_only or super().check_consume_key(key, character)
 
     def action_submit(self) -> None:
         text = self.text

@@ -976,3 +976,21 @@ async def test_typing_while_the_tree_has_focus_goes_to_the_input(server, tmp_pat
         app.query_one(MemoryTree).post_message(events.Paste("pasted into the tree"))
         await pilot.pause(0.1)
         assert app.query_one("#prompt").value == "pasted into the tree"
+
+
+async def test_typed_joiners_and_direction_marks_are_sent_as_typed(server, tmp_path, minilm, data_dir):
+    """TextArea types only what ``str.isprintable`` passes: a Persian word's zero-width
+    non-joiner and an emoji family's joiners were dropped from typed text (trial)."""
+    server.respond(chat_reply("Noted."))
+    typed = "من می\u200cخواهم \U0001f469\u200d\U0001f469\u200d\U0001f467 \u200fok"
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        for ch in typed:  # one key each, as a terminal sends them
+            prompt.post_message(events.Key(ch if ch.isprintable() else "unknown", ch))
+        await pilot.pause()
+        assert prompt.text == typed
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert user_texts(app) == [typed]
