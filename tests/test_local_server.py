@@ -23,6 +23,7 @@ from trace_core.local_server import (
     cut_whole_at_turn_markers,
     echo_stops,
     format_prompt,
+    header_stops,
     label_stops,
     loop_length,
     marker_at,
@@ -76,6 +77,17 @@ def test_echo_stops_are_the_starts_of_the_newest_user_lines_then_the_system_line
     assert stops[1] == "You are a helpful assistant with long-term memory."[:ECHO_CHARS]
     assert all(len(s) == ECHO_CHARS for s in stops) and len(stops) == len(set(stops)) == 48
     assert not [s for s in stops if s.startswith(("short", "An older", "An answer"))]
+
+
+def test_the_prompts_short_headers_stop_a_reply_at_a_lines_start():
+    """"Most recent exchanges:" is too short for an echo stop and ended many stored
+    replies of a trial, some in the singular."""
+    block = "Memory from earlier in this conversation, by topic:\n- User: hi\n\nMost recent exchanges:\nUser: hi"
+    assert header_stops([{"role": "system", "content": block}, {"role": "user", "content": "and?"}]) == \
+        ["\nMost recent exchange"]
+    # not in the system text (no recent exchanges shown), or only in the user's words: no stop
+    assert header_stops([{"role": "system", "content": "Memory from earlier, by topic:\n- x"},
+                         {"role": "user", "content": "Most recent exchanges:"}]) == []
 
 
 def test_label_stops_follow_the_role_labels_the_system_text_writes_turns_with():

@@ -108,6 +108,15 @@ def echo_stops(messages: Sequence[dict], chars: int = ECHO_CHARS, limit: int = E
     return out
 
 
+def header_stops(messages: Sequence[dict], chars: int = ECHO_CHARS) -> list[str]:
+    """Stop strings at the prompt's fixed headers too short for ``echo_stops`` ("Most
+    recent exchanges:", which ended many stored replies in a trial), said at a line's
+    start; their stem, so a singular "Most recent exchange:" stops as well."""
+    system = "\n".join(_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
+    lines = {line.strip() for line in system.splitlines()}
+    return ["\n" + re.sub(r"s?:$", "", h) for h in SYSTEM_BOILERPLATE if len(h) < chars and h in lines]
+
+
 # the role labels Nexus's prompts write turns with (the memory block, the recent exchanges):
 # a base model that has read "User: …" lines goes on writing "User: …" turns of its own
 ROLE_LABELS = ("User", "Assistant")
@@ -296,7 +305,8 @@ def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         plain = reply_stops and response_format is None  # a JSON answer may quote the prompt's lines
         if plain:
-            stops += echo_stops(kwargs.get("messages", [])) + label_stops(kwargs.get("messages", []))
+            messages = kwargs.get("messages", [])
+            stops += echo_stops(messages) + header_stops(messages) + label_stops(messages)
 
         def answer(**kw):
             out = base(max_tokens=max_tokens, repeat_penalty=max(repeat_penalty, min_repeat_penalty),
