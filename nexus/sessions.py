@@ -135,15 +135,19 @@ def database_bytes(session: Path) -> int:
 
 def footprint(session: Path) -> tuple[float, int]:
     """``(last write, bytes)`` of a session: its last write over the database and its -wal
-    (where a session's recent writes sit between checkpoints) and -shm; its size over all
-    its files, the database counted as it is once closed (``database_bytes``), so that a
-    session measures the same open or closed (/sessions and /delete agree)."""
+    (where a session's recent writes sit between checkpoints); its size over all its files,
+    the database counted as it is once closed (``database_bytes``), so that a session
+    measures the same open or closed (/sessions and /delete agree). Not the -shm, nor an
+    empty -wal: a reader makes those (/search reads every session; all of them then read
+    as written a moment ago, in a trial)."""
     mtime = 0.0
-    for f in files_of(session):
+    for f in (session, Path(f"{session}-wal")):
         try:
-            mtime = max(mtime, f.stat().st_mtime)
+            st = f.stat()
         except OSError:
             continue
+        if st.st_size or f == session:
+            mtime = max(mtime, st.st_mtime)
     size = database_bytes(session)
     for f in (log_path(session), *side_files(session)):
         try:

@@ -830,3 +830,28 @@ async def test_a_reopened_numbered_list_keeps_its_dots(server, tmp_path, minilm,
         await wait_for(pilot, lambda: len(shown_indexes(app)) == 1)
         text = rendered(app.query_one(PastExchangeView))
         assert "1. Open a terminal." in text and "2. Save the file." in text and "• done" in text
+
+
+def test_reading_a_session_is_not_a_write_in_the_listing(tmp_path, minilm, data_dir):
+    """/search reads every session (read-only): SQLite makes their -shm and -wal then, and
+    /sessions listed each as written that minute, in the wrong order (trial)."""
+    from nexus.memory_service import search_sessions
+
+    older, newer = sessions.resolve("older"), sessions.resolve("newer")
+    make_session(older, minilm, 2)
+    make_session(newer, minilm, 2)
+    now = time.time()
+    os.utime(older, (now - 7200, now - 7200))
+    os.utime(newer, (now - 3600, now - 3600))
+    tree = CTree.open(str(newer), judge="embedding", embed_fn=minilm)
+    try:
+        search_sessions(tree, newer, "exchange")
+        assert any(Path(f"{older}{side}").exists() for side in ("-shm", "-wal")), "the read made no side file"
+        listed = {p.stem: t for p, t, _ in sessions.list_sessions()}
+        assert abs(listed["older"] - (now - 7200)) < 5
+        assert [p.stem for p, _, _ in sessions.list_sessions()][:2] == ["newer", "older"]
+        # a real write still counts, while it sits in the -wal
+        tree.add([{"role": "user", "content": "one more"}, {"role": "assistant", "content": "noted"}])
+        assert sessions.footprint(newer)[0] > now - 60
+    finally:
+        tree.close()
