@@ -38,6 +38,9 @@ def repair_hint(path: Path, problem: str) -> str:
     return f" /repair {path.stem} rebuilds what it can from what it holds (the damaged file is kept)."
 
 
+# a failed reply's server is looked at again every LOST_RECHECK_SECONDS, LOST_RECHECKS times
+LOST_RECHECKS, LOST_RECHECK_SECONDS = 6, 0.5
+
 class SessionView:
     """NexusApp's session: opened and closed in a worker; the app's state is set on the UI thread."""
 
@@ -201,14 +204,20 @@ class SessionView:
         self.call_from_thread(self.local_model_started)
         return True
 
-    def local_model_lost(self) -> bool:
+    def local_model_lost(self, rechecks: int = LOST_RECHECKS) -> bool:
         """(UI thread) A reply failed or came empty: when the bundled server has died
         (killed, crashed), say so and start it again — the message is kept and sent again
-        once it is back. False when it runs, or is not ours."""
+        once it is back. False when it runs, or is not ours. A dying server's stream breaks
+        a moment before its process ends: it is looked at again ``rechecks`` times (trial:
+        a server killed mid-reply was found dead only when the next message went)."""
         local = self.local_model
         death = local.death() if local is not None else None
         if death is None:
+            if local is not None and rechecks > 0 and not self._leaving:
+                self.set_timer(LOST_RECHECK_SECONDS, lambda: self.local_model_lost(rechecks - 1))
             return False
+        if self.model_restarting:  # found already, by an earlier look
+            return True
         if local.restarts >= MAX_RESTARTS:
             self.chat_notice(f"The bundled model server stopped ({death}) after {local.restarts} restarts: it is "
                              "not started again. Your message is kept — restart Nexus, or use another server "

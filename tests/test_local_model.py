@@ -169,3 +169,43 @@ async def test_a_bundled_server_that_dies_is_said_started_again_and_the_message_
             assert "(is it running?)" not in notices(app)
     finally:
         local.stop()
+
+
+async def test_a_bundled_server_killed_mid_reply_is_found_dead_without_another_message(tmp_path, minilm,
+                                                                                       data_dir):  # noqa: F811
+    """Killed while it streams, its stream breaks a moment before the process ends: the
+    death was said only when the next message went (trial). Now it is looked at again:
+    said, started again, and the message is answered with nothing more typed."""
+    import threading
+
+    from scripted_server import Reply
+    from test_nexus_app import ready, type_and_send
+
+    calls = []
+
+    def respond(req):
+        if req.get("response_format"):
+            return Reply('{"action": "continue"}')
+        calls.append(1)
+        if len(calls) == 1:  # the process ends 0.8 s after its stream broke
+            threading.Timer(0.8, fake.proc.kill).start()
+            return Reply("Half of a", chunk_delay=0.05, drop=True)
+        return Reply("Whole now.")
+
+    fake = ScriptedBundledServer(respond)
+    fake.restart_seconds = 0.2
+    local = LocalModel(fake).begin()
+    app = NexusApp(make_config("http://127.0.0.1:9/v1", tmp_path), tmp_path / "s.db", embed_fn=minilm,
+                   local_model=local)
+    try:
+        async with app.run_test(size=(140, 40)) as pilot:
+            await ready(app, pilot)
+            await type_and_send(pilot, app, "asked as it dies")
+            await wait_for(pilot, lambda: "No reply:" in notices(app))
+            assert "stopped" not in notices(app)  # not dead yet when the stream broke
+            await wait_for(pilot, lambda: "The bundled model server stopped (killed by signal 9)" in notices(app))
+            await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)  # sent again, answered
+            assert [(x.user, x.assistant) for x in app.session.tree.exchanges] == [("asked as it dies", "Whole now.")]
+            assert fake.starts == 2 and not app.session.kept
+    finally:
+        local.stop()
