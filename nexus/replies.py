@@ -419,9 +419,15 @@ class Replies:
         else:
             self.send(text, replace=replace)
         left = len(self.session.kept)
-        if left:  # each Ctrl+R sends one: say that more wait (a trial found the second by chance)
-            self.chat_notice(f"{counted(left, 'more message')} without an answer: "
-                             f"{self.resend_key()} again sends the next.")
+        # each Ctrl+R sends one: say that more wait (a trial found the second by chance), once:
+        # the note of the Ctrl+R before goes (four in a row read as four messages sent; trial)
+        if self.resend_note is not None and self.resend_note.parent is not None:
+            self.resend_note.remove()
+        self.resend_note = None
+        if left:  # the one sent now goes first again if it fails again (``pending``)
+            waits = "waits" if left == 1 else "wait"
+            self.resend_note = self.chat_notice(f"{counted(left, 'more message')} {waits} without an answer: "
+                                                f"{self.resend_key()} sends the next once this one is answered.")
 
     def send_first(self, text: str, replace: bool = False) -> None:
         """``send``, ahead of the messages waiting in the outbox (shown above them too)."""

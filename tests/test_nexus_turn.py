@@ -144,6 +144,25 @@ async def test_escape_cancels_before_the_first_byte_and_a_late_timeout_touches_n
         assert app.session.pending is None
 
 
+async def test_ctrl_r_that_fails_again_says_once_what_still_waits(server, tmp_path, minilm, data_dir):
+    """Each Ctrl+R whose message came back empty again added "N more messages without an
+    answer: Ctrl+R again sends the next": four in a row read as four messages sent (trial)."""
+    server.respond(chat_only(lambda req: Reply("", chunk_delay=0.0)))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        for text in ("first question", "second question", "third question"):
+            await type_and_send(pilot, app, text)
+            await wait_for(pilot, lambda: app.turn is None and not app.outbox)
+        for _ in range(3):
+            await pilot.press("ctrl+r")
+            await wait_for(pilot, lambda: app.turn is None and not app.outbox)
+        assert app.session.kept and not app.session.tree.exchanges
+        said = notices(app)
+        assert said.count("more messages wait without an answer") == 1, said
+        assert "2 more messages wait without an answer: Ctrl+R sends the next once this one is answered." in said
+
+
 async def test_ctrl_r_sends_the_message_its_newest_hint_is_under(server, tmp_path, minilm, data_dir):
     """Ctrl+R resends the message whose failure was said last (its "Ctrl+R" hint is right
     under it), not an older unanswered one; the resent message leaves its empty "(no
@@ -166,7 +185,8 @@ async def test_ctrl_r_sends_the_message_its_newest_hint_is_under(server, tmp_pat
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         assert app.session.tree.exchanges[0].user == "What flour suits a rye starter?"
         assert app.session.kept == ["ok thanks"]
-        assert "1 more message without an answer: Ctrl+R again sends the next." in notices(app)
+        assert notices(app).count("1 more message waits without an answer: Ctrl+R sends the next once this one "
+                                  "is answered.") == 1
         assert [r for r in app.query(AssistantMessage) if r.note.startswith("(no answer")] == empty[:1]
         assert [m.text for m in app.query(UserMessage)].count("What flour suits a rye starter?") == 1
 
