@@ -10,6 +10,8 @@ from collections.abc import Callable
 from . import events as ev
 from .turn import TAGS, ReplyError, Turn, strip_think
 
+TINY_MAX_TOKENS = 32  # a limit this low, not a full context, is why a reply is cut before its first word
+
 
 def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling: dict,
                  emit: Callable[[object], None]) -> str | None:
@@ -79,6 +81,10 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
                 raise ReplyError("the reply stream ended before the server finished it (no finish_reason); "
                                  "the partial text is not stored")
             if finish == "length" and not strip_think(turn.partial):
+                limit = sampling.get("max_tokens") or 0
+                if 0 < limit <= TINY_MAX_TOKENS:  # /set max_tokens 1 read as a full context (trial)
+                    raise ReplyError(f"the max_tokens limit ({limit}) ended the reply before its first word; "
+                                     "/set max_tokens raises it")
                 raise ReplyError("the model's context is full: no room left for a reply "
                                  "(finish_reason 'length' with no text)")
             return finish

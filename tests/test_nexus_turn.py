@@ -461,6 +461,21 @@ async def test_a_reply_with_a_lone_surrogate_is_shown_and_kept_and_the_app_runs_
             assert "ends here" in app.session.tree.exchanges[0].assistant
 
 
+async def test_a_reply_cut_before_its_first_word_names_the_limit(server, tmp_path, minilm, data_dir):
+    """/set max_tokens 1: every reply read "(no answer — Ctrl+R to retry)", with no word
+    of the limit that caused it (trial)."""
+    server.respond(chat_only(lambda req: Reply("", finish="length")))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/set max_tokens 1")
+        await type_and_send(pilot, app, "Tell me about bees")
+        await wait_for(pilot, lambda: app.turn is None and app.session.kept == ["Tell me about bees"])
+        assert "No reply: the max_tokens limit (1) ended the reply before its first word; /set max_tokens " \
+               "raises it." in notices(app), notices(app)
+        assert "context is full" not in notices(app) and not app.session.tree.exchanges
+
+
 async def test_a_cut_reply_says_so_once_and_a_failed_one_leaves_no_empty_box(server, tmp_path, minilm, data_dir):
     server.respond(chat_only(lambda req: Reply("Bees make honey and", finish="length")))
     app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
