@@ -20,7 +20,8 @@ class ChatCommands:
         keys = ([("Enter", "send"), ("↑ / ↓", "earlier / later prompts (from the first / last line)"),
                  ("F7", "select the whole input (the input's own key)"),
                  (self.COMMAND_PALETTE_BINDING, "command palette")]
-                + [(key_for(k.action, self.keymap), k.description) for k in ALL_KEYS.values()])
+                # "shift+enter, ctrl+j": a narrow pane wraps between the keys, not inside one (trial)
+                + [(key_for(k.action, self.keymap).replace(",", ", "), k.description) for k in ALL_KEYS.values()])
         plain = "\n".join(["Commands:"] + [f"  {u:<38} {h}" for u, h in commands]
                           + ["Keys (remap in [keys]): " + ", ".join(f"{k}: {d}" for k, d in keys)])
         self.chat_notice(plain, body=two_columns([("Commands", commands), ("Keys (remap them in [keys])", keys)]))
