@@ -138,9 +138,10 @@ async def test_help_wraps_each_description_under_itself(server, tmp_path, minilm
         follow = lines[row + 1]  # "...never the open one)" goes on in the description's column
         assert follow[:column].strip() == "" and follow[column:].strip(), lines[row:row + 2]
         assert any(line.strip().startswith("ctrl+b") for line in lines)  # the keys, one a line
-        narrow = Console(width=44, color_system=None, record=True, file=open(os.devnull, "w"))
-        narrow.print(note.content)  # a 60-column terminal's chat: "shift+enter,ct" / "rl+j" (trial)
-        assert any("ctrl+j" in line for line in narrow.export_text().splitlines())
+        for width in range(30, 62, 2):  # a 60-column terminal's chat: "shift+enter,ct" / "rl+j" (trial)
+            narrow = Console(width=width, color_system=None, record=True, file=open(os.devnull, "w"))
+            narrow.print(note.content)
+            assert any("ctrl+j" in line for line in narrow.export_text().splitlines()), width
 
 
 async def test_a_slash_alone_lists_the_commands(server, tmp_path, minilm, data_dir):
