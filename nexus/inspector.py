@@ -69,6 +69,8 @@ def topic_text(d: TopicDetail) -> Text:
         if r.similarity is not None:
             t.append(f"  branch cos {r.similarity:.3f}  bm25 {r.keyword or 0:.3f}\n")
         t.append(f"  {counted(r.injected, 'exchange')} injected, best fused {r.best_fused:.4f}\n")
+        if r.injected:  # why they were evidence: close in meaning, or a shared word
+            t.append(f"  their best message: cos {r.best_vector:.2f}, bm25 {r.best_keyword:.2f}\n")
         t.append(f"  for: {_safe(r.query[:120])}\n", style="dim")
     if d.nearest:
         t.append("\nnearest branches (centroid cosine)\n", style="bold")

@@ -85,6 +85,10 @@ class RetrievalScores:
     keyword: float | None
     injected: int  # exchanges below it that went into the prompt
     best_fused: float
+    # the evidence of those exchanges: their best message cosine and BM25 (the fused score
+    # is relative to the other candidates, and reads 0.0 for the weakest: a trial asked why)
+    best_vector: float = 0.0
+    best_keyword: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -140,14 +144,13 @@ def _retrieval_for(tree: CTree, topic: TopicNode, report) -> RetrievalScores | N
     if report is None:
         return None
     path = next((p for p in report.paths if p.node_id == topic.node_id), None)
-    fused, n = 0.0, 0
-    for x in report.exchanges:
-        if x.index < len(tree.exchange_view()) and _under(tree.exchange_view()[x.index], topic):
-            n += 1
-            fused = max(fused, x.fused)
-    if path is None and not n:
+    below = [x for x in report.exchanges
+             if x.index < len(tree.exchange_view()) and _under(tree.exchange_view()[x.index], topic)]
+    if path is None and not below:
         return None
-    return RetrievalScores(report.query, path.similarity if path else None, path.keyword if path else None, n, fused)
+    return RetrievalScores(report.query, path.similarity if path else None, path.keyword if path else None,
+                           len(below), max((x.fused for x in below), default=0.0),
+                           max((x.vector for x in below), default=0.0), max((x.keyword for x in below), default=0.0))
 
 
 def topic_detail(tree: CTree, node_id: str, report=None, k: int = 5,

@@ -335,6 +335,12 @@ async def test_the_branches_that_fed_a_reply_show_their_scores(server, tmp_path,
         assert abs(r.best_fused - pane.injected[tid]) < 1e-9
         text = inspector_text(app)
         assert "fed the last reply" in text and f"branch cos {p.similarity:.3f}" in text
+        # the evidence of what it injected, in absolute terms (the fused score is relative)
+        mine = [x for x in report.exchanges if tid in {t.node_id for t in app.session.tree.get_ancestors(
+            app.session.tree.exchange_view()[x.index])}]
+        best = max(x.vector for x in mine)
+        assert best >= 0.3 or max(x.keyword for x in mine) > 0
+        assert f"their best message: cos {best:.2f}, bm25 {max(x.keyword for x in mine):.2f}" in text
 
 
 async def test_check_reports_health_and_names_a_corrupted_node(server, tmp_path, minilm, data_dir, session_file):
