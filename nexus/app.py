@@ -192,8 +192,9 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         width = self.size.width if width is None else width
         if not width or width >= NARROW_BELOW:
             parts = [where, model, name, state]
-        else:  # narrow: no address, and the state first, where a long session name cannot push it out
-            parts = [state, model, name]
+        else:  # narrow: no address, the state first, then which session (at 60 columns the model
+            # name had pushed the session's out of sight: trial)
+            parts = [state, name, model]
         self.sub_title = " · ".join(parts)
 
     def on_resize(self, event) -> None:

@@ -496,6 +496,8 @@ async def test_a_small_terminal_gives_the_chat_the_room(server, tmp_path, minilm
             assert app.query_one("#log").outer_size.height == log_rows
             assert app.sub_title.startswith("embedder ready") if size[0] < 110 else app.sub_title.endswith("embedder ready")
             assert (server.base_url in app.sub_title) is address
+            if size[0] < 110:  # which session, before the model's name (a trial lost it at 60 columns)
+                assert app.sub_title.split(" · ")[:2] == ["embedder ready", "s"], app.sub_title
             assert app.query_one("#chat").size.width >= size[0] - tree_cols - 2
             # the tree pane's title keeps its counts whole (narrow: the depth goes, exchanges first)
             assert app.query_one("#tree").border_title == ("0 exchanges · 0 topics" if size[0] < 110
