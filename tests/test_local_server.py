@@ -506,3 +506,22 @@ def test_a_turn_change_written_as_a_word_ends_the_reply():
                  "a modeling usermodel tool is fine"):
         assert _streamed(list(kept)) == kept
     assert marker_at("Call the user") is None and marker_at("Call the LoginPagemodel", ended=True) == 9
+
+
+def test_a_lone_ideograph_glued_to_a_sentences_end_ends_an_english_reply():
+    """Without the role word, gemma-270m glued one ideograph to a sentence's end and wrote
+    the next turn after it: "…for a few weeks.辍 I have no extra food…" (4 of 10 replies of
+    a trial, and the invented turns were stored as its answers)."""
+    text = "If you are not running, stop running for a few weeks.辍 I have no extra food."
+    assert _streamed(list(text)) == "If you are not running, stop running for a few weeks."
+    assert _streamed(["You are helpful and polite.辍 What should I do when my marathon is over?辍"],
+                     finish="stop") == "You are helpful and polite."
+    whole = {"choices": [{"message": {"role": "assistant", "content": "Pick them when they are red.辍"},
+                          "finish_reason": "stop"}]}
+    assert cut_whole_at_turn_markers(whole)["choices"][0]["message"]["content"] == "Pick them when they are red."
+    # Japanese or Chinese replies, a quoted word after a space, and a short reply are not cut
+    assert _streamed(list("Yes.好 Then a few more words follow here.辍 Next turn")) == \
+        "Yes.好 Then a few more words follow here."  # too short to judge at first, judged later
+    for kept in ("東京は日本の首都です。大阪は。", "The word for water is 水. It is common.",
+                 "Die Bäckerei öffnet um acht Uhr morgens.", "Yes.好"):
+        assert _streamed(list(kept)) == kept, kept
