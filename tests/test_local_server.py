@@ -163,11 +163,19 @@ def test_a_reply_that_writes_the_users_turn_is_no_answer():
     # its own label is no answer's part: stored with it, memory read "Assistant: Assistant: …"
     assert reply_text(until_said(lambda **kw: _whole("Assistant: When is your marathon?"), {}, 0)) \
         == "When is your marathon?"
+    # nor a date line of the memory block copied first (a date said in a sentence stays)
+    assert reply_text(until_said(lambda **kw: _whole("[2026-12-03]\nAssistant: I eat oats."), {}, 0)) == "I eat oats."
+    assert reply_text(until_said(lambda **kw: _whole("[2026-12-03] was a Thursday."), {}, 0)) == \
+        "[2026-12-03] was a Thursday."
     chunks = [_chunk(role="assistant"), _chunk("- Assis"), _chunk("tant:"), _chunk(" When"), _chunk(" is it?"),
               _chunk(finish="stop")]
     out = list(until_said(lambda **kw: iter(chunks), {"stream": True}, 0))
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in out) == "When is it?"
     assert out[0]["choices"][0]["delta"]["role"] == "assistant" and out[-1]["choices"][0]["finish_reason"] == "stop"
+    dated = [_chunk(role="assistant"), _chunk("[2026-12"), _chunk("-03]\n"), _chunk("I have"), _chunk(" to eat."),
+             _chunk(finish="stop")]
+    out = list(until_said(lambda **kw: iter(dated), {"stream": True}, 0))
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in out) == "I have to eat."
 
 
 def _whole(text: str, finish: str = "stop") -> dict:

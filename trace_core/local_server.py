@@ -388,12 +388,16 @@ def writes_user_turn(text: str) -> bool:
     return _USER_TURN.match(without_echo(text, SYSTEM_BOILERPLATE)) is not None
 
 
-_OWN_LABEL = re.compile(r"[\s\-*|]*(?:assistant|model)\s*:[ \t]*", re.I)
+# the reply's own label, and a date line of the memory block copied at its start
+_OWN_LABEL = re.compile(r"(?:[\s\-*|]*(?:assistant|model)\s*:[ \t]*"
+                        r"|[\s\-*]*\[\d{4}-\d{1,2}-\d{1,2}\][ \t]*(?:\n|\Z))+", re.I)
 
 
 def without_own_label(text: str) -> str:
     """A reply without the "Assistant:" label the model opens it with ("Assistant: When
-    is your marathon?"): stored with it, memory shows the model "Assistant: Assistant: …"."""
+    is your marathon?"): stored with it, memory shows the model "Assistant: Assistant: …".
+    Nor a date line copied from the memory block first ("[2026-12-03]\nI have to eat…",
+    1 of 10 replies of a real-terminal run): the exchange has its own date."""
     m = _OWN_LABEL.match(text)
     return text[m.end():] if m else text
 
