@@ -25,6 +25,23 @@ INSTRUCTIONS = (
 )
 
 
+# what one call may carry: a query is a question, not a document (a 2.8 MB query took
+# 7.2 s and came back whole in the result); an exchange is bounded as the proxy's request
+# body is (8.8 MB took 15 s over stdio, holding the one writer; trial)
+MAX_QUERY_CHARS = 20_000
+MAX_EXCHANGE_CHARS = 4_000_000
+
+
+def checked_query(query: str, what: str) -> str:
+    """``query`` to recall or search with, or ``ValueError`` in words."""
+    if not query.strip():
+        raise ValueError(f"the query is empty: say what to {what}")
+    if len(query) > MAX_QUERY_CHARS:
+        raise ValueError(f"the query is {len(query):,} characters; at most {MAX_QUERY_CHARS:,}: send the "
+                         "question, not a document")
+    return query
+
+
 def build_server(service: MemoryService):
     """An ``MCPServer`` whose tools and resources call ``service``."""
     from mcp.server.mcpserver import MCPServer
@@ -42,17 +59,20 @@ def build_server(service: MemoryService):
     @server.tool(description="The memory block for a query: past exchanges and topic branches relevant to it, "
                              "within budget_tokens, with provenance (branches, exchange numbers, scores).")
     def recall(query: str, budget_tokens: int = 1000) -> Recall:
-        return anticipated(service.recall, query, budget_tokens)
+        return anticipated(lambda: service.recall(checked_query(query, "recall"), budget_tokens))
 
     @server.tool(description="Store one completed exchange (the user's message and the assistant's answer) "
                              "in long-term memory. Returns its exchange number and topic branch.")
     def remember(user: str, assistant: str) -> Remembered:
+        if len(user) + len(assistant) > MAX_EXCHANGE_CHARS:
+            raise ToolError(f"the exchange is {len(user) + len(assistant):,} characters; at most "
+                            f"{MAX_EXCHANGE_CHARS:,} in one call: nothing was stored")
         return anticipated(service.remember, user, assistant)
 
     @server.tool(description="Past messages closest in meaning to the query, best first; each hit names its "
                              "session, exchange number and branch. all_sessions=true searches every session.")
     def search(query: str, k: int = 10, all_sessions: bool = False) -> SearchResult:
-        return anticipated(service.search, query, k, all_sessions)
+        return anticipated(lambda: service.search(checked_query(query, "search for"), k, all_sessions))
 
     @server.tool(description="The topic outline of the memory: branch names, exchange ranges, summaries "
                              "(* marks the active branch).")

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from trace_core import CTree, PromptSynthesizer, VectorDatabase
+from trace_core.exchange_input import storable
 from trace_core.synthesis.params import SynthesisParams
 from trace_core.synthesizer import RetrievalReport
 
@@ -240,7 +241,7 @@ class MemoryService:
         came from. ``recent``: messages the caller already has in its context (not
         recalled again)."""
         self._last_request = time.monotonic()
-        query = (query or "").strip()
+        query = storable(query or "").strip()  # a lone surrogate reads as U+FFFD, as add() stores it
         budget = self.budget if budget_tokens is None else int(budget_tokens)
         if budget < 0:
             raise ValueError("budget_tokens must be 0 or more")

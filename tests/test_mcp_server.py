@@ -54,6 +54,11 @@ def test_stdio_server_end_to_end(tmp_path, minilm):
             out["bad"] = await c.call_tool("recall", {"query": "x", "budget_tokens": -5})
             out["empty"] = await c.call_tool("remember", {"user": "hi", "assistant": " "})
             out["search"] = await c.call_tool("search", {"query": "Brompton bike", "k": 3})
+            # bad input a trial found taken silently or slowly: said in words, nothing stored
+            out["blank"] = await c.call_tool("recall", {"query": "   "})
+            out["blank_search"] = await c.call_tool("search", {"query": ""})
+            out["huge_query"] = await c.call_tool("recall", {"query": "piano " * 5000})
+            out["huge"] = await c.call_tool("remember", {"user": "x" * 4_000_001, "assistant": "ok"})
             out["tree"] = await c.call_tool("tree", {})
             out["stats"] = await c.call_tool("stats", {})
             resources = await c.list_resources()
@@ -80,6 +85,10 @@ def test_stdio_server_end_to_end(tmp_path, minilm):
     assert rec["branches"] and rec["branches"][0]["path"]
     assert out["bad"].is_error and "budget_tokens" in out["bad"].content[0].text
     assert out["empty"].is_error and "empty content" in out["empty"].content[0].text
+    assert out["blank"].is_error and "the query is empty: say what to recall" in out["blank"].content[0].text
+    assert out["blank_search"].is_error and "say what to search for" in out["blank_search"].content[0].text
+    assert out["huge_query"].is_error and "at most 20,000" in out["huge_query"].content[0].text
+    assert out["huge"].is_error and "nothing was stored" in out["huge"].content[0].text
     hits = out["search"].structured_content["hits"]
     assert hits[0]["exchange"] == 3 and hits[0]["session"] == "e2e"
     assert "ROOT" in out["tree"].content[0].text and "(5 exchanges)" in out["tree"].content[0].text  # as Nexus counts (it said "10 msgs")

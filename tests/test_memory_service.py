@@ -56,6 +56,10 @@ def test_remember_recall_with_provenance(data_dir, minilm):
         assert rec.branches and all(b.path for b in rec.branches)
         assert rec.as_dict()["exchanges"][0]["index"] == 0
         assert svc.recall("anything", budget_tokens=0).block == ""
+        # a lone surrogate (a JSON client's "\ud800"): the memory still comes, as it went
+        # without through the proxy ("recall failed (TypeError …)"; trial)
+        odd = svc.recall("Which city does my sister live in? \ud800", budget_tokens=300)
+        assert "Lisbon" in odd.block and "\ufffd" in odd.query
         with pytest.raises(ValueError, match="budget_tokens"):
             svc.recall("x", budget_tokens=-1)
         with pytest.raises(ValueError):

@@ -20,6 +20,8 @@ from typing import Any, Literal, Union
 
 import numpy as np
 
+from .exchange_input import storable
+
 # what ``embed_fn`` accepts: an Embedder, a plain ``embed_fn(text) -> vector``, or None (MiniLM)
 EmbedFnLike = Union["Embedder", Callable[[str], Sequence[float]], None]
 
@@ -60,7 +62,9 @@ class Embedder:
         raise NotImplementedError
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
-        texts = [t if t else " " for t in texts]
+        # a lone surrogate (a JSON client's "\ud800") stops the tokenizer: read as U+FFFD, as
+        # ``add()`` stores it (a proxy request with one went without memory; trial)
+        texts = [storable(t) if t else " " for t in texts]
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return normalise(self._encode(list(texts)))
