@@ -121,7 +121,7 @@ def run(config, session: str | None, http_port: int | None = None, host: str = "
     from trace_core import SessionFileError
 
     from .httpguard import UnsafeBindError, check_bind
-    from .memory_service import SessionNameError, open_service
+    from .memory_service import DEFAULT_SESSION, SessionNameError, open_service, served_problem
 
     if http_port is not None:
         try:
@@ -133,8 +133,11 @@ def run(config, session: str | None, http_port: int | None = None, host: str = "
         with _stdout_to_stderr():
             service = open_service(config, session, embed_fn=embed_fn)
             service.tree.embed_fn.embed("warm up")  # load the embedder before the first call
-    except (SessionNameError, SessionFileError) as exc:
+    except SessionNameError as exc:
         print(f"nexus mcp: {exc}", file=sys.stderr)
+        return 2
+    except SessionFileError as exc:
+        print(f"nexus mcp: {served_problem(session or DEFAULT_SESSION, exc)}", file=sys.stderr)
         return 2
     print(f"nexus mcp: session {service.name!r} ({service.path}), {counted(len(service.tree.exchanges), 'exchange')}",
           file=sys.stderr)

@@ -53,6 +53,18 @@ def session_path(name: str) -> Path:
     return sessions.resolve(bare)  # the same folder and naming as `nexus --session NAME`
 
 
+def served_problem(name: str, exc) -> str:
+    """Why a session cannot be served (``nexus proxy``, ``nexus mcp``), in words that
+    name it and suggest what those can do: they have no read-only mode (a trial was told
+    to "open it read-only")."""
+    from trace_core import SessionLockedError
+
+    if isinstance(exc, SessionLockedError):
+        return (f"session {name!r} is open for writing in {exc.holder}: quit that Nexus, proxy or MCP server, "
+                "or use another session")
+    return f"session {name!r} cannot be opened: {exc.problem}"
+
+
 def session_name(path: Path) -> str:
     return Path(path).stem
 

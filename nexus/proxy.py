@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from .chat import strip_think
-from .memory_service import MemoryService, SessionNameError
+from .memory_service import MemoryService, SessionNameError, served_problem
 
 log = logging.getLogger("nexus.proxy")
 
@@ -220,9 +220,14 @@ class MemoryProxy:
             body = json.loads(await request.body())
         except ValueError:
             return _error(400, "the request body is not JSON", "invalid_request_error")
-        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(body, dict):
+            return _error(400, "the request body must be a JSON object", "invalid_request_error")
+        messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return _error(400, "the request needs a non-empty 'messages' list", "invalid_request_error")
+        problem = messages_problem(messages)
+        if problem:  # a client's mistake, said here: the upstream answered 500 with its traceback (trial)
+            return _error(400, problem, "invalid_request_error")
         name = request.headers.get(SESSION_HEADER)
         try:
             # an open session is a dict lookup; only opening one (file, lock) goes to a thread
@@ -230,7 +235,9 @@ class MemoryProxy:
         except SessionNameError as exc:
             return _error(400, str(exc), "invalid_request_error")
         except SessionFileError as exc:
-            return _error(409, f"the session cannot be opened: {exc.problem}", "session_error")
+            said = served_problem(name or self.pool.default, exc)
+            log.warning("%s: refused with 409", said)
+            return _error(409, said, "session_error")
         user = last_user_text(messages)
         if user:
             recent = [{"role": m.get("role"), "content": content_text(m.get("content"))}
@@ -331,6 +338,36 @@ class MemoryProxy:
                                  headers={"Cache-Control": "no-cache"})
 
 
+def messages_problem(messages: list) -> str:
+    """What is wrong with a request's messages, in words ("" when nothing): each an
+    object with a role (a string) and a content that is text, a list of parts or null."""
+    for k, m in enumerate(messages):
+        if not isinstance(m, dict):
+            return f"messages[{k}] must be an object with 'role' and 'content'"
+        if not isinstance(m.get("role"), str) or not m["role"]:
+            return f"messages[{k}] needs a 'role' (\"system\", \"user\", \"assistant\" …)"
+        if not isinstance(m.get("content"), (str, list, type(None))):
+            return f"messages[{k}].content must be text, a list of parts or null"
+    return ""
+
+
+def listening_socket(host: str, port: int):
+    """The proxy's socket, bound before anything else is done: a port in use is said
+    at once, before a session file is made (a trial found one left behind, after the
+    proxy had announced an address it never served)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def check_upstream(upstream: str, key: str | None) -> str:
     """What is wrong with the upstream URL, in words ("" when it lists its models)."""
     import httpx
@@ -365,6 +402,12 @@ def run(config, upstream: str, port: int = 8788, host: str = "127.0.0.1", sessio
     except (UnsafeBindError, SessionNameError) as exc:
         print(f"nexus proxy: {exc}", file=sys.stderr)
         return 2
+    try:
+        sock = listening_socket(host, port)
+    except OSError as exc:
+        print(f"nexus proxy: cannot listen on {host}:{port}: {exc.strerror or exc} (another proxy, or "
+              "another program, has it: choose another with --port)", file=sys.stderr)
+        return 2
     if embed_fn is None:
         from trace_core.embedders import make_embedder
 
@@ -375,7 +418,8 @@ def run(config, upstream: str, port: int = 8788, host: str = "127.0.0.1", sessio
         first = pool.get(None)  # the default session opens now: a locked or bad file stops here
         first.tree.embed_fn.embed("warm up")
     except SessionFileError as exc:
-        print(f"nexus proxy: {exc}", file=sys.stderr)
+        sock.close()
+        print(f"nexus proxy: {served_problem(session or DEFAULT_SESSION, exc)}", file=sys.stderr)
         return 2
     proxy = MemoryProxy(pool, upstream, config.api_key, config.section("server").timeout)
     quiet_logging()
@@ -385,7 +429,11 @@ def run(config, upstream: str, port: int = 8788, host: str = "127.0.0.1", sessio
     if problem:  # a warning, not a refusal: the model server may start after the proxy
         print(f"nexus proxy: warning: {problem}", file=sys.stderr)
     try:
-        uvicorn.run(proxy.app(token), host=host, port=port, log_level="warning", access_log=False)
+        server = uvicorn.Server(uvicorn.Config(proxy.app(token), log_level="warning", access_log=False))
+        try:  # on the socket bound above; Ctrl+C ends it as uvicorn.run's own loop does
+            server.run(sockets=[sock])
+        except KeyboardInterrupt:
+            pass
     finally:
         pool.close()
     return 0

@@ -274,10 +274,10 @@ def test_a_session_another_writer_holds_is_refused_in_words(data_dir, minilm, se
     held.remember("kept before", "yes")
     try:
         with running_proxy(make_pool(minilm), server.base_url) as url:
-            with pytest.raises(openai.APIStatusError, match="open for writing") as info:
+            with pytest.raises(openai.APIStatusError, match="session 'held' is open for writing") as info:
                 client(url).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}],
                                                     extra_headers={"X-Nexus-Session": "held"})
-            assert info.value.status_code == 409
+            assert info.value.status_code == 409 and "read-only" not in str(info.value)
         held.remember("kept after", "yes")  # the writer goes on, untouched
     finally:
         held.close()
@@ -340,6 +340,41 @@ def test_streams_cut_short_or_failing_are_not_remembered(data_dir, minilm):
     tree = stored("default", minilm)
     assert tree.exchanges == []
     tree.vdb.close()
+
+
+def test_malformed_messages_are_refused_in_words_before_the_upstream(data_dir, minilm, server):
+    """Content as a number, a message with no role, a string for a message: the upstream
+    answered 500 with its own traceback (trial). A client's mistake is a 400, said here."""
+    server.script("never asked")
+    with running_proxy(make_pool(minilm), server.base_url) as url:
+        for body, said in (({"model": "m", "messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+                           ({"model": "m", "messages": [{"content": "hi"}]}, "messages[0] needs a 'role'"),
+                           ({"model": "m", "messages": ["hi"]}, "messages[0] must be an object"),
+                           ([{"role": "user", "content": "hi"}], "must be a JSON object")):
+            r = httpx.post(f"{url}/chat/completions", json=body, timeout=30)
+            assert r.status_code == 400 and said in r.json()["error"]["message"], (body, r.text)
+    assert not server.chat_requests()
+
+
+def test_a_port_in_use_is_said_before_a_session_is_made(tmp_path):
+    """The proxy announced its address, then uvicorn failed to bind, and the session file
+    it had opened was left behind (trial)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = dict(os.environ, NEXUS_DATA_DIR=str(tmp_path / "data"), HF_HUB_OFFLINE="1")
+        r = subprocess.run([sys.executable, "-m", "nexus", "proxy", "--upstream", "http://127.0.0.1:9/v1",
+                            "--port", str(port), "--session", "other"], env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert r.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in r.stderr, r.stderr
+    assert "http://127.0.0.1" not in r.stderr.replace(f"cannot listen on 127.0.0.1:{port}", "")
+    assert not (tmp_path / "data" / "sessions" / "other.db").exists()
 
 
 def test_nexus_proxy_command_serves_and_stops(tmp_path, server, minilm):

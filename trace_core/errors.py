@@ -23,6 +23,7 @@ class SessionLockedError(SessionFileError):
             "this process" if pid == os.getpid() else f"another process (pid {pid})")
         super().__init__(path, f"is open for writing in {holder}; open it read-only, or use another session")
         self.pid = pid
+        self.holder = holder  # for a server's own words: it has no read-only mode to suggest
 
 
 class SessionNotWritableError(SessionFileError):
