@@ -32,6 +32,7 @@ from trace_core.local_server import (
     stream_or_again,
     until_said,
     whole_or_again,
+    with_defaults,
     writes_user_turn,
 )
 from trace_core.prompts import ASSISTANT_SYSTEM, RECENT_HEADER, SYSTEM_BOILERPLATE
@@ -533,3 +534,14 @@ def test_a_lone_ideograph_glued_to_a_sentences_end_ends_an_english_reply():
     for kept in ("東京は日本の首都です。大阪は。", "The word for water is 水. It is common.",
                  "Die Bäckerei öffnet um acht Uhr morgens.", "Yes.好"):
         assert _streamed(list(kept)) == kept, kept
+
+
+def test_started_by_hand_the_server_serves_the_bundled_model():
+    """`python -m trace_core.local_server --port P` alone (a trial had to read local_llm.py
+    for the model path and flags); what the command names wins."""
+    args = with_defaults(["--port", "8080"])
+    model = args[args.index("--model") + 1]
+    assert model.endswith(".gguf") and args[args.index("--model_alias") + 1] == "gemma-3-270m"
+    assert args[args.index("--interrupt_requests") + 1] == "False" and args[:2] == ["--port", "8080"]
+    mine = with_defaults(["--model", "my.gguf", "--model_alias=mine", "--interrupt_requests", "True"])
+    assert mine == ["--model", "my.gguf", "--model_alias=mine", "--interrupt_requests", "True"]

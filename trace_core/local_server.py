@@ -480,8 +480,25 @@ def main(argv: list[str] | None = None) -> None:
     register(ours.reply_max_tokens, ours.min_repeat_penalty, ours.reply_stops == "True", ours.empty_retries)
     from llama_cpp.server.__main__ import main as serve
 
-    sys.argv = [sys.argv[0], *rest, "--chat_format", CHAT_FORMAT]  # the server parses sys.argv
+    sys.argv = [sys.argv[0], *with_defaults(rest), "--chat_format", CHAT_FORMAT]  # the server parses sys.argv
     serve()
+
+
+def with_defaults(args: list[str]) -> list[str]:
+    """Started by hand (``nexus proxy`` in front of it, a trial): the bundled model, its
+    name, and replies a second request does not cut off, unless the command says
+    otherwise; a user had to read local_llm.py for these flags."""
+    from .local_llm import MODEL_ALIAS, model_path
+
+    given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
+    out = list(args)
+    if "--model" not in given:
+        out += ["--model", model_path()]
+    defaults = {"--model_alias": MODEL_ALIAS, "--interrupt_requests": "False"}
+    for flag, value in defaults.items():
+        if flag not in given:
+            out += [flag, value]
+    return out
 
 
 if __name__ == "__main__":
