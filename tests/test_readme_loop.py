@@ -30,8 +30,15 @@ def test_readme_loop_runs(tmp_path, monkeypatch, server, minilm):
         return Reply("" if "weather" in req["messages"][-1]["content"] else "Noted!")
 
     server.respond(respond)
-    lines = iter(["My cat is called Miso.", "Nice weather?", "She is three years old.", "What is my cat's name?", ""])
-    monkeypatch.setattr(builtins, "input", lambda prompt="": next(lines))
+    lines = iter(["My cat is called Miso.", "Nice weather?", "She is three years old.", "What is my cat's name?"])
+
+    def typed(prompt=""):  # then Ctrl+D: it ended the loop with a traceback (trial)
+        line = next(lines, None)
+        if line is None:
+            raise EOFError
+        return line
+
+    monkeypatch.setattr(builtins, "input", typed)
     printed: list[str] = []
     monkeypatch.setattr(builtins, "print", lambda *a, **k: printed.append(" ".join(map(str, a))))
     exec(compile(readme_loop(), "README.md", "exec"), {"__name__": "readme"})
