@@ -137,6 +137,13 @@ class ScriptedBundledServer:
             self.srv.stop()
 
 
+def bundled_app(fake: ScriptedBundledServer, tmp_path, embed) -> tuple[LocalModel, NexusApp]:
+    """Nexus with ``fake`` as its bundled server (started; ``local.stop()`` after)."""
+    local = LocalModel(fake).begin()
+    return local, NexusApp(make_config("http://127.0.0.1:9/v1", tmp_path), tmp_path / "s.db", embed_fn=embed,
+                           local_model=local)
+
+
 async def test_a_bundled_server_that_dies_is_said_started_again_and_the_message_sent_again(tmp_path, minilm,
                                                                                            data_dir):  # noqa: F811
     from scripted_server import Reply
@@ -145,9 +152,7 @@ async def test_a_bundled_server_that_dies_is_said_started_again_and_the_message_
     from nexus.widgets import UserMessage
 
     fake = ScriptedBundledServer(lambda req: Reply("Hello.", chunk_delay=0.0))
-    local = LocalModel(fake).begin()
-    app = NexusApp(make_config("http://127.0.0.1:9/v1", tmp_path), tmp_path / "s.db", embed_fn=minilm,
-                   local_model=local)
+    local, app = bundled_app(fake, tmp_path, minilm)
     try:
         async with app.run_test(size=(140, 40)) as pilot:
             await ready(app, pilot)
@@ -194,9 +199,7 @@ async def test_a_bundled_server_killed_mid_reply_is_found_dead_without_another_m
 
     fake = ScriptedBundledServer(respond)
     fake.restart_seconds = 0.2
-    local = LocalModel(fake).begin()
-    app = NexusApp(make_config("http://127.0.0.1:9/v1", tmp_path), tmp_path / "s.db", embed_fn=minilm,
-                   local_model=local)
+    local, app = bundled_app(fake, tmp_path, minilm)
     try:
         async with app.run_test(size=(140, 40)) as pilot:
             await ready(app, pilot)
