@@ -155,7 +155,7 @@ def turn_marker(word: str) -> bool:
 
 # ... or, without the role, as a lone ideograph glued to a sentence's end in a reply in
 # Latin letters: "…for a few weeks.辍 I have no extra food…", "…when my marathon is over?辍"
-# (4 of 10 replies of a trial), where the next turn starts
+# (4 of 10 replies of a real-terminal run), where the next turn starts
 _GLUED_IDEOGRAPHS = re.compile(r"[.?!]([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]{1,2})(?=\s|\Z)")
 _LETTER = re.compile(r"[^\W\d_]")
 _LATIN_LETTER = re.compile(r"[A-Za-z\u00c0-\u024f]")
