@@ -8,7 +8,7 @@ from textual.css.query import NoMatches
 
 from . import messages as M
 from .inspector import NodeInspector
-from .text import counted
+from .text import counted, quoted
 from .treeinfo import reorganize_lines, reorganize_marks
 from .widgets import MemoryTree
 
@@ -48,14 +48,14 @@ class EngineView:
             return
         e = message.event
         if e.problem:
-            self.log_line(f"web: {e.reason}; search for {e.query!r} failed: {e.problem} — replying without it",
+            self.log_line(f"web: {e.reason}; search for {quoted(e.query)} failed: {e.problem} — replying without it",
                           "warning")
             # said in the chat too: with the log hidden the user never learned the reply had no web results
             why = e.problem.removeprefix("web search failed: ")  # "failed (web search failed: …" said it twice
-            self.chat_notice(f"The web search for {e.query!r} failed ({why}): the reply comes without it.",
+            self.chat_notice(f"The web search for {quoted(e.query)} failed ({why}): the reply comes without it.",
                              "warning", before=self.reply_widget(e.turn))  # above the reply it explains
         elif e.search:
-            self.log_line(f"web: {e.reason}; searched {e.query!r}: {e.results} results in {e.seconds:.2f} s")
+            self.log_line(f"web: {e.reason}; searched {quoted(e.query)}: {e.results} results in {e.seconds:.2f} s")
         else:
             self.log_line(f"web: no search ({e.reason})", "debug")
 

@@ -8,7 +8,7 @@ from . import commands as C
 from .abandon import Abandoned, call_abandonable
 from .failures import TaskFailed, background
 from .memory_service import SEARCH_FLOOR
-from .text import counted
+from .text import counted, quoted
 from .treeinfo import check_health
 from .widgets import MemoryTree, two_columns
 
@@ -56,7 +56,7 @@ class MemoryCommands:
             return self.search_all_worker(query)
         hits = self.need_session().search(query)  # fails: a session closed meanwhile, an embedder not loaded
         if not hits:
-            self.call_from_thread(self.chat_notice, f"Nothing in memory matches {clip_text(query, 120)!r} "
+            self.call_from_thread(self.chat_notice, f"Nothing in memory matches {quoted(query, 120)} "
                                   "(no message reaches "
                                   f"cosine {SEARCH_FLOOR:.2f}, where unrelated text stops).")
             return
@@ -75,10 +75,10 @@ class MemoryCommands:
             res = search_sessions(s.tree, s.path, query, k=12)
         except Exception as exc:
             raise TaskFailed("/search --all failed") from exc
-        title = (f"Memory search in every session: {query}" if res.hits else
-                 f"Nothing in any session matches {query!r}.")
+        title = (f"Memory search in every session: {clip_text(query, 120)}" if res.hits else
+                 f"Nothing in any session matches {quoted(query, 120)}.")
         rows = [(f"{h.score:.2f}", f"[{h.session}]  {h.branch}  #{h.exchange} {h.role}: "
-                 f"{' '.join(h.text.split())[:120]}") for h in res.hits]
+                 f"{clip_text(h.text, 120)}") for h in res.hits]
         rows += [("", f"(not searched: {why})") for why in res.skipped]
         self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}".rstrip() for a, b in rows]),
                               "info", two_columns([(title, rows)]))

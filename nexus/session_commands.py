@@ -12,7 +12,7 @@ from . import sessions
 from .failures import TaskFailed, background
 from .long_tasks import Cancelled
 from .paths import ends_a_sentence, folders_made, make_folders, private_dir, write_problem
-from .text import counted
+from .text import counted, quoted
 
 
 def human_size(n: int) -> str:
@@ -30,7 +30,7 @@ class SessionCommands:
         """The session called ``name``, or None after saying there is none."""
         path = sessions.find(name)
         if path is None:
-            self.chat_notice(f"No session named {name!r}. /sessions lists them.", "warning")
+            self.chat_notice(f"No session named {quoted(name, 80)}. /sessions lists them.", "warning")
         return path
 
     def switch_session(self, path: Path, announce: str) -> None:
@@ -99,7 +99,7 @@ class SessionCommands:
         except (ValueError, OSError, sessions.SessionInUse) as exc:
             self._open(old, f"Not renamed: {exc}.", shown=pager)
             return
-        told = "" if path.stem == new_name else f" (the name you typed, {new_name!r}, is written {path.stem} as a file name)"
+        told = "" if path.stem == new_name else f" (the name you typed, {quoted(new_name, 80)}, is written {path.stem} as a file name)"
         self._open(path, f"Renamed {old.stem} to {path.stem}{told}.", shown=pager)
 
     def cmd_delete(self, args: list[str]) -> None:

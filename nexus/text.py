@@ -40,3 +40,13 @@ def counted(n: int, noun: str) -> str:
     """"1 topic", "2 topics", "1,204 exchanges", "3 branches"."""
     plural = noun + ("es" if noun.endswith(("s", "sh", "ch", "x")) else "s")
     return f"{n:,} {noun if n == 1 else plural}"
+
+
+def quoted(text: str, limit: int = 0) -> str:
+    """What a user typed, quoted in a notice: on one line, in double quotes whatever it
+    holds (``repr`` switched to single quotes and back by whether it held an apostrophe),
+    cut with "…" past ``limit`` characters when one is given."""
+    text = " ".join(text.split())
+    if limit and len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return f'"{text}"'

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .centroids import centroid_index
-from .text import counted
+from .text import counted, quoted
 from .treesnap import TreeSnapshot, snapshot_unlocked
 
 if TYPE_CHECKING:
@@ -266,10 +266,10 @@ def reorganize_lines(res: dict) -> list[tuple[str, str]]:
     """Every merge and every veto of a reorganisation, with its reason, for the log."""
     out = []
     for m in res.get("merges", []):
-        out.append((f"merge: {m['into_name']!r} absorbed {m['absorbed_name']!r} (cos {m['similarity']:.2f}, "
+        out.append((f"merge: {quoted(m['into_name'])} absorbed {quoted(m['absorbed_name'])} (cos {m['similarity']:.2f}, "
                     f"{m['judge']} judge: {m['reason']})", "info"))
     for m in res.get("vetoes", []):
-        out.append((f"veto: {m['into_name']!r} and {m['absorbed_name']!r} kept apart (cos {m['similarity']:.2f}, "
+        out.append((f"veto: {quoted(m['into_name'])} and {quoted(m['absorbed_name'])} kept apart (cos {m['similarity']:.2f}, "
                     f"{m['judge']} judge: {m['reason']})", "info"))
     return out
 

@@ -151,7 +151,7 @@ async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, dat
         await wait_for(pilot, lambda: f"Deleted {second.stem}" in notices(app))
         assert not any(f.exists() for f in sessions.files_of(second))
         await type_and_send(pilot, app, "/open nosuchsession")
-        await wait_for(pilot, lambda: "No session named 'nosuchsession'" in notices(app))
+        await wait_for(pilot, lambda: "No session named "nosuchsession"" in notices(app))
         # /rename: the open session's files move; it reopens under the new name with its history
         await type_and_send(pilot, app, "/rename bike trips")
         await wait_for(pilot, lambda: "Renamed first to bike-trips (the name you typed, 'bike trips', is written "
@@ -161,7 +161,7 @@ async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, dat
         assert len(app.session.tree.exchanges) == 1 and len(shown_indexes(app)) == 1
         # the chat stays as it was: the notes said before the rename are still there (it was
         # redrawn from history, and they were gone — re-trial)
-        assert "No session named 'nosuchsession'" in notices(app)
+        assert "No session named "nosuchsession"" in notices(app)
         assert sessions.last_session() == app.session_path
         # the palette lists the sessions to switch to, not the open one
         from nexus.app import SessionProvider
