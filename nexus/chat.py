@@ -273,7 +273,7 @@ class ChatSession:
         sources = tuple((r.title, r.url) for r in results)
         if turn.cancelled.is_set():
             turn.outcome = "cancelled"
-            if not says_something(turn.partial):  # no answer came: nothing to store, kept for resend (in the file)
+            if not says_something(turn.partial, self.settings.system):  # no answer came: nothing to store, kept for resend (in the file)
                 kept = self._keep(text, turn)
                 self.emit(ev.ReplyFinished("", True, sources, turn.id, note="cancelled before the first word: " + (
                     "your message is kept — Ctrl+R sends it again" if kept else AS_IT_WAS)))
@@ -286,7 +286,7 @@ class ChatSession:
                 return None
             reply = turn.partial + "\n\n[reply cancelled]"
             self.emit(ev.ReplyFinished(reply, True, sources, turn.id))
-        elif not says_something(turn.partial):  # nothing, or a bare "User:"
+        elif not says_something(turn.partial, self.settings.system):  # nothing, or a bare "User:"
             turn.outcome = "empty"
             if self._keep(text, turn):
                 self.emit(ev.ReplyFinished(turn.partial, False, sources, turn.id, empty=True))

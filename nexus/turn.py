@@ -21,11 +21,18 @@ def strip_think(text: str) -> str:
     return THINK.sub("", text).strip()
 
 
-def says_something(text: str) -> bool:
+def says_something(text: str, own_system: str = "") -> bool:
     """The reply holds words beside its reasoning (``textutil.says_something``: not a bare
     role label, a copied date line, the system prompt's fixed lines or symbols; a number
-    or a date as an answer does)."""
-    return textutil.says_something(strip_think(text), boilerplate=SYSTEM_BOILERPLATE)
+    or a date as an answer does), nor only the lines of the session's own /system text
+    said again ("Answer in one short sentence." came back as the answer, in a trial;
+    word for word only: its words are the user's, and an answer may use them)."""
+    text = strip_think(text)
+    own = [line.strip() for line in own_system.splitlines() if line.strip()]
+    if own:  # each line also without its closing stop: "Answer in one short sentence"
+        text = textutil.without_echo(text, sorted({*own, *(line.rstrip(".!?:;") for line in own)}, key=len,
+                                                  reverse=True))
+    return textutil.says_something(text, boilerplate=SYSTEM_BOILERPLATE)
 
 
 class ReplyError(RuntimeError):

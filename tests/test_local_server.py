@@ -136,11 +136,15 @@ def test_a_reply_that_copies_the_prompts_form_says_nothing():
     for junk in ("", "  ", "-", "[2026-10-05]\n-", "User:", "assistant", "| - |", "[2015-7-18]",
                  "you are a helpful assistant with long-term memory of this conversation. [2026-12-03]",
                  f"{ASSISTANT_SYSTEM} [2026-12-03] -", f"{RECENT_HEADER}\n-",
-                 "You're a helpful assistant with long-term memory of this conversation, by topic:"):
+                 "You're a helpful assistant with long-term memory of this conversation, by topic:",
+                 # the prompt in other words but one (a trial's stored "answer")
+                 "You are a useful assistant with long-term memory of this conversation."):
         assert not says_something(junk, boilerplate=SYSTEM_BOILERPLATE), junk
         assert says_nothing(junk) and not nexus_says_something(junk), junk
     for answer in ("42", "2026-12-03", "Rye.", "はい", "Ja, gern.", "User: needs a break",
-                   "You are right: water them in the morning.", "Memory.", "Most recent exchanges: none"):
+                   "You are right: water them in the morning.", "Memory.", "Most recent exchanges: none",
+                   "Your memory of this conversation is better than mine.",
+                   "You are a good assistant with a short memory of this conversation."):
         assert says_something(answer, boilerplate=SYSTEM_BOILERPLATE) and nexus_says_something(answer), answer
     assert says_something(ASSISTANT_SYSTEM)  # boilerplate only when it is named
     # the start of a stream that may still become a label, a date line or the system prompt

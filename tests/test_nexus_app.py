@@ -547,7 +547,7 @@ async def test_search_lists_no_unrelated_messages(server, tmp_path, minilm, data
         assert app.session.search("my cat is hungry") == []  # the reply sits at 0.29 from it
         assert app.session.search("feeding a sourdough starter")  # what was said is found
         await type_and_send(pilot, app, "/search my cat is hungry")
-        await wait_for(pilot, lambda: "Nothing in memory matches "my cat is hungry"" in notices(app))
+        await wait_for(pilot, lambda: 'Nothing in memory matches "my cat is hungry"' in notices(app))
 
 
 async def test_engine_events_read_as_sentences_in_the_log(server, tmp_path, minilm, data_dir):

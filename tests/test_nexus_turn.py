@@ -14,6 +14,7 @@ from test_nexus_app import chat_reply, log_text, make_config, notices, ready, ty
 from nexus.app import NexusApp
 from nexus.chat import load_kept
 from nexus.replies import UNSENT_STATE
+from nexus.turn import says_something
 from nexus.widgets import AssistantMessage, Notice, UserMessage
 from trace_core.embedders import MiniLMEmbedder
 from trace_core.tokens import count_tokens
@@ -726,3 +727,26 @@ async def test_a_resent_message_with_a_partial_reply_stays_above_it(server, tmp_
         assert asked[0].state == "sent again below"
         assert chat.index(asked[0]) < chat.index(replies[0]) < chat.index(asked[1]) < chat.index(replies[1])
         assert "Once upon" in replies[0].text and "The whole poem" in replies[1].text
+
+
+async def test_a_reply_that_only_says_the_sessions_system_text_again_is_no_answer(server, tmp_path, minilm,
+                                                                                   data_dir):
+    """After `/system Answer in one short sentence.` the bundled model answered "Answer in
+    one short sentence." twice, and both were stored as answers (a trial)."""
+    said = iter(["Answer in one short sentence.", "answer in one short sentence", "Porto, next June."])
+    server.respond(chat_only(lambda req: Reply(next(said))))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/system Answer in one short sentence.")
+        await wait_for(pilot, lambda: app.session.settings.system == "Answer in one short sentence.")
+        for _ in range(2):
+            await type_and_send(pilot, app, "Where is Ana's wedding?")
+            await wait_for(pilot, lambda: app.turn is None and not app.outbox)
+            assert list(app.query(AssistantMessage))[-1].note == "(no answer — Ctrl+R to retry)"
+            assert len(app.session.tree.exchanges) == 0
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert app.session.tree.exchanges[0].assistant == "Porto, next June."
+        # the instruction's words in an answer of its own are an answer
+        assert says_something("One short sentence: Porto.", "Answer in one short sentence.")

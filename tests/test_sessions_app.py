@@ -151,17 +151,17 @@ async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, dat
         await wait_for(pilot, lambda: f"Deleted {second.stem}" in notices(app))
         assert not any(f.exists() for f in sessions.files_of(second))
         await type_and_send(pilot, app, "/open nosuchsession")
-        await wait_for(pilot, lambda: "No session named "nosuchsession"" in notices(app))
+        await wait_for(pilot, lambda: 'No session named "nosuchsession"' in notices(app))
         # /rename: the open session's files move; it reopens under the new name with its history
         await type_and_send(pilot, app, "/rename bike trips")
-        await wait_for(pilot, lambda: "Renamed first to bike-trips (the name you typed, 'bike trips', is written "
+        await wait_for(pilot, lambda: 'Renamed first to bike-trips (the name you typed, "bike trips", is written '
                        "bike-trips as a file name)." in notices(app))
         await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None)
         assert app.session_path.name == "bike-trips.db" and not first.exists()
         assert len(app.session.tree.exchanges) == 1 and len(shown_indexes(app)) == 1
         # the chat stays as it was: the notes said before the rename are still there (it was
         # redrawn from history, and they were gone — re-trial)
-        assert "No session named "nosuchsession"" in notices(app)
+        assert 'No session named "nosuchsession"' in notices(app)
         assert sessions.last_session() == app.session_path
         # the palette lists the sessions to switch to, not the open one
         from nexus.app import SessionProvider

@@ -303,7 +303,7 @@ async def test_a_failed_search_is_said_in_the_chat(server, tmp_path, minilm, mon
         await ready(app, pilot)
         await type_and_send(pilot, app, "/web latest stable Python version")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
-        await wait_for(pilot, lambda: "The web search for "latest stable Python version" failed" in notices(app))
+        await wait_for(pilot, lambda: 'The web search for "latest stable Python version" failed' in notices(app))
         assert "the reply comes without it" in notices(app) and "DNS" in notices(app)
         assert "failed (web search failed" not in notices(app)
         # above the reply it explains (it came below it)

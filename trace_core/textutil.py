@@ -362,16 +362,24 @@ def without_echo(text: str, boilerplate: Sequence[str] = ()) -> str:
 _CONTRACTION_TAILS = frozenset({"re", "m", "s", "ve", "ll", "d", "t"})  # "you're" reads "you", "re"
 
 
+# a reply this long said in the system prompt's words but one is still the prompt said
+# again ("You are a useful assistant with long-term memory of this conversation.", stored
+# as an answer in a trial): a sentence of the user's own in those words needs two more
+PARAPHRASE_WORDS = 8
+
+
 def _only_words_of(text: str, lines: Sequence[str], partial: bool) -> bool:
     """Whether a reply of three words or more (any number, ``partial``) is made only of the
     words of ``lines``: the system prompt said again in other words ("You're a helpful
-    assistant with long-term memory of this conversation, by topic:")."""
+    assistant with long-term memory of this conversation, by topic:"); from
+    ``PARAPHRASE_WORDS`` words, all but one of them."""
     vocab = {w for line in lines for w in _WORD_RUN.findall(line.casefold())} | _CONTRACTION_TAILS
     said = _WORD_RUN.findall(_DATE_LINE.sub(" ", text).casefold())
     if not said or (len(said) < 3 and not partial):
         return False
     last_ok = said[-1] in vocab or (partial and any(v.startswith(said[-1]) for v in vocab))
-    return last_ok and all(w in vocab for w in said[:-1])
+    others = sum(w not in vocab for w in said[:-1]) + (not last_ok)
+    return others == 0 or (len(said) >= PARAPHRASE_WORDS and others == 1)
 
 
 def says_something(text: str, *, partial: bool = False, boilerplate: Sequence[str] = ()) -> bool:
