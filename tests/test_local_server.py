@@ -21,6 +21,7 @@ from trace_core.local_server import (
     RepeatedRun,
     cut_at_turn_markers,
     cut_whole_at_turn_markers,
+    date_stops,
     echo_stops,
     format_prompt,
     header_stops,
@@ -89,6 +90,17 @@ def test_the_prompts_short_headers_stop_a_reply_at_a_lines_start():
     # not in the system text (no recent exchanges shown), or only in the user's words: no stop
     assert header_stops([{"role": "system", "content": "Memory from earlier, by topic:\n- x"},
                          {"role": "user", "content": "Most recent exchanges:"}]) == []
+
+
+def test_a_date_line_of_the_memory_block_begun_at_a_lines_start_stops_a_reply():
+    """"…It has a clea…\n[2026-12-04]\n-" was stored as an answer in a trial: the reply
+    was writing the memory block out again."""
+    block = ("Memory from earlier in this conversation, by topic:\n## Sourdough\n[2026-12-04]\n- User: fed it\n"
+             "## Taxes\n[2025-11-30]\n- User: Krause\n[2026-12-01]\n- User: July")
+    msgs = [{"role": "system", "content": block}, {"role": "user", "content": "[1999-01-01]\nand?"}]
+    assert date_stops(msgs) == ["\n[2026-", "\n[2025-"]
+    # a date inside a line, or in the user's words, is no date line of the block
+    assert date_stops([{"role": "system", "content": "Due on [2026-07-31] at noon"}, msgs[1]]) == []
 
 
 def test_label_stops_follow_the_role_labels_the_system_text_writes_turns_with():

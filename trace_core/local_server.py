@@ -117,6 +117,19 @@ def header_stops(messages: Sequence[dict], chars: int = ECHO_CHARS) -> list[str]
     return ["\n" + re.sub(r"s?:$", "", h) for h in SYSTEM_BOILERPLATE if len(h) < chars and h in lines]
 
 
+# the memory block's date lines ("[2026-12-04]" alone on a line): a reply that writes one
+# at a line's start is writing the block out again ("…It has a clea…\n[2026-12-04]\n-",
+# stored as an answer in a trial)
+_BLOCK_DATE_LINE = re.compile(r"^\[(\d{4})-\d{1,2}-\d{1,2}\]$", re.MULTILINE)
+
+
+def date_stops(messages: Sequence[dict]) -> list[str]:
+    """Stop strings at a date line of the system text's kind begun at a line's start: its
+    "[year-" for each year the system text's date lines name."""
+    system = "\n".join(_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
+    return [f"\n[{year}-" for year in dict.fromkeys(_BLOCK_DATE_LINE.findall(system))]
+
+
 # the role labels Nexus's prompts write turns with (the memory block, the recent exchanges):
 # a base model that has read "User: …" lines goes on writing "User: …" turns of its own
 ROLE_LABELS = ("User", "Assistant")
@@ -333,7 +346,7 @@ def register(reply_max_tokens: int = REPLY_MAX_TOKENS, min_repeat_penalty: float
         plain = reply_stops and response_format is None  # a JSON answer may quote the prompt's lines
         if plain:
             messages = kwargs.get("messages", [])
-            stops += echo_stops(messages) + header_stops(messages) + label_stops(messages)
+            stops += echo_stops(messages) + header_stops(messages) + label_stops(messages) + date_stops(messages)
 
         def answer(**kw):
             out = base(max_tokens=max_tokens, repeat_penalty=max(repeat_penalty, min_repeat_penalty),
