@@ -6,6 +6,8 @@ import logging
 
 from textual.css.query import NoMatches
 
+from trace_core.model import ARROW
+
 from . import messages as M
 from .inspector import NodeInspector
 from .text import counted, quoted
@@ -13,6 +15,17 @@ from .treeinfo import reorganize_lines, reorganize_marks
 from .widgets import MemoryTree
 
 log = logging.getLogger("nexus")
+
+
+def branch_line(path, exchanges) -> str:
+    """One injected branch in the log. A branch the block groups its topics under (a group
+    at depth 1) names the topics its entries came from: "branch ROOT → Started Sourdough ·
+    Running Sunday" alone read as sourdough recalled for a wedding question (a trial)."""
+    own = dict.fromkeys(x.thread_path.rsplit(ARROW, 1)[-1] for x in exchanges
+                        if x.index in path.entries and x.thread_path and x.thread_path != path.path)
+    via = f" (from {'its topic' if len(own) == 1 else 'its topics'} {', '.join(own)})" if own else ""
+    return (f"  branch {path.path}{via}  best entry cos {path.best_entry:.2f}, topic score {path.similarity:.2f} "
+            f"bm25 {path.keyword:.2f}  ({counted(len(path.entries), 'exchange')})")  # as the inspector counts
 
 
 class EngineView:
@@ -112,8 +125,7 @@ class EngineView:
         self.log_line(f"retrieval: {counted(len(r.exchanges), 'exchange')} in {counted(len(r.paths), 'branch')}, {ratio}, "
                       f"{r.seconds * 1000:.1f} ms")
         for p in r.paths:
-            self.log_line(f"  branch {p.path}  best entry cos {p.best_entry:.2f}, topic score {p.similarity:.2f} "
-                          f"bm25 {p.keyword:.2f}  ({counted(len(p.entries), 'exchange')})")  # as the inspector counts
+            self.log_line(branch_line(p, r.exchanges))
         for x in r.exchanges[:12]:
             tag = f" [{x.status}]" if x.status else ""
             self.log_line(f"  #{x.index} vec {x.vector:.2f} kw {x.keyword:.2f} branch {x.branch:.2f} "
