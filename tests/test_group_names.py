@@ -197,3 +197,35 @@ def test_a_new_subject_filed_in_the_newest_group_is_said_so(tmp_path, minilm):
     assert filed, [e.reason for e, _ in said]
     assert all(e.action == "new" and "under ROOT" in e.reason and in_group for e, in_group in filed)
     tree.vdb.close()
+
+
+
+def test_the_judges_line_says_where_the_fan_out_then_put_a_new_topic(tmp_path, minilm):
+    """The judge's line said "new topic under Jazz Album · Flat Bicycle"; the same add()
+    split that group, and the "stored in ROOT → Telescope Beginners · Coltrane Saxophone → …"
+    line after it read as a contradiction (a trial, with a group named again as well)."""
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm, max_children=3)
+    lines: list[tuple[ev.JudgeDecided, str]] = []  # the judge's line and the group its topic sits in
+    tree.on_event(lambda e: lines.append((e, tree.exchanges[e.exchange_index].parent.parent.topic_name))
+                  if isinstance(e, ev.JudgeDecided) else None)
+    for u, a in TALK:
+        tree.add(exchange(u, a))
+    moved = [(e, group) for e, group in lines if "the fan-out then split" in e.reason]
+    assert moved, [e.reason for e, _ in lines]
+    assert all(e.reason.endswith(f"it sits in {group}") for e, group in moved), moved
+    # a new topic the fan-out left where the judge put it says nothing more
+    assert all("is now named" not in e.reason and "split" not in e.reason for e, _ in lines[:5])
+    tree.vdb.close()
+
+
+def test_the_judges_line_says_when_the_group_it_named_was_named_again():
+    from trace_core.placement import moved_note
+
+    root, group, topic = TopicNode("ROOT"), TopicNode("German Steuerberater · Wedding Speech"), TopicNode("Tax")
+    root.add_child(group)
+    group.add_child(topic)
+    group.topic_name = "Remind City · Name Tax"
+    assert moved_note(group, topic, [(group, "German Steuerberater · Wedding Speech")]) == \
+        "; German Steuerberater · Wedding Speech is now named Remind City · Name Tax"
+    assert moved_note(group, topic, []) == ""
+    assert moved_note(root, topic, []) == ""  # under ROOT: nothing to say

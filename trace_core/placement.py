@@ -25,6 +25,19 @@ class Placed:
     renamed: list[tuple[TopicNode, str]] = field(default_factory=list)  # groups named again, with the old name
 
 
+def moved_note(filed_under: TopicNode | None, topic: TopicNode, renamed: list[tuple[TopicNode, str]]) -> str:
+    """What the same ``add()`` did after the judge's decision, said with it: the fan-out
+    split the group a new topic went into, or the group was named again. The "stored in …"
+    line after the judge's named another group, and a trial took the two for a
+    contradiction."""
+    if filed_under is None or filed_under.is_root:
+        return ""
+    if topic.parent is not filed_under and topic.parent is not None and not topic.parent.is_root:
+        return f"; the fan-out then split {filed_under.topic_name}: it sits in {topic.parent.topic_name}"
+    before = next((b for g, b in renamed if g is filed_under and b != g.topic_name), None)
+    return f"; {before} is now named {filed_under.topic_name}" if before else ""
+
+
 class Placer:
     """Handed the tree model, the judges, the fan-out balancer, the summaries and the
     group names."""
@@ -44,10 +57,13 @@ class Placer:
         placement = self.judges.place(self.context(node, vector))
         old_path = model.active_path()
         topic = self._attach(node, vector, placement)
+        filed_under = topic.parent
         new_topics = [topic] if placement.action == "new" else []
         new_topics += self._balance_path()
         new_path = model.active_path()
         renamed = self._rename_groups(old_path + new_path)
+        if placement.action == "new":
+            placement.reason += moved_note(filed_under, topic, renamed)
         frozen = self.summaries.freeze(old_path, new_path, new_topics)
         return Placed(placement, topic, new_topics, frozen, renamed)
 
