@@ -293,3 +293,29 @@ def test_a_merged_topic_over_the_bound_is_cut_in_the_fewest_parts():
         assert len(t.children) <= 5 and sum(1 for _ in t.iter_messages()) == n
         if sizes:
             assert [len(p.children) for p in made] == sizes
+
+
+def test_the_embedding_veto_reads_the_subject_in_what_the_user_said(minilm):
+    """Two knee topics of a trial were kept apart ("no shared subject words", cosine 0.59)
+    because the bundled model's replies outweighed "knee" among their salient words."""
+    from trace_core.judges import EmbeddingJudge, TopicDigest
+
+    def digest(name: str, talk: list[tuple[str, str]], with_said: bool = True) -> TopicDigest:
+        text = " ".join(f"{u} {a}" for u, a in talk)
+        vec = minilm.embed_batch([text])[0]
+        return TopicDigest(name, "", vec, text, " ".join(u for u, _ in talk) if with_said else "")
+
+    running = [("I hurt my left knee running last Sunday; it hurts on stairs, on the outer side.",
+                "I am not sure about this option. You are using a computer for your business."),
+               ("Is it okay to keep running 5 km on my knee if I ice it afterwards?",
+                "I have a good memory. The office has a computer and a business plan.")]
+    physio = [("The physio said my knee pain is iliotibial band syndrome and I should foam roll.",
+               "You are using a computer for your business. The office computer is a business computer.")]
+    judge = EmbeddingJudge()
+    ok, why = judge.approve_merge(digest("Running Sunday Stairs", running), digest("Physio Iliotibial Syndrome", physio),
+                                  minilm.embed_batch)
+    assert ok and "knee" in why, why
+    # read from the whole text, the replies' words hid the shared subject (the old behaviour)
+    ok, why = judge.approve_merge(digest("Running Sunday Stairs", running, False),
+                                  digest("Physio Iliotibial Syndrome", physio, False), minilm.embed_batch)
+    assert "knee" not in why, why

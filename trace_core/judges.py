@@ -49,6 +49,7 @@ class TopicDigest:
     summary: str
     vector: np.ndarray
     text: str = ""  # the topic's raw text (first exchanges), for the embedding veto
+    said: str = ""  # the user's side of that text: more of its words are subject words
     _salient: set[str] | None = field(default=None, repr=False)
 
 
@@ -237,7 +238,10 @@ def _salient_set(d: TopicDigest) -> set[str]:
     if d._salient is None:
         from .textutil import salient_words
 
-        words = d.name.split() + salient_words(d.text or d.summary, 4)
+        # and the user's: a small model's replies ("You are using a computer for your
+        # business.") outweighed "knee" in two knee topics of a trial, and a short word
+        # ranks low among four
+        words = d.name.split() + salient_words(d.text or d.summary, 4) + salient_words(d.said, 8)
         d._salient = {_norm_word(w) for w in words if len(w) > 2}
     return d._salient
 

@@ -211,6 +211,7 @@ class Reorganizer:
             else:
                 vectors = self.summaries.vectors(frozen)
             raw_text = {t.node_id: " ".join(f"{u} {a}" for u, a in model.texts(t, 4)) for t in frozen}
+            said = {t.node_id: " ".join(u for u, _ in model.texts(t, 4)) for t in frozen}
         res.candidates = max(res.candidates, len(frozen))
         self.emit(ev.ReorganizeProgress("embedded", len(frozen), len(frozen)))
 
@@ -229,7 +230,7 @@ class Reorganizer:
             d = digests.get(t.node_id)
             if d is None:
                 d = digests[t.node_id] = TopicDigest(t.topic_name, t.summary, vectors[pos[t.node_id]],
-                                                     raw_text[t.node_id])
+                                                     raw_text[t.node_id], said[t.node_id])
             return d
 
         def find(t: TopicNode) -> TopicNode:
