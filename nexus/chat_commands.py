@@ -137,7 +137,9 @@ class ChatCommands:
             return
         self.chat_notice(f"Regenerating the reply to #{last.index}: the new one replaces it in memory "
                          "(/undo-retry then puts the one above back).")
-        self.send(last.user, replace=True)
+        shown = self.send(last.user, replace=True)
+        if shown is not None:
+            shown.regenerated = True
 
     def cmd_undo_retry(self, args: list[str]) -> None:
         if args:
@@ -180,9 +182,11 @@ class ChatCommands:
         self.chat_notice(f"Editing #{last.index}: Enter sends it in place of the old exchange.")
 
     def edit_unanswered(self) -> bool:
-        """/edit when the newest message shown got no answer: that message goes back to the
-        input (its bubble goes; sent, it is a new message). False when it was answered."""
-        shown = list(self.query(UserMessage))
+        """/edit when the newest message written got no answer: that message goes back to
+        the input (its bubble goes; sent, it is a new message). False when it was answered.
+        A /retry's message was written before: after "no answer", /retry and /undo-retry,
+        /edit took the retried exchange (a trial)."""
+        shown = [m for m in self.query(UserMessage) if not m.regenerated]
         newest = shown[-1] if shown else None
         if newest is None or newest.state != UNSENT_STATE or self.session is None \
                 or self.session.take_kept(newest.text) is None:

@@ -53,6 +53,9 @@ class Replies:
         # /edit put the last message here: sent, it replaces that exchange (if still the last)
         replace = (editing is not None and self.session is not None and self.session.tree is not None
                    and len(self.session.tree.exchanges) == editing + 1)
+        if editing is not None and not replace:  # its notice said it would replace #N: say it did not
+            self.chat_notice(f"#{editing} is no longer the newest exchange: this message is sent as a new one.",
+                             "warning")
         self.send(text, replace=replace)
 
     def uncover_chat(self) -> None:
@@ -63,12 +66,13 @@ class Replies:
         if inspector.display and inspector.outer_size.width * 2 > chat.size.width:
             inspector.close()
 
-    def send(self, text: str, forced_query: str | None = None, replace: bool = False) -> None:
+    def send(self, text: str, forced_query: str | None = None, replace: bool = False) -> UserMessage | None:
         """Show the message at once and queue it: it is sent when no reply streams, a
-        session is open and the text model is free (``drain_outbox``)."""
+        session is open and the text model is free (``drain_outbox``). Returns its bubble
+        (None: refused)."""
         if self.session is not None and self.session.read_only and not self.reopen_if_writable():
             self.refuse_read_only(text)
-            return
+            return None
         shown = UserMessage(text)
         self.query_one("#chat").mount(shown)
         item = Outgoing(text, forced_query, shown, replace)
@@ -77,6 +81,7 @@ class Replies:
         else:
             self.outbox.append(item)
         self.drain_outbox()
+        return shown
 
     def reopen_if_writable(self) -> bool:
         """(UI thread) A session read-only because another Nexus wrote it, which has closed

@@ -71,6 +71,7 @@ class UserMessage(Static):
         super().__init__(Text(safe(text)), classes="user-message")
         self.text = text
         self.state = ""
+        self.regenerated = False  # a /retry's: the message was written before, not now
 
     def set_state(self, state: str) -> None:
         """A mark under the message: "queued …" / "waiting …" until it is sent; "" removes it."""

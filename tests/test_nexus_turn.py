@@ -750,3 +750,53 @@ async def test_a_reply_that_only_says_the_sessions_system_text_again_is_no_answe
         assert app.session.tree.exchanges[0].assistant == "Porto, next June."
         # the instruction's words in an answer of its own are an answer
         assert says_something("One short sentence: Porto.", "Answer in one short sentence.")
+
+
+async def test_edit_takes_the_newest_message_written_not_a_retried_one(server, tmp_path, minilm, data_dir):
+    """A message got no answer, then /retry regenerated the exchange before it and
+    /undo-retry put that back: /edit took the retried exchange, not the message with no
+    answer (a trial)."""
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "an answered message")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        server.respond(chat_only(lambda req: Reply("")))
+        await type_and_send(pilot, app, "What is the capital of Australia?")
+        await wait_for(pilot, lambda: app.session.pending == "What is the capital of Australia?")
+        await wait_for(pilot, lambda: app.turn is None and not app.outbox)
+        server.respond(chat_reply("Noted again."))
+        await type_and_send(pilot, app, "/retry")
+        await wait_for(pilot, lambda: app.session.tree.exchanges[0].assistant == "Noted again.")
+        await wait_for(pilot, lambda: app.turn is None and not app.outbox)
+        await type_and_send(pilot, app, "/undo-retry")
+        await wait_for(pilot, lambda: "Put back version" in notices(app))
+        await type_and_send(pilot, app, "/edit")
+        await wait_for(pilot, lambda: app.query_one("#prompt").value == "What is the capital of Australia?")
+        assert "Editing your message that got no answer" in notices(app)
+
+
+async def test_an_edit_that_can_no_longer_replace_its_exchange_says_so(server, tmp_path, minilm, data_dir):
+    """/edit said "Enter sends it in place of the old exchange"; when another exchange was
+    stored meanwhile the message went as a new one, and nothing said so (a trial)."""
+    server.respond(chat_only(lambda req: Reply("")))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "a message that gets no answer")
+        await wait_for(pilot, lambda: app.session.pending == "a message that gets no answer")
+        await wait_for(pilot, lambda: app.turn is None and not app.outbox)
+        server.respond(chat_reply("Noted."))
+        await type_and_send(pilot, app, "an answered message")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, "/edit")
+        await wait_for(pilot, lambda: app.query_one("#prompt").value == "an answered message")
+        await pilot.press("ctrl+r")  # the unanswered one is sent again and stored after it
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+        app.query_one("#prompt").value = ""
+        await type_and_send(pilot, app, "an answered message, edited")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 3)
+        assert "#0 is no longer the newest exchange: this message is sent as a new one." in notices(app)
+        assert [x.user for x in app.session.tree.exchanges] == [
+            "an answered message", "a message that gets no answer", "an answered message, edited"]
