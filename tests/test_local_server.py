@@ -169,9 +169,11 @@ def test_a_reply_that_copies_the_prompts_form_says_nothing():
 
 def test_a_reply_that_writes_the_users_turn_is_no_answer():
     for turn in ("User: In Lisbon I'm looking for a job.", "- user: hi", "[2026-12-03]\n- User: I want",
-                 f"{ASSISTANT_SYSTEM}\nUser: what"):
+                 f"{ASSISTANT_SYSTEM}\nUser: what", "user I am a customer of this model.",
+                 "user\nWhat is the capital of Australia?"):
         assert writes_user_turn(turn) and says_nothing(turn), turn
-    for answer in ("Your user: field is required.", "Users: three", "Lisbon. User: next"):
+    for answer in ("Your user: field is required.", "Users: three", "Lisbon. User: next",
+                   "User accounts are set up by the admin.", "username: ana", "user"):
         assert not writes_user_turn(answer), answer
     replies = iter(["User: In Lisbon I'm looking for a job.", "Lisbon, next month."])
     assert reply_text(until_said(lambda **kw: _whole(next(replies)), {"seed": 1}, 2)) == "Lisbon, next month."

@@ -392,13 +392,18 @@ def _finish(completion: dict) -> str | None:
 
 
 _USER_TURN = re.compile(r"[\s\-*|]*user\s*:")
+# Gemma's own turn header without its marker: "user\nWhat is…", "user I am a customer of…"
+# (stored as answers in a trial); lower case only, so "User accounts are…" is an answer
+_GEMMA_USER_TURN = re.compile(r"\s*user(?:[ \t]*\n|[ \t]+\S)")
 
 
 def writes_user_turn(text: str) -> bool:
     """A reply that opens with a "User:" label (after a copied date line or the system
     prompt's fixed lines) is the model writing the user's next turn, not an answer
-    ("User: In Lisbon I'm looking for a job.", stored and later found as a fact)."""
-    return _USER_TURN.match(without_echo(text, SYSTEM_BOILERPLATE)) is not None
+    ("User: In Lisbon I'm looking for a job.", stored and later found as a fact); so is
+    one that opens with Gemma's "user" turn header."""
+    return (_USER_TURN.match(without_echo(text, SYSTEM_BOILERPLATE)) is not None
+            or _GEMMA_USER_TURN.match(text) is not None)
 
 
 # the reply's own label, and a date line of the memory block copied at its start
