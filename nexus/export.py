@@ -10,6 +10,8 @@ from .config import data_dir
 from .history import when
 from .text import counted, safe
 
+EXPORT_TITLE = "Nexus — "  # an export's first line: "# Nexus — <session>" (another /export replaces it)
+
 
 def default_path(session: Path) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")

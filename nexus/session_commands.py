@@ -183,6 +183,8 @@ class SessionCommands:
             self.chat_notice(f"Not saved: {problem}. Choose another file (e.g. {self.session_path.stem}.json).",
                              "error")
             return
+        if not self.replacing_confirmed("save", path, b'{\n "format": "trace-ctree"'):
+            return
         try:
             made = make_folders(path.parent)
             s.tree.save(str(path), save_conversation=True)
@@ -193,6 +195,23 @@ class SessionCommands:
                 "it (a tree export holds exchanges; /export writes them too)." if s.kept else "")
         said = f"Saved the tree to {path}{folders_made(made)}"
         self.chat_notice(f"{said}.{left}" if left else ends_a_sentence(said, path))  # a sentence after it: "."
+
+    def replacing_confirmed(self, command: str, path: Path, own_kind: bytes) -> bool:
+        """Whether ``/command path`` may write over what is at ``path``: nothing, an earlier
+        export of its kind, or a file of the user's that the same command typed again
+        within 30 s confirms (``/export`` and ``/save`` replaced a 3 MB text file and an
+        image without asking, in a trial)."""
+        size = sessions.replaced_file(path, own_kind)
+        if size is None:
+            return True
+        key = (command, path.resolve())
+        asked = self._replace_asked.pop(key, None)
+        if asked is not None and time.monotonic() - asked <= 30:
+            return True
+        self._replace_asked[key] = time.monotonic()
+        self.chat_notice(f"{path} exists ({human_size(size)}) and is no {command} of Nexus's: type the same /{command} "
+                         "again within 30 s to replace it, or choose another file.", "warning")
+        return False
 
     def file_not_written(self, what: str, path: Path, exc: OSError) -> None:
         problem = write_problem(path, exc)
@@ -247,7 +266,7 @@ class SessionCommands:
         self.ui(self.open_session, target, done)  # said once the switch has cleared the chat pane
 
     def cmd_export(self, args: list[str]) -> None:
-        from .export import conversation_markdown, default_path, write_private
+        from .export import EXPORT_TITLE, conversation_markdown, default_path, write_private
 
         args = list(args)
         with_tree = "--tree" in args
@@ -263,7 +282,14 @@ class SessionCommands:
         except OSError as exc:  # a name too long for the file system, a loop of links
             self.file_not_written("Not exported", path, exc)
             return
-        text = conversation_markdown(session.tree, f"Nexus — {self.session_path.stem}", with_tree,
+        problem = sessions.export_refusal(path, self.session_path)
+        if problem:
+            self.chat_notice(f"Not exported: {problem}. Choose another file (e.g. {self.session_path.stem}.md).",
+                             "error")
+            return
+        if not self.replacing_confirmed("export", path, f"# {EXPORT_TITLE}".encode()):
+            return
+        text = conversation_markdown(session.tree, f"{EXPORT_TITLE}{self.session_path.stem}", with_tree,
                                      session.settings.system, list(session.kept))
         try:
             if args:

@@ -181,16 +181,30 @@ def log_path(session: Path) -> Path:
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+# the names of a session's files (its database, SQLite's files beside it, its log, lock and
+# kept messages): an export never writes one, of any session (``/export`` onto the open
+# session's database destroyed it beyond /repair, in a trial)
+SESSION_FILE_ENDINGS = (".db", ".db-wal", ".db-shm", ".db-journal", ".log", ".db.lock", ".lock",
+                        ".unsent.json", ".unstored.json", ".importing")
+
+
 def export_refusal(target: Path, session: Path) -> str | None:
-    """Why ``/save`` must not write ``target`` (a JSON export replaces the file whole),
-    or None. The open session's files and any SQLite database are refused."""
+    """Why ``/save`` or ``/export`` must not write ``target`` (an export replaces the file
+    whole), or None: the open session's files, a session's files in the sessions folder,
+    a folder, any SQLite database or write-ahead log."""
     try:
         resolved = target.resolve()
     except OSError as exc:
         return f"{target} cannot be used ({exc})"
     own = {f.resolve() for f in [*files_of(session), log_path(session), Path(f"{session}.lock")]}
     if resolved in own:
-        return f"{target} is a file of the open session; saving onto it would destroy the session"
+        return f"{target} is a file of the open session; writing onto it would destroy the session"
+    try:
+        in_sessions = resolved.parent == sessions_dir().resolve()
+    except OSError:
+        in_sessions = False
+    if in_sessions and resolved.name.endswith(SESSION_FILE_ENDINGS):
+        return f"{target} is a session's file in Nexus's sessions folder; writing onto it would destroy that session"
     try:
         if resolved.is_dir():
             return f"{target} is a folder"
@@ -202,7 +216,24 @@ def export_refusal(target: Path, session: Path) -> str | None:
         return write_problem(target, exc)
     if head == SQLITE_MAGIC:
         return f"{target} is a SQLite database (a session?); an export never overwrites one"
+    if len(head) >= 4 and int.from_bytes(head[:4], "big") in WAL_MAGIC:
+        return f"{target} is a SQLite write-ahead log (a session's); an export never overwrites one"
     return None
+
+
+def replaced_file(target: Path, own_kind: bytes) -> int | None:
+    """The size of the file ``target`` would replace, or None: no file there, an empty
+    one, or an earlier export of the same kind (it starts with ``own_kind``), which an
+    export replaces as saving again does. Anything else is the user's, asked about first."""
+    try:
+        with open(target, "rb") as fh:
+            head = fh.read(len(own_kind))
+        size = target.stat().st_size
+    except OSError:
+        return None
+    if not size or head == own_kind:
+        return None
+    return size
 
 
 class SessionInUse(RuntimeError):

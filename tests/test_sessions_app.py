@@ -410,6 +410,54 @@ async def test_save_refuses_the_open_session_and_any_sqlite_file(server, tmp_pat
     tree.vdb.close()
 
 
+
+async def test_export_and_save_never_write_a_sessions_file_and_ask_before_replacing_yours(server, tmp_path,
+                                                                                          minilm, data_dir):
+    """/export wrote Markdown over the open session's database, its -wal and another
+    session (none could be repaired), and /export and /save replaced a 3 MB text file and
+    a PNG without asking (a trial)."""
+    from nexus import sessions
+
+    server.respond(chat_reply("Noted."))
+    folder = sessions.sessions_dir()
+    path = folder / "mine.db"
+    other = folder / "other.db"
+    make_session(other, minilm, 1)
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My cat is called Miso.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        kept = {f: f.read_bytes() for f in (other, path)}
+        wal = tmp_path / "copied.db-wal"
+        wal.write_bytes(Path(f"{path}-wal").read_bytes())
+        kept[wal] = wal.read_bytes()
+        for n, target in enumerate([path, Path(f"{path}-wal"), other, Path(f"{other}-wal"), folder / "other.log",
+                                    wal], 1):
+            await type_and_send(pilot, app, f"/export {target}")
+            await wait_for(pilot, lambda n=n: notices(app).count("Not exported") == n)
+        assert "file of the open session" in notices(app) and "a session's file in Nexus's sessions folder" in \
+            notices(app) and "write-ahead log" in notices(app)
+        assert all(f.read_bytes() == b for f, b in kept.items())
+        # a file of the user's: asked first; the same command again replaces it
+        for command, name in (("export", "notes.txt"), ("save", "photo.png")):
+            mine = tmp_path / name
+            mine.write_bytes(b"\x89PNG mine" * 1000)
+            await type_and_send(pilot, app, f"/{command} {mine}")
+            await wait_for(pilot, lambda mine=mine: f"{mine} exists (8.8 KiB)" in notices(app))
+            assert mine.read_bytes() == b"\x89PNG mine" * 1000
+            await type_and_send(pilot, app, f"/{command} {mine}")
+            await wait_for(pilot, lambda mine=mine: mine.read_bytes()[:1] in (b"#", b"{"))
+            # an export of its own kind is replaced as saving again does, unasked
+            asked = notices(app).count("again within 30 s to replace it")
+            await type_and_send(pilot, app, f"/{command} {mine}")
+            done = "Exported" if command == "export" else "Saved the tree"
+            await wait_for(pilot, lambda done=done: notices(app).count(done) == 2)
+            assert notices(app).count("again within 30 s to replace it") == asked
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    assert len(tree.exchanges) == 1  # the session survived the attempts
+    tree.vdb.close()
+
 SAMPLE_ARGS = {"search": "cats", "ingest": "x.png", "web": "on", "open": "nosuch", "delete": "nosuch",
                "rename": "zzz", "find": "cats", "model": "", "save": "", "scenario": ""}
 NEEDS_SESSION = {"tree", "search", "reorganize", "ingest", "web", "model", "save", "stats", "rename"}
