@@ -154,6 +154,17 @@ def _run(args: argparse.Namespace, typed: str = "") -> int | None:
     if problem:
         print(f"nexus: memory.embed: {problem}", file=sys.stderr)
         return None
+    from . import sessions
+
+    try:
+        session_path = sessions.resolve(args.session)  # makes the data folder: said here, not as a traceback
+    except OSError as exc:
+        from .config import data_dir
+        from .paths import write_problem
+
+        print(f"nexus: the data folder cannot be used: {write_problem(data_dir() / 'sessions', exc)} "
+              "(NEXUS_DATA_DIR chooses another)", file=sys.stderr)
+        return None
     local = None
     if args.local:
         import importlib.util
@@ -167,12 +178,11 @@ def _run(args: argparse.Namespace, typed: str = "") -> int | None:
         local = LocalModel().begin()  # Nexus paints at once; the session waits for the model
     from trace_core.embedders import make_embedder
 
-    from . import sessions
     from .app import NexusApp
 
     embed = make_embedder(config.section("memory").embed, config.base_url, config.api_key)
     try:
-        app = NexusApp(config, sessions.resolve(args.session), embed_fn=embed, local_model=local,
+        app = NexusApp(config, session_path, embed_fn=embed, local_model=local,
                         typeahead=typed)
         import os
 

@@ -206,6 +206,19 @@ def _read_toml(path: Path) -> dict:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError as exc:  # a start stopped by a traceback, in a trial
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({unreadable(exc)})") from None
+
+
+def unreadable(exc: OSError) -> str:
+    """Why a file could not be read, in words."""
+    if isinstance(exc, IsADirectoryError):
+        return "it is a folder"
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    return exc.strerror or type(exc).__name__
 
 
 @dataclass
@@ -282,7 +295,13 @@ def load_config(flags: dict | None = None, env: dict | None = None, user_file: P
     if env is None and dotenv.exists():
         from dotenv import dotenv_values
 
-        for k, v in dotenv_values(dotenv).items():
+        try:
+            values = dotenv_values(dotenv)
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{dotenv}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+        except OSError as exc:
+            raise ConfigError(f"{dotenv}: cannot be read ({unreadable(exc)})") from None
+        for k, v in values.items():
             if k not in environ:
                 environ[k] = v or ""
                 from_file.add(k)

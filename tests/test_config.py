@@ -170,3 +170,26 @@ def test_a_bad_dotenv_value_names_the_file_not_the_environment(tmp_path, monkeyp
     monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
     assert main([]) == 2
     assert "memory.judge in ./.env (NEXUS_JUDGE) must be one of" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("make, said", [
+    (lambda d: (d / "xdg" / "nexus" / "nexus.toml").write_bytes(b"\xff\xfe[memory]\n"), "nexus.toml: not UTF-8 text"),
+    (lambda d: (d / "xdg" / "nexus" / "nexus.toml").mkdir(), "nexus.toml: cannot be read (it is a folder)"),
+    (lambda d: (d / ".env").write_bytes(b"NEXUS_JUDGE=\xff\xfe\n"), ".env: not UTF-8 text"),
+    (lambda d: (d / "afile").write_text("x"), "the data folder cannot be used: "),
+])
+def test_unreadable_settings_and_an_unusable_data_folder_stop_with_one_line(tmp_path, monkeypatch, capsys, make,
+                                                                           said):
+    """Each of these stopped the start with a Python traceback (a trial)."""
+    from nexus.__main__ import main
+
+    (tmp_path / "xdg" / "nexus").mkdir(parents=True)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "afile" if "data folder" in said else tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NEXUS_JUDGE", raising=False)
+    make(tmp_path)
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nexus: ") and said in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
