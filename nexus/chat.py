@@ -248,11 +248,17 @@ class ChatSession:
         self.emit(ev.ReplyStarted(text, turn.id))
         ctx, max_tokens = self.limits()
         size = count_tokens(text)
-        if size > self.prompt_room() - count_tokens(self.synth.base_prompt if self.synth else ""):
+        base = count_tokens(self.synth.base_prompt if self.synth else "")
+        if size > self.prompt_room() - base:
             turn.outcome = "refused"
-            self.emit(ev.ReplyFailed(text, "", f"your message is about {size:,} tokens, more than the model's "
-                                     f"context holds ({ctx:,} tokens, {max_tokens:,} of them kept for the reply): "
-                                     "shorten it or split it", turn.id, kept=False))
+            own = count_tokens(self.settings.system) if self.settings.system.strip() else 0
+            held = f"the model's context holds ({ctx:,} tokens, {max_tokens:,} of them kept for the reply)"
+            if own and size <= prompt_room(ctx, max_tokens) - base:  # the /system text is what fills it
+                why = (f"your message (about {size:,} tokens) and this session's system prompt (about {own:,}) "
+                       f"are more than {held}: shorten the system prompt (/system --clear removes it)")
+            else:
+                why = f"your message is about {size:,} tokens, more than {held}: shorten it or split it"
+            self.emit(ev.ReplyFailed(text, "", why, turn.id, kept=False))
             return None
         results: list = []
         finish = None
@@ -464,6 +470,19 @@ class ChatSession:
         """The session's /system text first, then the memory block."""
         own = self.settings.system.strip()
         return f"{own}\n\n{memory_prompt}" if own else memory_prompt
+
+    def system_prompt_problem(self, text: str) -> str | None:
+        """Why ``text`` cannot be the session's /system prompt: it must leave at least half
+        the prompt's room to the messages and the memory (a 60 KB one was taken, then every
+        message was refused as too long, in a trial)."""
+        ctx, max_tokens = self.limits()
+        room = prompt_room(ctx, max_tokens) - count_tokens(self.synth.base_prompt if self.synth else "")
+        size = count_tokens(text)
+        if text.strip() and size > room // 2:
+            return (f"it is about {size:,} tokens; the model's context ({ctx:,} tokens, {max_tokens:,} of them kept "
+                    f"for the reply) leaves a system prompt at most about {max(0, room // 2):,}, so that your "
+                    "messages and the memory fit beside it")
+        return None
 
     def set_system_prompt(self, text: str) -> None:
         assert self.tree is not None and self.tree.vdb is not None

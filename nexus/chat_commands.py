@@ -89,7 +89,13 @@ class ChatCommands:
             self.chat_notice(f"System prompt of {self.session_path.stem}:\n{text}" if text else
                              "No system prompt in this session. /system <text> sets one (sent before the memory).")
             return
+        if args[0] == "--clear" and len(args) > 1:  # "--clear extra" was set as the prompt's text (a trial)
+            raise C.UsageError(C.BY_NAME["system"].usage)
         text = "" if args == ["--clear"] else self.last_command.raw
+        problem = session.system_prompt_problem(text)
+        if problem:
+            self.chat_notice(f"System prompt not set: {problem}.", "warning")
+            return
         session.set_system_prompt(text)
         self.chat_notice("System prompt cleared." if not text else
                          f"System prompt set for {self.session_path.stem} (used in every reply, before the memory).")

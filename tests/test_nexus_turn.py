@@ -800,3 +800,30 @@ async def test_an_edit_that_can_no_longer_replace_its_exchange_says_so(server, t
         assert "#0 is no longer the newest exchange: this message is sent as a new one." in notices(app)
         assert [x.user for x in app.session.tree.exchanges] == [
             "an answered message", "a message that gets no answer", "an answered message, edited"]
+
+
+async def test_a_system_prompt_too_big_for_the_context_is_refused_and_named_when_it_fills_it(server, tmp_path,
+                                                                                            minilm, data_dir):
+    """A 60 KB /system prompt was taken, then every message was refused as "your message is
+    about 8 tokens, more than the model's context holds" (a trial)."""
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path, {("models", "context_tokens"): 2048}), tmp_path / "s.db",
+                   embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        big = "Always answer as a pirate would. " * 400  # about 3,300 tokens
+        app.query_one("#prompt").value = "/system " + big
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "System prompt not set: it is about" in notices(app))
+        assert app.session.settings.system == ""
+        await type_and_send(pilot, app, "/system --clear extra")
+        await wait_for(pilot, lambda: "Usage: /system [text|--clear]" in notices(app))
+        assert app.session.settings.system == ""
+        # one set while the context was larger (another model, a smaller /set context) is named
+        app.session.set_system_prompt(big[:6000])
+        await type_and_send(pilot, app, "hello")
+        await wait_for(pilot, lambda: "and this session's system prompt (about" in notices(app))
+        assert "/system --clear removes it" in notices(app) and len(app.session.tree.exchanges) == 0
+        # a reasonable one is taken
+        await type_and_send(pilot, app, "/system Answer briefly.")
+        await wait_for(pilot, lambda: app.session.settings.system == "Answer briefly.")
