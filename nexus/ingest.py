@@ -34,10 +34,13 @@ class PreparedImage:
 
 
 def find_images(target: str) -> list[Path]:
-    """A file, a folder (its images), or a glob."""
+    """A file, a folder (its images), or a glob. A file that exists is itself, whatever
+    its name holds: "photo[1].png" read as a glob found nothing (a trial)."""
     p = Path(target).expanduser()
     if p.is_dir():
         return sorted(q for q in p.iterdir() if q.suffix.lower() in IMAGE_EXTS and q.is_file())
+    if p.is_file():
+        return [p]
     if any(ch in target for ch in "*?["):
         return sorted(Path(q) for q in glob.glob(os.path.expanduser(target)) if Path(q).is_file())
     return [p]
