@@ -67,10 +67,34 @@ def _range(lo: float, hi: float | None = None, lo_open: bool = False) -> dict:
     return {"check": (ok, f"a number in {left}{lo}, {hi if hi is not None else '∞'}" + ("]" if hi is not None else ")"))}
 
 
+HTTP_URL = "an http:// or https:// URL with a host, e.g. http://127.0.0.1:1234/v1"
+
+
+def http_url_problem(url: str) -> str | None:
+    """What keeps ``url`` from being a server's address, in words, or None. "http://",
+    "http://[::1", "http://localhost:99999/v1" and one with a space passed a check of the
+    scheme alone, and failed later with garbled words (a trial)."""
+    from urllib.parse import urlsplit
+
+    if not url.startswith(("http://", "https://")):
+        return "it does not start with http:// or https://"
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        return "it holds a space or a control character"
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises on a port that is no number or out of range
+    except ValueError as exc:
+        return f"it cannot be read ({exc})"
+    if not parts.hostname:
+        return "it names no host"
+    if port == 0:
+        return "port 0 is no server's port"
+    return None
+
+
 @dataclass(frozen=True)
 class ServerSettings:
-    base_url: str = field(metadata={"check": (lambda v: v.startswith(("http://", "https://")),
-                                              "an http:// or https:// URL")})
+    base_url: str = field(metadata={"check": (lambda v: http_url_problem(v) is None, HTTP_URL)})
     api_key: str
     kind: str = field(metadata=_one_of("auto", "lmstudio", "ollama", "openai"))
     timeout: float = field(metadata=_range(0, lo_open=True))
@@ -307,8 +331,9 @@ def load_config(flags: dict | None = None, env: dict | None = None, user_file: P
                 from_file.add(k)
         sources.append(str(dotenv))
     dotenv_name = "./.env" if cwd is None or Path(cwd).resolve() == Path.cwd().resolve() else str(dotenv)
+    flagged = {k for k, v in (flags or {}).items() if v is not None}
     for var, (section, key) in ENV_MAP.items():
-        if environ.get(var):
+        if environ.get(var) and (section, key) not in flagged:  # a flag overrides it: its value is not read
             want = _field_types(SECTIONS[section])[key][0]
             where = f"{dotenv_name} ({var})" if var in from_file else f"the environment variable {var}"
             try:

@@ -45,9 +45,11 @@ def argument_problem(args) -> str | None:
     """What is wrong with the arguments, in words (the server does not start then)."""
     if args.session is not None and not args.session.strip():
         return "--session needs a name (leave it out for the session 'default')"
+    from .config import HTTP_URL, http_url_problem
+
     upstream = getattr(args, "upstream", None)
-    if upstream is not None and not upstream.startswith(("http://", "https://")):
-        return f"--upstream must be an http:// or https:// URL, e.g. http://127.0.0.1:1234/v1 (it was {upstream!r})"
+    if upstream is not None and (problem := http_url_problem(upstream)):
+        return f"--upstream must be {HTTP_URL} ({problem}: it was {upstream!r})"
     return None
 
 

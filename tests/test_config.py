@@ -193,3 +193,24 @@ def test_unreadable_settings_and_an_unusable_data_folder_stop_with_one_line(tmp_
     err = capsys.readouterr().err
     assert err.startswith("nexus: ") and said in err and "Traceback" not in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("url", ["http://", "http://[::1", "http://localhost:99999/v1", "http://a%20b /v1",
+                                 "http://host:0/v1", "https://:8080/v1"])
+def test_a_server_address_that_names_no_usable_server_stops_the_start(tmp_path, url):
+    """These passed a check of the scheme alone, then failed later in garbled words
+    ("No model server answers at http:: str: no host given") — a trial."""
+    with pytest.raises(ConfigError, match="must be an http:// or https:// URL with a host"):
+        load_config({("server", "base_url"): url}, env={}, user_file=tmp_path / "none.toml")
+
+
+def test_good_addresses_pass_and_a_flag_overrides_a_bad_environment_value(tmp_path):
+    for url in ("http://127.0.0.1:1234/v1", "https://api.example.com/v1", "http://[::1]:8080/v1", "http://ollama:11434"):
+        assert load_config({("server", "base_url"): url}, env={}, user_file=tmp_path / "none.toml").base_url == \
+            url.rstrip("/")
+    # the README: flags override the environment — a bad NEXUS_BASE_URL under --base-url stopped the start
+    cfg = load_config({("server", "base_url"): "http://127.0.0.1:1/v1"}, env={"NEXUS_BASE_URL": "garbage"},
+                      user_file=tmp_path / "none.toml")
+    assert cfg.base_url == "http://127.0.0.1:1/v1"
+    with pytest.raises(ConfigError, match="NEXUS_BASE_URL"):
+        load_config(env={"NEXUS_BASE_URL": "garbage"}, user_file=tmp_path / "none.toml")
