@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -18,6 +19,40 @@ def default_path(session: Path) -> Path:
     return data_dir() / "exports" / f"{session.stem}-{stamp}.md"
 
 
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+_CODE_SPAN = re.compile(r"(`+)(?:.+?)\1")
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def as_block(text: str) -> str:
+    """A message as Markdown that cannot spill into what follows it: a code fence it
+    leaves open is closed at its end (one turned the rest of an export, headings and
+    labels, into code in a trial), and HTML tags outside code are written as text."""
+    out, fence = [], ""
+    for line in text.split("\n"):
+        m = _FENCE.match(line)
+        if m and not fence:
+            fence = m.group(1)
+        elif m and fence and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) \
+                and not line[m.end():].strip():
+            fence = ""
+        elif not fence:
+            line = _tags_as_text(line)
+        out.append(line)
+    if fence:
+        out.append(fence)
+    return "\n".join(out)
+
+
+def _tags_as_text(line: str) -> str:
+    """``<script>`` as ``&lt;script>``, except inside `code` spans (shown as written there)."""
+    parts, at = [], 0
+    for m in _CODE_SPAN.finditer(line):
+        parts += [_TAG_START.sub("&lt;", line[at:m.start()]), m.group(0)]
+        at = m.end()
+    return "".join(parts + [_TAG_START.sub("&lt;", line[at:])])
+
+
 def conversation_markdown(tree, title: str, with_tree: bool = False, system: str = "",
                           unanswered: list[str] | None = None) -> str:
     """Every exchange in order (archived ones marked), each under its date; then the
@@ -27,7 +62,7 @@ def conversation_markdown(tree, title: str, with_tree: bool = False, system: str
     lines = [f"# {title}", "", f"Exported {datetime.now().strftime('%Y-%m-%d %H:%M')} · "
              f"{counted(len(tree.exchanges), 'exchange')}{waiting}", ""]
     if system:
-        lines += ["> System prompt: " + system.replace("\n", "\n> "), ""]
+        lines += ["> System prompt: " + as_block(system).replace("\n", "\n> "), ""]
     day = ""
     for x in tree.exchanges:
         stamp = when(x.timestamp)
@@ -37,11 +72,11 @@ def conversation_markdown(tree, title: str, with_tree: bool = False, system: str
         lines += [f"### #{x.index} · {stamp[11:] or '—'}" + (" · archived" if x.archived else ""), ""]
         if x.system:
             lines += [f"*{x.system}*", ""]
-        lines += ["**You:**", "", x.user, "", "**Assistant:**", "", x.assistant, ""]
+        lines += ["**You:**", "", as_block(x.user), "", "**Assistant:**", "", as_block(x.assistant), ""]
     if unanswered:
         lines += ["## Not answered", ""]
         for text in unanswered:
-            lines += ["**You:**", "", text, "", "*(no answer yet)*", ""]
+            lines += ["**You:**", "", as_block(text), "", "*(no answer yet)*", ""]
     if with_tree:
         lines += ["## Topic outline", "", "```", tree.render_tree(count_exchanges=True).rstrip(), "```", ""]
     # a file to cat: escape sequences and control characters in the text are shown, not obeyed
