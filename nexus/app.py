@@ -250,7 +250,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
     def run_command(self, line: str) -> None:
         parsed = C.parse(line)
         if parsed.command is None:
-            name = line[1:].split(" ", 1)[0]
+            name = (line.strip()[1:].split(None, 1) or [""])[0]
             if not name:  # "/" alone: the commands there are
                 self.cmd_help([])
                 return
@@ -260,6 +260,8 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         handler = getattr(self, f"cmd_{parsed.command.handler}")
         self.last_command = parsed  # /system reads its text as typed (quotes and spacing kept)
         try:
+            if parsed.args and " " not in parsed.command.usage:  # "/stats extra" ran, "/check extra" did not
+                raise C.UsageError(f"{parsed.command.usage} (it takes no arguments)")
             handler(parsed.args)
         except C.UsageError as exc:
             self.chat_notice(f"Usage: {exc or parsed.command.usage}", "warning")

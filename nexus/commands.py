@@ -67,7 +67,7 @@ class Parsed:
 def parse(line: str) -> Parsed:
     """``/name args...`` → the command and its arguments (shell-like quoting)."""
     body = line.strip()[1:]
-    name, _, rest = body.partition(" ")
+    name, rest = (body.split(None, 1) + ["", ""])[:2]  # "/search<Tab>foo" is /search foo (a trial)
     try:
         args = shlex.split(rest)
     except ValueError:

@@ -196,7 +196,7 @@ class MemoryCommands:
             return
         shown = [pane.snapshot.path(t)[-1].name for t in found[:10]] if pane.snapshot else []
         more = f" and {len(found) - 10} more" if len(found) > 10 else ""
-        words = " ".join(args)
+        words = clip_text(" ".join(args), 120)  # a 5,000-character query filled the screen twice (a trial)
         self.chat_notice(f"/find {words}: {counted(len(found), 'topic')} match{'es' if len(found) == 1 else ''}" +
                          (f" (highlighted in the tree): {', '.join(shown)}{more}" if found else
                           f" by name or summary (a topic still open has no summary yet); /search {words} "

@@ -221,10 +221,15 @@ class SessionCommands:
     def cmd_load(self, args: list[str]) -> None:
         if len(args) != 1:
             raise C.UsageError(C.BY_NAME["load"].usage)
+        path = Path(args[0]).expanduser()
+        if path.is_dir() or not path.exists():  # said before any work ("[Errno 21] Is a directory", a trial)
+            self.chat_notice(f"Cannot load {path}: {'it is a folder' if path.is_dir() else 'there is no such file'}; "
+                             "/load takes a .json file that /save wrote.", "warning")
+            return
         if self.refused_while_busy():
             return
         self.cancel_long.clear()
-        self.load_worker(Path(args[0]).expanduser())
+        self.load_worker(path)
 
     @background(group="load", exclusive=True)
     def load_worker(self, path: Path) -> None:

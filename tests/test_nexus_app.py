@@ -578,3 +578,25 @@ async def test_engine_events_read_as_sentences_in_the_log(server, tmp_path, mini
         # retrieval found nothing it did not already have): the cat comes from memory
         system = [r for r in server.chat_requests() if not r.get("response_format")][-1]["messages"][0]["content"]
         assert "Most recent exchanges" not in system and "Miso" in system
+
+
+async def test_commands_read_arguments_alike(server, tmp_path, minilm, data_dir):
+    """A trial: "/stats extra" and "/quit now" ran while "/check extra" showed the usage;
+    "/search<Tab>foo" was an unknown command; /find echoed a 5,000-character query twice;
+    /load of a folder said "[Errno 21] Is a directory"."""
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        for command in ("stats", "sessions", "clear", "help", "quit"):
+            await type_and_send(pilot, app, f"/{command} extra")
+            await wait_for(pilot, lambda command=command: f"Usage: /{command} (it takes no arguments)" in notices(app))
+        assert app.is_running  # "/quit extra" did not quit
+        await type_and_send(pilot, app, "/search\tcats")
+        await wait_for(pilot, lambda: 'Nothing in memory matches "cats"' in notices(app))
+        assert "Unknown command" not in notices(app)
+        await type_and_send(pilot, app, "/find " + "word " * 1000)
+        await wait_for(pilot, lambda: "/find word word" in notices(app))
+        assert len(notices(app).split("/find word")[-1]) < 400
+        await type_and_send(pilot, app, f"/load {tmp_path}")
+        await wait_for(pilot, lambda: f"Cannot load {tmp_path}: it is a folder" in notices(app))
+        assert "Errno" not in notices(app)
