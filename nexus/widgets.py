@@ -216,7 +216,10 @@ class AssistantMessage(Vertical):
 
     def _tick(self) -> None:
         seconds = int(time.monotonic() - self._started)
-        self.waiting_text = f"⋯ the model is working — {seconds} s"
+        if getattr(self.app, "server_answered", True):
+            self.waiting_text = f"⋯ the model is working — {seconds} s"
+        else:  # "working" for two minutes while the title said "no model server" (a trial)
+            self.waiting_text = f"⋯ waiting for the model server, which did not answer when Nexus started — {seconds} s (Esc cancels)"
         self.waiting.update(Text(self.waiting_text))
 
     def stop_waiting(self) -> None:

@@ -827,3 +827,27 @@ async def test_a_system_prompt_too_big_for_the_context_is_refused_and_named_when
         # a reasonable one is taken
         await type_and_send(pilot, app, "/system Answer briefly.")
         await wait_for(pilot, lambda: app.session.settings.system == "Answer briefly.")
+
+
+async def test_a_server_that_never_answered_is_waited_for_in_words(tmp_path, minilm, data_dir):
+    """A server that takes the connection and never answers: the title said "no model
+    server" while the reply said "the model is working" for two minutes (a trial)."""
+    import socket
+
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(8)  # connections are taken by the kernel; nothing ever answers
+    url = f"http://127.0.0.1:{mute.getsockname()[1]}/v1"
+    try:
+        app = NexusApp(make_config(url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await ready(app, pilot)
+            await wait_for(pilot, lambda: not app.server_answered, timeout=15)
+            await type_and_send(pilot, app, "hello?")
+            await wait_for(pilot, lambda: app.current_reply is not None
+                           and "waiting for the model server" in app.current_reply.waiting_text)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: app.turn is None)
+            assert app.session.pending == "hello?"  # kept for Ctrl+R
+    finally:
+        mute.close()
