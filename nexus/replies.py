@@ -378,7 +378,11 @@ class Replies:
         what = "1 message" if n == 1 else f"{n} messages"
         which = "it" if n == 1 else "the first (again for the next)"
         # no claim of when: it is also said after /rename, for a message that failed in this run
-        return f"{what} above {'has' if n == 1 else 'have'} no answer yet: press {key} to send {which}."
+        said = f"{what} above {'has' if n == 1 else 'have'} no answer yet"
+        if self.session is not None and self.session.read_only:  # Ctrl+R would only say "read-only" (a trial)
+            return f"{said}: this session is open read-only here, so {'it waits' if n == 1 else 'they wait'} " \
+                   "for the Nexus that writes it."
+        return f"{said}: press {key} to send {which}."
 
     def recount_unsent(self) -> None:
         """A kept message was sent again: the note over them counts the ones left, and goes

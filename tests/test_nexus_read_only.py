@@ -124,3 +124,20 @@ async def test_a_read_only_window_writes_once_the_other_nexus_has_closed(server,
     tree = CTree.open(str(path), judge="embedding", embed_fn=minilm, read_only=True)
     assert [x.user for x in tree.exchanges] == ["My bicycle is a green Peugeot from 1982.", "Remember that I sold it."]
     tree.vdb.close()
+
+
+def test_the_unanswered_note_of_a_read_only_session_does_not_offer_ctrl_r():
+    """In a read-only window the note said "press Ctrl+R to send it", and Ctrl+R then
+    said "Not sent: … read-only" (a trial)."""
+    from types import SimpleNamespace
+
+    from nexus.replies import Replies
+
+    def note(read_only: bool, n: int) -> str:
+        app = SimpleNamespace(session=SimpleNamespace(read_only=read_only), resend_key=lambda: "Ctrl+R")
+        return Replies.unsent_note(app, n)
+
+    assert note(False, 1) == "1 message above has no answer yet: press Ctrl+R to send it."
+    assert note(True, 1) == ("1 message above has no answer yet: this session is open read-only here, so it waits "
+                             "for the Nexus that writes it.")
+    assert "Ctrl+R" not in note(True, 3) and "they wait" in note(True, 3)
