@@ -319,3 +319,37 @@ def test_the_embedding_veto_reads_the_subject_in_what_the_user_said(minilm):
     ok, why = judge.approve_merge(digest("Running Sunday Stairs", running, False),
                                   digest("Physio Iliotibial Syndrome", physio, False), minilm.embed_batch)
     assert "knee" not in why, why
+
+
+def test_a_veto_holds_for_what_its_topics_joined_since(tmp_path, minilm, server):
+    """The judge refused Alpha with Beta, then approved Alpha with Gamma and Gamma with
+    Beta: Alpha and Beta ended in one topic, the log saying "kept apart" above the merge
+    (a trial). A veto holds for whatever its two topics joined."""
+    import json
+    import re
+
+    def respond(req):
+        asked = req["messages"][-1]["content"]
+        who = set(re.findall(r"\b(Alpha|Beta|Gamma)\b", asked))
+        if "Topic A" in asked:
+            return Reply(json.dumps({"merge": who != {"Alpha", "Beta"}}))
+        if '"summary"' in asked:
+            return Reply(json.dumps({"summary": " and ".join(sorted(who)) + " feed a sourdough starter."}))
+        if '"name"' in asked and '"action"' not in asked:
+            return Reply(json.dumps({"name": " ".join(sorted(who)) + " sourdough"}))
+        writer = re.search(r"User: (Alpha|Beta|Gamma)\b", asked)
+        if "New exchange" in asked and writer:
+            return Reply(json.dumps({"action": "new", "parent": 0, "name": f"{writer.group(1)} sourdough"}))
+        return Reply(json.dumps({"action": "new", "parent": 0, "name": "Other things"}))
+
+    server.respond(respond)
+    tree = CTree.open(str(tmp_path / "v.db"), judge="auto", base_url=server.base_url, embed_fn=minilm)
+    for who, (u, a) in zip(("Alpha", "Gamma", "Beta"), OTHER):  # another subject between: three topics
+        tree.add(ex(f"{who} asks: how do I feed a sourdough starter?", "Feed the sourdough starter flour daily."))
+        tree.add(ex(u, a))
+    res = tree.reorganize(similarity_threshold=0.3)
+    check_invariants(tree)
+    topic = {x.user.split()[0]: x.parent.node_id for x in tree.exchanges}
+    assert res["vetoed"] >= 1 and res["merged"] >= 1, res
+    assert topic["Alpha"] != topic["Beta"], res
+    tree.vdb.close()

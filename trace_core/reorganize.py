@@ -106,6 +106,7 @@ class _RunState:
     before: Before | None = None
     absorbers: set[str] = field(default_factory=set)
     vetoed: set[tuple[str, str]] = field(default_factory=set)
+    merged_into: dict[str, str] = field(default_factory=dict)  # absorbed topic id -> its absorber's
     touched: list[TopicNode] = field(default_factory=list)
     pool: set[str] | None = None
 
@@ -238,6 +239,23 @@ class Reorganizer:
                 t = into[t.node_id]
             return t
 
+        def now(node_id: str) -> str:
+            """The topic a topic's exchanges are in now (earlier rounds' merges, then this one's)."""
+            while True:
+                if node_id in state.merged_into:
+                    node_id = state.merged_into[node_id]
+                elif node_id in into:
+                    node_id = into[node_id].node_id
+                else:
+                    return node_id
+
+        def kept_apart(a: TopicNode, b: TopicNode) -> bool:
+            """A veto holds for whatever its two topics joined since: merging A with C, then
+            C with B, put together the A and B it had refused (a trial logged "kept apart",
+            then the merge)."""
+            ends = {a.node_id, b.node_id}
+            return any({now(x), now(y)} == ends for x, y in state.vetoed)
+
         for k, (i, j, sim) in enumerate(pairs):
             if self._stop():
                 res.cancelled = True
@@ -247,8 +265,8 @@ class Reorganizer:
                 continue  # already one topic
             src_a, src_b = frozen[i], frozen[j]
             key = tuple(sorted((src_a.node_id, src_b.node_id)))
-            if key in state.vetoed:
-                continue  # vetoed in an earlier round: do not ask again
+            if kept_apart(a, b):
+                continue  # vetoed, in this round or an earlier one: not asked again
             if a.node_id in _ancestor_ids(b) or b.node_id in _ancestor_ids(a):
                 res.skipped += 1  # a topic never absorbs its own ancestor or descendant
                 continue
@@ -301,6 +319,7 @@ class Reorganizer:
                 lost = next(t for t in reversed(above) if t not in gone)  # the node that lost a part
                 if lost.is_group:
                     left[lost.node_id] = lost
+                state.merged_into[newer.node_id] = older.node_id
                 state.touched.append(older)  # sorted once in _settle, not per merge
                 state.absorbers.add(older.node_id)
                 grown.append(older)
