@@ -57,16 +57,20 @@ class KeyActions:
         self._side_width(-4)
 
     def action_cancel(self) -> None:
-        """Esc: stop the reply that streams; else leave a selected message for the input."""
+        """Esc: close the inspector; from the tree or a selected message, back to the input
+        (a user browsing while a reply streams must not stop it); else stop what runs."""
         self._on_main_screen()
-        if self.query_one(NodeInspector).close() or self.scenarios.cancel():
-            return  # the inspector, then a running scenario, take Esc before the reply does
+        if self.query_one(NodeInspector).close():
+            return
+        if self.focused is not None and self.focused is not self.query_one("#prompt"):
+            self.action_focus_input()
+            return
+        if self.scenarios.cancel():
+            return  # a running scenario takes Esc before the reply does
         if self.busy_with_long_command():  # /load, /ingest stop at their next step
             self.cancel_long.set()
         if self.turn is not None:  # that request only, before its first byte too
             self.turn.cancel()
-        elif self.focused is not self.query_one("#prompt"):
-            self.action_focus_input()
 
     def action_focus_input(self) -> None:
         self._on_main_screen()

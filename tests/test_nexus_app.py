@@ -329,6 +329,13 @@ async def test_escape_cancels_a_reply_and_keeps_the_partial_text(server, tmp_pat
         await ready(app, pilot)
         await type_and_send(pilot, app, "count for me")
         await wait_for(pilot, lambda: app.current_reply is not None and "word3" in app.current_reply.text)
+        # browsing the tree while it streams: Esc there only comes back to the input (a
+        # trial's Esc in the tree pane stopped the reply)
+        await pilot.press("ctrl+b")
+        await wait_for(pilot, lambda: app.focused is app.query_one("#tree"))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.focused is app.query_one("#prompt"))
+        assert app.turn is not None and not app.session.tree.exchanges
         await pilot.press("escape")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         stored = app.session.tree.exchanges[0].assistant
