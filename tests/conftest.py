@@ -18,6 +18,29 @@ for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY"):
     os.environ.pop(var, None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_tmux_servers():
+    """Real-terminal tests run tmux servers of their own, in a fresh short socket folder:
+    never a developer's tmux, nor a stale or unsafe /tmp/tmux-UID left by someone else."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="nxtmux-", dir="/tmp")  # short: a socket path has ~100 bytes
+    before = os.environ.get("TMUX_TMPDIR")
+    os.environ["TMUX_TMPDIR"] = folder
+    os.environ.pop("TMUX", None)  # run from inside tmux, tests would otherwise reach its server
+    yield folder
+    if shutil.which("tmux"):
+        for sock in Path(folder).glob("tmux-*/*"):
+            subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True, check=False)
+    shutil.rmtree(folder, ignore_errors=True)
+    if before is None:
+        os.environ.pop("TMUX_TMPDIR", None)
+    else:
+        os.environ["TMUX_TMPDIR"] = before
+
+
 @pytest.fixture(autouse=True)
 def private_data_dir(tmp_path, monkeypatch):
     """Every test has a data dir of its own: none reads or writes a real user's sessions,

@@ -20,7 +20,9 @@ SOCKET = f"nexus-leave-{os.getpid()}"  # a tmux server of its own: no one else's
 
 
 def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", "-L", SOCKET, *args], capture_output=True, text=True, check=False).stdout
+    done = subprocess.run(["tmux", "-L", SOCKET, *args], capture_output=True, text=True, check=False)
+    assert args[0] != "new-session" or done.returncode == 0, f"tmux could not open a terminal: {done.stderr}"
+    return done.stdout
 
 
 def wait_screen(name: str, text: str, seconds: float) -> str:

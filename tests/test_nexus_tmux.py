@@ -16,7 +16,10 @@ ROOT = Path(__file__).parent.parent
 
 
 def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=False).stdout
+    done = subprocess.run(["tmux", *args], capture_output=True, text=True, check=False)
+    # a terminal that could not open is the one failure to name in tmux's own words
+    assert args[0] != "new-session" or done.returncode == 0, f"tmux could not open a terminal: {done.stderr}"
+    return done.stdout
 
 
 def screen(name: str) -> str:
