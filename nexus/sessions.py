@@ -196,15 +196,20 @@ def export_refusal(target: Path, session: Path) -> str | None:
         resolved = target.resolve()
     except OSError as exc:
         return f"{target} cannot be used ({exc})"
-    own = {f.resolve() for f in [*files_of(session), log_path(session), Path(f"{session}.lock")]}
-    if resolved in own:
+    own = [*files_of(session), log_path(session), Path(f"{session}.lock")]
+    if resolved in {f.resolve() for f in own} or _inode(resolved) in {_inode(f) for f in own} - {None}:
         return f"{target} is a file of the open session; writing onto it would destroy the session"
     try:
-        in_sessions = resolved.parent == sessions_dir().resolve()
+        folder = sessions_dir().resolve()
     except OSError:
-        in_sessions = False
-    if in_sessions and resolved.name.endswith(SESSION_FILE_ENDINGS):
+        folder = None
+    if folder is not None and resolved.parent == folder and resolved.name.endswith(SESSION_FILE_ENDINGS):
+        if not resolved.exists():
+            return f"{target} has the name of a session's file in Nexus's sessions folder; an export is never written there"
         return f"{target} is a session's file in Nexus's sessions folder; writing onto it would destroy that session"
+    if folder is not None and _inode(resolved) in _inodes_of_sessions(folder):
+        # a hard link: another name for a session's file (its -shm holds no magic to see)
+        return f"{target} is another name (a hard link) for a session's file; writing onto it would destroy that session"
     try:
         if resolved.is_dir():
             return f"{target} is a folder"
@@ -219,6 +224,23 @@ def export_refusal(target: Path, session: Path) -> str | None:
     if len(head) >= 4 and int.from_bytes(head[:4], "big") in WAL_MAGIC:
         return f"{target} is a SQLite write-ahead log (a session's); an export never overwrites one"
     return None
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    """The (device, inode) pair naming the file itself, whatever name reaches it."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _inodes_of_sessions(folder: Path) -> set[tuple[int, int]]:
+    try:
+        names = [p for p in folder.iterdir() if p.name.endswith(SESSION_FILE_ENDINGS)]
+    except OSError:
+        return set()
+    return {i for i in map(_inode, names) if i is not None}
 
 
 def replaced_file(target: Path, own_kind: bytes) -> int | None:

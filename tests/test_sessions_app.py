@@ -560,8 +560,9 @@ class Terminal:
         env |= {var: "" for var in ENV_MAP if var not in env}  # empty: unset for Nexus
         sets = [arg for k, v in env.items() for arg in ("-e", f"{k}={v}")]
         cmd = f"{sys.executable} -m nexus --no-web --session {session}; echo EXITED $? > {self.rc}"
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "120", "-y", "40", *sets, cmd],
-                       env={**os.environ, **env}, check=True)
+        done = subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "120", "-y", "40", *sets, cmd],
+                              env={**os.environ, **env}, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, f"tmux could not open a terminal: {done.stderr}"
 
     def screen(self) -> str:
         return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True).stdout
@@ -903,3 +904,36 @@ def test_reading_a_session_is_not_a_write_in_the_listing(tmp_path, minilm, data_
         assert sessions.footprint(newer)[0] > now - 60
     finally:
         tree.close()
+
+
+def test_export_refuses_another_name_for_a_session_file(tmp_path, data_dir):
+    """A confirmed /export onto a hard link of the open session's -shm overwrote the
+    shared memory under SQLite: Nexus died of a bus error and the message was lost (a
+    trial). A hard link has no name or magic to see: the file itself is compared."""
+    import sqlite3
+
+    from nexus import sessions
+
+    folder = sessions.sessions_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    mine, other = tmp_path / "mine.db", folder / "other.db"
+    held = []
+    for db in (mine, other):
+        con = sqlite3.connect(db)
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("CREATE TABLE t (x)")
+        con.execute("INSERT INTO t VALUES (1)")
+        held.append(con)  # open: its -shm exists
+    try:
+        for n, source in enumerate([Path(f"{mine}-shm"), Path(f"{other}-shm")]):
+            link = tmp_path / f"notes{n}.md"
+            os.link(source, link)
+            refusal = sessions.export_refusal(link, mine)
+            assert refusal and "destroy" in refusal, (source, refusal)
+        assert sessions.export_refusal(tmp_path / "fresh.md", mine) is None
+        # a new name in the sessions folder: refused, without saying a session is there
+        new = sessions.export_refusal(folder / "notes.db", mine)
+        assert new and "never written there" in new and "destroy" not in new
+    finally:
+        for con in held:
+            con.close()
