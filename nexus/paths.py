@@ -114,3 +114,17 @@ def write_problem(path: Path, exc: OSError) -> str:
     else:
         why = (exc.strerror or type(exc).__name__).lower()
     return f"{path} could not be written ({why})"
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why Nexus cannot keep files in ``folder`` (made if missing), or None. A file is
+    made and removed there: permissions alone do not tell (root, read-only mounts)."""
+    import tempfile
+
+    try:
+        private_dir(folder)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        return write_problem(folder, exc)
+    return None

@@ -172,11 +172,18 @@ def test_a_bad_dotenv_value_names_the_file_not_the_environment(tmp_path, monkeyp
     assert "memory.judge in ./.env (NEXUS_JUDGE) must be one of" in capsys.readouterr().err
 
 
+def IN_A_FILE(d):  # noqa: N802 - a data folder under a file
+    (d / "afile").write_text("x")
+
+
 @pytest.mark.parametrize("make, said", [
     (lambda d: (d / "xdg" / "nexus" / "nexus.toml").write_bytes(b"\xff\xfe[memory]\n"), "nexus.toml: not UTF-8 text"),
     (lambda d: (d / "xdg" / "nexus" / "nexus.toml").mkdir(), "nexus.toml: cannot be read (it is a folder)"),
     (lambda d: (d / ".env").write_bytes(b"NEXUS_JUDGE=\xff\xfe\n"), ".env: not UTF-8 text"),
-    (lambda d: (d / "afile").write_text("x"), "the data folder cannot be used: "),
+    (IN_A_FILE, "the data folder cannot be used: "),
+    # the sessions folder was there, its logs folder could not be made: the app opened and
+    # kept typed messages in a queue that quitting lost (a trial)
+    (lambda d: (d / "data" / "logs").write_text("x"), "the data folder cannot be used: "),
 ])
 def test_unreadable_settings_and_an_unusable_data_folder_stop_with_one_line(tmp_path, monkeypatch, capsys, make,
                                                                            said):
@@ -185,7 +192,8 @@ def test_unreadable_settings_and_an_unusable_data_folder_stop_with_one_line(tmp_
 
     (tmp_path / "xdg" / "nexus").mkdir(parents=True)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "afile" if "data folder" in said else tmp_path / "data"))
+    (tmp_path / "data" / "sessions").mkdir(parents=True)
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / ("afile" if make is IN_A_FILE else "data")))
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("NEXUS_JUDGE", raising=False)
     make(tmp_path)
