@@ -59,6 +59,8 @@ class ChatSession:
         self.turn: Turn | None = None  # the request in flight
         self.kept: list[str] = []  # messages without an answer (failed, empty, cancelled early): resend with a key
         self.latest_kept: str | None = None  # the one whose failure was said last (Ctrl+R's hint is under it)
+        # the newest message written, while it has no answer: /edit's after /clear took the chat's bubbles
+        self.newest_unanswered: str | None = None
         # kept messages of /retry and /edit: the exchange their answer is to replace
         self.replacing: dict[str, int] = {}
         self._kept_saved: list[str] = []
@@ -96,6 +98,7 @@ class ChatSession:
         if self.settings.web is False:  # /web off is kept with the session (a restart turned it on again);
             self.web_enabled = False    # off wins: a session's "on" never overrides --no-web or the config
         self.kept = load_kept(tree.vdb)
+        self.newest_unanswered = self.kept[-1] if self.kept else None  # kept last time: written last
         self.versions = ReplyVersions.load(tree.vdb)
         self._kept_saved = list(self.kept)  # what the file holds: written only when it differs
         if not read_only:
@@ -308,6 +311,7 @@ class ChatSession:
                 note = f"reply cut at the max_tokens limit ({max_tokens})"
                 reply += "\n\n[reply cut at max_tokens]"
             self.emit(ev.ReplyFinished(reply, False, sources, turn.id, note=note))
+        retried = self.is_retry(text, turn)  # a question written before: not the newest written
         try:
             node = self.remember(text, reply, index=False, replace=turn.replace)
             turn.stored = (node.index, node.timestamp)
@@ -317,9 +321,9 @@ class ChatSession:
             parked.keep_unstored(self.path, self.unstored)
             self.emit(ev.StoreFailed(text, reply, store_problem(exc), turn.id))
             self.reload()
-            self.let_go(text)
+            self.let_go(text, retried)
             return None
-        self.let_go(text)
+        self.let_go(text, retried)
         return reply
 
     def hold_in_flight(self, text: str) -> None:
@@ -334,8 +338,10 @@ class ChatSession:
         except Exception as exc:  # the message is on screen and in the prompt history
             log.warning("the message being answered could not be held in the session file: %s", exc)
 
-    def let_go(self, text: str) -> None:
+    def let_go(self, text: str, retried: bool = False) -> None:
         """The exchange of ``text`` is stored (or kept as unstored): the unsent row lets it go."""
+        if not retried or text == self.newest_unanswered:
+            self.newest_unanswered = None
         if text in self.kept:  # answered now (a resend)
             self.kept.remove(text)
             self.replacing.pop(text, None)
@@ -380,7 +386,7 @@ class ChatSession:
         if self.is_retry(text, turn):
             return False
         self.keep_unsent([text])
-        self.latest_kept = text
+        self.latest_kept = self.newest_unanswered = text
         if turn is not None and turn.replace and self.tree is not None and self.tree.exchanges:
             self.replacing[text] = len(self.tree.exchanges) - 1  # its resend replaces it too
         else:

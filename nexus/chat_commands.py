@@ -193,13 +193,21 @@ class ChatCommands:
         A /retry's message was written before: after "no answer", /retry and /undo-retry,
         /edit took the retried exchange (a trial)."""
         shown = [m for m in self.query(UserMessage) if not m.regenerated]
-        newest = shown[-1] if shown else None
-        if newest is None or newest.state != UNSENT_STATE or self.session is None \
-                or self.session.take_kept(newest.text) is None:
+        if self.session is None:
             return False
-        newest.remove()
+        if not shown:  # /clear took the bubbles: the session knows (a trial's /edit took an answered #N)
+            text = self.session.newest_unanswered
+            if text is None or self.session.take_kept(text) is None:
+                return False
+        else:
+            newest = shown[-1]
+            if newest.state != UNSENT_STATE or self.session.take_kept(newest.text) is None:
+                return False
+            text = newest.text
+            newest.remove()
+        self.session.newest_unanswered = None
         prompt = self.query_one("#prompt", PromptInput)
-        self.call_after_refresh(setattr, prompt, "value", newest.text)  # after the submit clears the input
+        self.call_after_refresh(setattr, prompt, "value", text)  # after the submit clears the input
         prompt.focus()
         self.editing = None
         self.chat_notice("Editing your message that got no answer: Enter sends it.")

@@ -775,6 +775,19 @@ async def test_edit_takes_the_newest_message_written_not_a_retried_one(server, t
         await type_and_send(pilot, app, "/edit")
         await wait_for(pilot, lambda: app.query_one("#prompt").value == "What is the capital of Australia?")
         assert "Editing your message that got no answer" in notices(app)
+        # after /clear no bubble says which message had no answer: the session does (a
+        # trial's /edit then took the answered #0)
+        app.query_one("#prompt").value = ""
+        server.respond(chat_only(lambda req: Reply("")))
+        await type_and_send(pilot, app, "What is the capital of Australia?")
+        await wait_for(pilot, lambda: app.session.pending == "What is the capital of Australia?")
+        await wait_for(pilot, lambda: app.turn is None and not app.outbox)
+        await type_and_send(pilot, app, "/clear")
+        await wait_for(pilot, lambda: not list(app.query(UserMessage)))
+        await type_and_send(pilot, app, "/edit")
+        await wait_for(pilot, lambda: "Editing your message that got no answer" in notices(app))
+        assert app.query_one("#prompt").value == "What is the capital of Australia?"
+        assert app.session.pending is None
 
 
 async def test_an_edit_that_can_no_longer_replace_its_exchange_says_so(server, tmp_path, minilm, data_dir):
