@@ -274,6 +274,11 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
                 self.defer_command(line)
             else:
                 self.chat_notice(f"/{parsed.command.name} needs a session: {exc}.", "warning")
+        except OSError as exc:  # a file the command was given: said in words, its name cut to fit
+            from .paths import os_problem
+
+            self.chat_notice(f"/{parsed.command.name} failed: {os_problem(exc)}.", "error")
+            self.log_line(f"/{parsed.command.name} failed: {type(exc).__name__}: {exc}", "error")
         except Exception as exc:  # a command never crashes the app
             self.chat_notice(f"/{parsed.command.name} failed: {exc}", "error")
             self.log_line(f"/{parsed.command.name} failed: {type(exc).__name__}: {exc}", "error")

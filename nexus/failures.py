@@ -73,6 +73,10 @@ ANY = Failure("A background task failed")
 
 
 def reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.errno is not None:  # "[Errno 36] …: '<300 characters>'" in words
+        from .paths import os_problem
+
+        return os_problem(exc)
     return str(exc) or type(exc).__name__
 
 

@@ -89,12 +89,34 @@ def write_problem(path: Path, exc: OSError) -> str:
     """Why ``path`` could not be written, in words, naming ``path`` (never the temporary
     file an atomic write used): ``/x/y.md could not be written (permission denied)``."""
     path = Path(path)
-    code = exc.errno
-    if code == errno.ENOENT:
+    if exc.errno == errno.ENOENT:
         there = path.parent
         while not there.is_dir() and there != there.parent:
             there = there.parent
         why = f"the folder {there} does not take new files"
+    else:
+        why = os_reason(exc)
+    return f"{shown_path(path)} could not be written ({why})"
+
+
+def shown_path(path: Path | str, limit: int = 120) -> str:
+    """A path for a notice: one too long for any file system is cut in its middle."""
+    text = str(path)
+    return text if len(text) <= limit else text[: limit // 2 - 1] + "…" + text[-(limit // 2 - 1):]
+
+
+def os_problem(exc: OSError) -> str:
+    """An ``OSError`` of a file in words: ``/x/y cannot be used (the name is too long)``
+    (a raw "[Errno 36] File name too long: '<300 characters>'" reached the chat)."""
+    if exc.filename is None:
+        return os_reason(exc)
+    return f"{shown_path(exc.filename)} cannot be used ({os_reason(exc)})"
+
+
+def os_reason(exc: OSError) -> str:
+    code = exc.errno
+    if code == errno.ENOENT:
+        why = "there is no such file or folder"
     elif code in (errno.EACCES, errno.EPERM):
         why = "permission denied"
     elif code == errno.EROFS:
@@ -111,9 +133,11 @@ def write_problem(path: Path, exc: OSError) -> str:
         why = "it is a folder"
     elif code == errno.ENAMETOOLONG:
         why = "the name is too long"
+    elif code == errno.ELOOP:
+        why = "a loop of links"
     else:
         why = (exc.strerror or type(exc).__name__).lower()
-    return f"{path} could not be written ({why})"
+    return why
 
 
 def folder_problem(folder: Path) -> str | None:

@@ -937,3 +937,18 @@ def test_export_refuses_another_name_for_a_session_file(tmp_path, data_dir):
     finally:
         for con in held:
             con.close()
+
+
+async def test_a_name_too_long_for_the_file_system_is_said_in_words(server, tmp_path, minilm, data_dir):
+    """/open, /delete, /repair, /load and /ingest of a 300-character name showed
+    "[Errno 36] File name too long: '<the 300 characters>'" (a trial)."""
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    long = "x" * 300
+    async with app.run_test(size=(160, 50)) as pilot:
+        await ready(app, pilot)
+        for n, command in enumerate(("open", "delete", "repair", "load", "ingest"), 1):
+            await type_and_send(pilot, app, f"/{command} {long}")
+            await wait_for(pilot, lambda n=n: notices(app).count("(the name is too long)") == n)
+        said = notices(app)
+        assert "[Errno" not in said and long not in said and "…" in said
