@@ -70,6 +70,10 @@ def _range(lo: float, hi: float | None = None, lo_open: bool = False) -> dict:
 HTTP_URL = "an http:// or https:// URL with a host, e.g. http://127.0.0.1:1234/v1"
 
 
+FLAG_OF = {("server", "base_url"): "--base-url", ("models", "chat"): "--model", ("models", "memory"): "--memory-model",
+           ("memory", "embed"): "--embed", ("web", "enabled"): "--no-web"}  # the flags nexus sets these by
+
+
 def http_url_problem(url: str) -> str | None:
     """What keeps ``url`` from being a server's address, in words, or None. "http://",
     "http://[::1", "http://localhost:99999/v1" and one with a space passed a check of the
@@ -84,7 +88,9 @@ def http_url_problem(url: str) -> str | None:
         parts = urlsplit(url)
         port = parts.port  # raises on a port that is no number or out of range
     except ValueError as exc:
-        return f"it cannot be read ({exc})"
+        if "port" in str(exc).lower():
+            return "its port is not a number from 1 to 65535"
+        return f"it cannot be read: {str(exc)[:1].lower()}{str(exc)[1:]}"
     if not parts.hostname:
         return "it names no host"
     if port == 0:
@@ -94,7 +100,7 @@ def http_url_problem(url: str) -> str | None:
 
 @dataclass(frozen=True)
 class ServerSettings:
-    base_url: str = field(metadata={"check": (lambda v: http_url_problem(v) is None, HTTP_URL)})
+    base_url: str = field(metadata={"check": (lambda v: http_url_problem(v) is None, HTTP_URL), "why": http_url_problem})
     api_key: str
     kind: str = field(metadata=_one_of("auto", "lmstudio", "ollama", "openai"))
     timeout: float = field(metadata=_range(0, lo_open=True))
@@ -199,7 +205,9 @@ def _checked(layer: dict, source: str) -> dict:
             value = _typed(value, want, f"{section}.{key} in {source}")
             check = f.metadata.get("check")
             if check and not check[0](value):
-                raise ConfigError(f"{section}.{key} in {source} must be {check[1]}, not {value!r}")
+                why = f.metadata.get("why")  # which part is wrong: "with a host" misled over a bad port
+                raise ConfigError(f"{section}.{key} in {source} must be {check[1]}, not {value!r}"
+                                  + (f" ({why(value)})" if why else ""))
             out.setdefault(section, {})[key] = value
     return out
 
@@ -346,7 +354,8 @@ def load_config(flags: dict | None = None, env: dict | None = None, user_file: P
             chosen.add((section, key))
     for (section, key), value in (flags or {}).items():
         if value is not None:
-            data[section][key] = _checked({section: {key: value}}, f"the command line ({section}.{key})")[section][key]
+            flag = FLAG_OF.get((section, key), f"{section}.{key}")
+            data[section][key] = _checked({section: {key: value}}, f"the command line ({flag})")[section][key]
             chosen.add((section, key))
     _validate_keys(data.get("keys", {}), ", ".join(sources))
     return Config(data, sources, chosen)

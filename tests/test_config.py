@@ -203,13 +203,17 @@ def test_unreadable_settings_and_an_unusable_data_folder_stop_with_one_line(tmp_
     assert len(err.strip().splitlines()) == 1, err
 
 
-@pytest.mark.parametrize("url", ["http://", "http://[::1", "http://localhost:99999/v1", "http://a%20b /v1",
-                                 "http://host:0/v1", "https://:8080/v1"])
-def test_a_server_address_that_names_no_usable_server_stops_the_start(tmp_path, url):
+@pytest.mark.parametrize("url, why", [("http://", "it names no host"), ("http://[::1", "it cannot be read: invalid IPv6"),
+                                      ("http://localhost:99999/v1", "its port is not a number from 1 to 65535"),
+                                      ("http://a%20b /v1", "it holds a space"), ("http://host:0/v1", "port 0 is"),
+                                      ("https://:8080/v1", "it names no host")])
+def test_a_server_address_that_names_no_usable_server_stops_the_start(tmp_path, url, why):
     """These passed a check of the scheme alone, then failed later in garbled words
-    ("No model server answers at http:: str: no host given") — a trial."""
-    with pytest.raises(ConfigError, match="must be an http:// or https:// URL with a host"):
+    ("No model server answers at http:: str: no host given") — a trial. The message says
+    which part is wrong, and the flag by its name (a bad port read as "with a host")."""
+    with pytest.raises(ConfigError, match="must be an http:// or https:// URL with a host") as caught:
         load_config({("server", "base_url"): url}, env={}, user_file=tmp_path / "none.toml")
+    assert f"({why}" in str(caught.value) and "the command line (--base-url)" in str(caught.value)
 
 
 def test_good_addresses_pass_and_a_flag_overrides_a_bad_environment_value(tmp_path):
