@@ -221,6 +221,7 @@ async def test_failures_are_reported_in_words_kept_and_never_stored(server, tmp_
         (Reply("", chunks=["<think>hmm</think>", "  "]), None),  # reasoning only: no answer
         (Reply("", chunks=["User", ":\n"]), None),  # a bare role label (the bundled model's): no answer
         (Reply("", chunks=["user"]), None),  # …without its colon
+        (Reply("", chunks=["Me", ":"]), None),  # a chat label alone, with its colon (a trial stored "Me:")
         (Reply("", chunks=["[2026-12-03]"]), None),  # the memory block's date line, copied
         (Reply("", chunks=[" | "]), None),  # a symbol
     ]

@@ -334,7 +334,10 @@ def message_parts(text: str, previous: str = "", context_chars: int = 300) -> li
 # role label ("User:", "user"), the memory block's date lines ("[2026-12-03]", also
 # written "[2015-7-18]"), the system prompt's fixed lines, symbols
 ROLE_WORDS = ("user", "assistant", "model", "system")
-_BARE_LABEL = re.compile(r"^\s*(?:" + "|".join(ROLE_WORDS) + r")\s*:?\s*$", re.I)
+# the labels small models write for a turn ("Me:", "AI:"): alone, with their colon, no answer
+CHAT_LABELS = ("me", "you", "ai", "human", "bot", "answer", "response", "reply", "q", "a")
+_BARE_LABEL = re.compile(r"^\s*(?:(?:" + "|".join(ROLE_WORDS) + r")\s*:?|(?:" + "|".join(CHAT_LABELS)
+                         + r")\s*:)\s*$", re.I)
 _DATE_LINE = re.compile(r"\[\d{4}-\d{1,2}-\d{1,2}\]")
 _DATE_LINE_BEGUN = re.compile(r"\[[\d-]{0,9}\Z")  # a date line a stream has begun
 _WORD_CHAR = re.compile(r"[^\W_]")  # a letter or digit, in any script
