@@ -221,3 +221,49 @@ def test_a_reason_never_reads_as_its_own_threshold():
 
     assert _vs(0.2996, 0.30) == "0.2996" and _vs(0.3012, 0.30) == "0.3012"
     assert _vs(0.41, 0.30) == "0.41" and _vs(0.12, 0.30) == "0.12"
+
+
+def test_the_tree_can_be_read_while_the_llm_judge_thinks(server, minilm):
+    """The LLM judge was asked inside the tree's lock: the tree pane, the inspector and
+    recall waited the whole call (9 s on the bundled model, a trial). Readers now get the
+    lock while it thinks, and the exchange is filed where the judge said."""
+    import threading
+    import time
+
+    server.respond(lambda req: Reply('{"action": "new", "parent": 0, "name": "Black Holes"}', delay=1.5)
+                   if "New exchange" in req["messages"][-1]["content"] else Reply('{"summary": "x"}'))
+    tree = llm_tree(server, minilm)
+    adding = threading.Thread(target=tree.add, args=(ex("what is a black hole?"),))
+    adding.start()
+    while not server.chat_requests():  # the judge has been asked
+        time.sleep(0.01)
+    assert tree.lock.acquire(timeout=10)
+    try:
+        assert not tree.exchanges, "the reader got the tree only after the judge had answered"
+    finally:
+        tree.lock.release()
+    adding.join(10)
+    assert [t.topic_name for t in tree.root.topic_children] == ["Black Holes"]
+    check_invariants(tree)
+
+
+def test_two_adds_at_once_each_decided_in_the_tree_it_lands_in(server, minilm):
+    """Decided outside the lock, a placement is taken again when another add() filed an
+    exchange meanwhile: both are filed, in order, and the tree stays valid."""
+    import threading
+
+    server.respond(lambda req: Reply('{"action": "continue"}', delay=0.5)
+                   if "New exchange" in req["messages"][-1]["content"] else Reply('{"summary": "x"}'))
+    tree = llm_tree(server, minilm)
+    tree.add(ex("what is a black hole?"))
+    threads = [threading.Thread(target=tree.add, args=(ex(q),)) for q in ("how big are they?", "do they evaporate?")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert sorted(x.user for x in tree.exchanges[1:]) == ["do they evaporate?", "how big are they?"]
+    assert [x.index for x in tree.exchanges] == [0, 1, 2]
+    # one question for the first exchange, one each for the two, and one again for the one
+    # filed second, in the tree the other left
+    assert sum("New exchange" in r["messages"][-1]["content"] for r in server.chat_requests()) == 4
+    check_invariants(tree)

@@ -50,11 +50,29 @@ class Placer:
         self.summaries = summaries
         self.group_names = group_names
 
-    def place(self, node: MessageNode, vector: np.ndarray) -> Placed:
-        """Put ``node`` (the next exchange, unit ``vector``) in the tree. Call under the tree's lock."""
+    def prepare(self, user: str, assistant: str, vector: np.ndarray) -> tuple[PlacementContext, tuple]:
+        """What the judges are asked about the next exchange, and the state it was read
+        in (``state()``). Call under the tree's lock; ask the judges outside it."""
+        self.judges.embedding.observe(user, assistant)
+        return self.context(user, assistant, vector), self.state()
+
+    def state(self) -> tuple:
+        """What a placement decision depends on: the exchanges so far and the active path
+        with its names. Unchanged, a decision taken outside the lock still holds."""
+        return len(self.model.exchanges), tuple((t.node_id, t.topic_name) for t in self.model.active_path())
+
+    def decide(self, ctx: PlacementContext) -> Placement:
+        """The judges' decision (an LLM call, maybe: seconds on a small local model)."""
+        return self.judges.place(ctx)
+
+    def place(self, node: MessageNode, vector: np.ndarray, placement: Placement | None = None) -> Placed:
+        """Put ``node`` (the next exchange, unit ``vector``) in the tree, where ``placement``
+        (decided in the tree's present state) says, or where the judges decide now. Call
+        under the tree's lock."""
         model = self.model
-        self.judges.embedding.observe(node.user, node.assistant)
-        placement = self.judges.place(self.context(node, vector))
+        if placement is None:
+            self.judges.embedding.observe(node.user, node.assistant)
+            placement = self.decide(self.context(node.user, node.assistant, vector))
         old_path = model.active_path()
         topic = self._attach(node, vector, placement)
         filed_under = topic.parent
@@ -79,7 +97,7 @@ class Placer:
                     out.append((t, before))
         return out
 
-    def context(self, node: MessageNode, vector: np.ndarray) -> PlacementContext:
+    def context(self, user: str, assistant: str, vector: np.ndarray) -> PlacementContext:
         model = self.model
         path = model.active_path()
         recent = None
@@ -90,7 +108,7 @@ class Placer:
             else:
                 recent = model.vectors.node(model.current)
         path_vecs = [None] + [model.vectors.node(t) for t in path[1:]]
-        return PlacementContext([t.topic_name for t in path], node.user, node.assistant, vector, recent, path_vecs)
+        return PlacementContext([t.topic_name for t in path], user, assistant, vector, recent, path_vecs)
 
     def _attach(self, node: MessageNode, vector: np.ndarray, placement: Placement) -> TopicNode:
         model = self.model

@@ -171,16 +171,23 @@ class CTree(TreeReading):
         self._refuse_if_read_only("add an exchange")
         started = time.perf_counter()
         ts = timestamp or datetime.now(UTC).isoformat(timespec="seconds")
+        by_role = {m["role"]: m["content"] for m in msgs}
+        with self._lock:
+            vecs = self.embed_fn.embed_batch([m["content"] for m in msgs])
+            role_vecs = dict(zip([m["role"] for m in msgs], vecs))
+            vector = exchange_vector(role_vecs["user"], role_vecs["assistant"])
+            ctx, state = self.placer.prepare(by_role["user"], by_role["assistant"], vector)
+        # the judges outside the lock: an LLM judge takes seconds on a small model, and
+        # the tree pane, the inspector and recall wait for the lock (9 s in a trial)
+        decided = self.placer.decide(ctx)
         with self._lock:
             index = len(self.structure.exchanges)
             node = MessageNode(index, msgs, ts)
-            role_texts = [m["content"] for m in msgs]
-            vecs = self.embed_fn.embed_batch(role_texts)
             if self._vdb is not None and index == 0:
                 self._check_embedder()
-            role_vecs = dict(zip([m["role"] for m in msgs], vecs))
-            vector = exchange_vector(role_vecs["user"], role_vecs["assistant"])
-            placed = self.placer.place(node, vector)
+            if self.placer.state() != state:  # another writer moved the tree meanwhile: decided again, here
+                decided = self.placer.decide(self.placer.context(node.user, node.assistant, vector))
+            placed = self.placer.place(node, vector, decided)
             placement, topic, frozen = placed.placement, placed.topic, placed.frozen
             if self._store is not None:
                 self._store.persist_add(node, msgs, vecs, frozen, placed.new_topics, placed.renamed)
