@@ -42,13 +42,24 @@ class KeyActions:
     # columns, to SIDE_WIDEST at most and never leaving the chat under CHAT_NARROWEST
     SIDE_NARROWEST, SIDE_WIDEST, CHAT_NARROWEST = 16, 120, 40
 
+    def _widest_side(self, screen_width: int) -> int:
+        return max(self.SIDE_NARROWEST, min(self.SIDE_WIDEST, screen_width - self.CHAT_NARROWEST))
+
     def _side_width(self, step: int) -> None:
         self._on_main_screen()
         t = self.query_one("#tree")
-        widest = max(self.SIDE_NARROWEST, min(self.SIDE_WIDEST, self.size.width - self.CHAT_NARROWEST))
+        widest = self._widest_side(self.size.width)
         # outer: the width style includes border and padding
         t.styles.width = min(max(t.outer_size.width + step, self.SIDE_NARROWEST), widest)
         t.styles.max_width, t.styles.min_width = widest, self.SIDE_NARROWEST
+
+    def fit_side(self, screen_width: int) -> None:
+        """A tree pane widened by hand keeps the chat its 40 columns when the terminal
+        shrinks (it kept its width, the chat squeezed to 12: a trial), and gets its width
+        back when the terminal grows again."""
+        panes = self.query("#tree")
+        if panes and panes.first().styles.inline.has_rule("max_width"):  # set by Ctrl+←/→
+            panes.first().styles.max_width = self._widest_side(screen_width)
 
     def action_grow_side(self) -> None:
         self._side_width(4)

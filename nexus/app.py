@@ -200,6 +200,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
 
     def on_resize(self, event) -> None:
         self.update_header(event.size.width)  # the app's own size is the old one still, here
+        self.fit_side(event.size.width)
 
     # --- messages from workers -----------------------------------------------------------
 

@@ -276,6 +276,15 @@ async def test_every_readme_key_works_with_the_input_focused(server, tmp_path, m
             await press("ctrl+right")
         await pilot.pause(0.05)
         assert app.size.width - tree.outer_size.width >= 40 and tree.outer_size.width > width
+        widened = tree.outer_size.width
+        # the terminal shrinks: the chat keeps its 40 columns (the pane kept its width, a trial);
+        # it grows again: the pane gets its width back
+        await pilot.resize_terminal(app.size.width - 30, app.size.height)
+        await pilot.pause(0.2)
+        assert app.size.width - tree.outer_size.width >= 40, (app.size.width, tree.outer_size.width)
+        await pilot.resize_terminal(app.size.width + 30, app.size.height)
+        await pilot.pause(0.2)
+        assert tree.outer_size.width == widened
         # PageUp / PageDown scroll the chat (test_page_up_and_down_scroll_the_chat_while_typing), the text kept
         prompt.value = "a draft"
         await press("pageup")
