@@ -563,3 +563,15 @@ def test_started_by_hand_the_server_serves_the_bundled_model():
     assert args[args.index("--interrupt_requests") + 1] == "False" and args[:2] == ["--port", "8080"]
     mine = with_defaults(["--model", "my.gguf", "--model_alias=mine", "--interrupt_requests", "True"])
     assert mine == ["--model", "my.gguf", "--model_alias=mine", "--interrupt_requests", "True"]
+
+
+def test_amx_is_read_off_the_cpu_flags(tmp_path):
+    """On an AMX CPU the bundled server died of signal 11 at every reply (llama.cpp's AMX
+    buffers); the real-server tests here are what show the fix, this shows the check."""
+    from trace_core.local_server import has_amx
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f amx_bf16 amx_tile amx_int8\n")
+    assert has_amx(str(info))
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse avx2\n")
+    assert not has_amx(str(info)) and not has_amx(str(tmp_path / "none"))

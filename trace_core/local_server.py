@@ -488,7 +488,38 @@ def stream_or_again(chunks: Iterator[dict], again: Callable[[], Iterator[dict]] 
         yield _with_content(held[-1], None, "stop")
 
 
+def has_amx(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """The CPU has Intel AMX (Sapphire Rapids and later)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as fh:
+            return any(line.startswith("flags") and " amx_int8" in line for line in fh)
+    except OSError:
+        return False
+
+
+def without_extra_buffers() -> None:
+    """llama.cpp's AMX buffers crash the first decode of a Q4_K_M model on AMX CPUs
+    (ggml-org/llama.cpp#20824, no fix upstream; signal 11 on every reply here, on a
+    Sapphire Rapids machine): the weights stay in plain CPU buffers, as on any other
+    CPU. ``Llama()`` sets no such field itself, so its default parameters carry it."""
+    import llama_cpp.llama_cpp as lib
+
+    defaults = lib.llama_model_default_params
+    if getattr(defaults, "without_extra_buffers", False):
+        return
+
+    def params():
+        p = defaults()
+        p.use_extra_bufts = False
+        return p
+
+    params.without_extra_buffers = True  # type: ignore[attr-defined]
+    lib.llama_model_default_params = params
+
+
 def main(argv: list[str] | None = None) -> None:
+    if has_amx():
+        without_extra_buffers()
     ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--reply_max_tokens", type=int, default=REPLY_MAX_TOKENS)
     ap.add_argument("--min_repeat_penalty", type=float, default=MIN_REPEAT_PENALTY)
