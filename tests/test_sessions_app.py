@@ -108,6 +108,14 @@ async def test_reopening_shows_the_last_50_and_scrolling_up_loads_the_rest(serve
         # paging kept the reader's place: exchange #10 is at the top of the view, not #0
         tenth = [v for v in app.query(PastExchangeView) if v.exchange.index == 10][0]
         await wait_for(pilot, lambda: chat.scroll_y > 0 and abs(tenth.virtual_region.y - chat.scroll_y) <= 1)
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: len(shown_indexes(app)) == 50)
+        # /clear empties the pane: no earlier page comes back into it (#0-#9 did, a trial)
+        await type_and_send(pilot, app, "/clear")
+        await pilot.pause(1.0)
+        assert shown_indexes(app) == [] and "earlier exchanges" not in notices(app)
 
 
 async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, data_dir):
