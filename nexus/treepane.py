@@ -34,6 +34,8 @@ SUMMARY = "summary"  # the key of a topic's summary line among its children
 MIN_NAME_CELLS = 8  # a name clipped to fit the pane keeps this many cells before its range gives way
 LAST_NAME_CELLS = 2  # ... and then less, down to a letter and "…", before its count or score is cut
 _RANGE = re.compile(r" \[\d+:\d+\]")  # a label's exchange range, after its name
+_COUNT = re.compile(r" \(\d+\)")  # its exchange count
+_SCORE = re.compile(r" ★\d+\.\d")  # the score of a branch that fed the last reply
 FREEZE_AT = 1000  # exchanges: a tree this large is kept out of the collector's full passes (nexus/heap.py)
 
 
@@ -73,22 +75,62 @@ class NameFit:
         return self._out
 
     def _clip(self, label: Text, room: int) -> Text:
+        """What gives way, in order: the name (to ``MIN_NAME_CELLS``), the range, the ★ in
+        front (the score after the count still marks it), the name (to a letter and "…"),
+        then whole parts — the score (the ★ in front comes back), the count. A part is
+        dropped whole, never cut to "(12" or "★3" (a trial's narrow pane); a ⇐ mark after
+        them ends in "…" at the pane's edge."""
         over = self.head_cells - room
-        if over <= 0 or self.end > len(label):
+        if self.end > len(label):
             return label
+        if over <= 0:
+            return _ended(label, room, self.head_end(label))
         name, rest = label[self.start:self.end], label[self.end:]
+        cut = self.head_end(label) - self.end
+        rest, tail = rest[:cut], rest[cut:]  # range, count, score; the ⇐ mark, if any
         if name.cell_len - over < MIN_NAME_CELLS:  # too narrow for name and range: the range goes, the count stays
             span = _RANGE.match(rest.plain)
             if span:
                 rest = rest[span.end():]
                 over -= span.end()
         lead, keep = label[:self.start], name.cell_len - over
-        if keep < LAST_NAME_CELLS and lead.plain.startswith("★ "):  # the score after the count still marks it
+        if keep < LAST_NAME_CELLS and lead.plain.startswith("★ ") and _SCORE.search(rest.plain):
             lead, keep = lead[2:], keep + 2
+        if keep < LAST_NAME_CELLS:  # still no room: whole parts go, the score first
+            for part in (_SCORE, _COUNT):
+                found = part.search(rest.plain)
+                if found is None:
+                    continue
+                rest = rest[:found.start()] + rest[found.end():]
+                keep += found.end() - found.start()
+                if part is _SCORE and label.plain.startswith("★ ") and not lead.plain.startswith("★ "):
+                    lead, keep = label[:self.start], keep - 2  # the ★ in front marks it again
+                if keep >= LAST_NAME_CELLS:
+                    break
         keep = max(LAST_NAME_CELLS, keep)
         if keep < name.cell_len:
             name.truncate(keep, overflow="ellipsis")
-        return Text.assemble(lead, name, rest)
+        head = Text.assemble(lead, name, rest)
+        return _ended(Text.assemble(head, tail), room, len(head))
+
+    def head_end(self, label: Text) -> int:
+        """The character index where the label's must-stay part ends (its score or count)."""
+        plain = label.plain
+        mark = plain.find("  ⇐ ", self.end)
+        return mark if mark >= 0 else len(plain)
+
+
+def _ended(label: Text, room: int, head_end: int) -> Text:
+    """``label`` with its ⇐ mark (after ``head_end``) cut to the pane's edge with "…", or
+    left out when not even "  ⇐ X…" fits; what comes before the mark is never cut here."""
+    if label.cell_len <= room or head_end >= len(label):
+        return label
+    head, mark = label[:head_end], label[head_end:]
+    left = room - head.cell_len
+    if left < 6:  # "  ⇐ X…": less says nothing (the inspector has the whole mark)
+        return head
+    mark.truncate(left, overflow="ellipsis")
+    return Text.assemble(head, mark)
 
 
 class MemoryTree(ReportsFailures, Tree):

@@ -57,6 +57,27 @@ async def test_a_starred_branch_keeps_its_count_and_score_at_every_pane_width(se
                 assert all(re.search(r" \[\d+:\d+\] \(\d+\) ★3\.2$", row) for row in rows), rows
 
 
+async def test_a_pane_narrowed_by_hand_drops_whole_parts_never_half_of_one(server, tmp_path, minilm, data_dir,
+                                                                          session_file):
+    """Ctrl+← down to 16-22 columns cut rows to "S… (4" and "(1) ★3" (a trial): where the
+    count and score cannot fit beside a letter of the name, the score goes whole (the ★ in
+    front still marks the branch), then the count."""
+    whole = re.compile(r"(…|\w)( \(\d+\))?( ★3\.2)?$")
+    for size, narrower in (((150, 45), 5), ((150, 45), 8), ((100, 30), 2)):
+        app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+        async with app.run_test(size=size) as pilot:
+            await ready(app, pilot)
+            pane = app.query_one(MemoryTree)
+            for _ in range(narrower):
+                await pilot.press("ctrl+left")
+            await pilot.pause(0.2)
+            pane.refresh_tree(pane.ctree, {tid: 3.1985 for tid in pane.snapshot.topics})
+            await open_all(pilot, pane)
+            rows = topic_rows(on_screen(app, pane))
+            assert rows and all(whole.search(row) for row in rows), (size, narrower, rows)
+            assert all("★" in row for row in rows), rows  # every fed branch still marked
+
+
 async def test_in_a_narrow_terminal_every_topic_keeps_its_whole_count(server, tmp_path, minilm, data_dir,
                                                                      session_file):
     """70 × 20: the active-path row showed "└─ ▶ ● Write V… (1" (a name kept at 8 cells
