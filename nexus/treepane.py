@@ -364,6 +364,8 @@ class MemoryTree(ReportsFailures, Tree):
     # --- marks -----------------------------------------------------------------------------
 
     def mark_reorganization(self, marks: dict[str, str]) -> None:
+        if marks:  # the ★ scores were the branches of the tree before these merges (stale, a trial)
+            self.injected = {}
         self.marks = dict(marks)
         self._marks_at = self.snapshot.exchanges if self.snapshot else -1
         self._reveal = set(marks)  # shown open once the reorganised tree is on screen

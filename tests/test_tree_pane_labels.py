@@ -149,3 +149,24 @@ async def test_the_pane_title_says_a_running_scenario_is_its_scratch_tree(server
         assert app.scenarios.cancel()
         await wait_for(pilot, lambda: not pane.showing_scenario, what="cancelled")
         await wait_for(pilot, lambda: pane.border_title == title, what="the user's title back")
+
+
+async def test_a_reorganisation_that_merged_takes_the_last_replys_stars_away(server, tmp_path, minilm, data_dir,
+                                                                           session_file):
+    """★ scores are the branches of the tree the last reply read: after merges they
+    stood on branches that had since taken others in (a trial)."""
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        pane.refresh_tree(pane.ctree, {tid: 3.1985 for tid in pane.snapshot.topics})
+        await open_all(pilot, pane)
+        assert any("★" in row for row in topic_rows(on_screen(app, pane)))
+        pane.mark_reorganization({})  # nothing merged: the stars stay
+        await pilot.pause(0.2)
+        assert any("★" in row for row in topic_rows(on_screen(app, pane)))
+        first = next(iter(pane.snapshot.topics))
+        pane.mark_reorganization({first: "absorbed Something (cos 0.70)"})
+        await pilot.pause(0.2)
+        rows = topic_rows(on_screen(app, pane))
+        assert rows and not any("★" in row for row in rows), rows
