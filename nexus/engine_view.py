@@ -95,10 +95,16 @@ class EngineView:
             e = message.event
             self.log_line(f"judge {e.judge}: {e.action} → {e.topic} ({e.reason})")
 
+    # what stood in for the memory model, by task
+    LLM_FALLBACK = {"name": "an extractive name was used", "summary": "an extractive summary was used",
+                    "merge veto": "the embedding rule decided"}
+
     def on_llm_failed_message(self, message: M.LlmFailedMessage) -> None:
-        if self.on_screen(message):
-            e = message.event
-            self.log_line(f"memory model failed at {e.task}: {e.problem}; the embedding judge decided", "warning")
+        e = message.event
+        if not self.on_screen(message) or e.task == "placement":
+            return  # a placement's failure is in the judge's own line: said once (twice, in a trial)
+        instead = self.LLM_FALLBACK.get(e.task, "the embedding judge decided")
+        self.log_line(f"memory model failed at {e.task}: {e.problem}; {instead}", "warning")
 
     def on_reorganize_progress_message(self, message: M.ReorganizeProgressMessage) -> None:
         if not self.on_screen(message):

@@ -59,4 +59,7 @@ def setup_file_log(level: int = logging.INFO) -> Path:
     root.setLevel(level)
     for noisy in QUIET:
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # the app writes each engine event in its own words: the engine's line of a warning
+    # was the same failure a second time (a trial)
+    logging.getLogger("trace_core.events").setLevel(logging.ERROR)
     return path

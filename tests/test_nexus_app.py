@@ -607,3 +607,30 @@ async def test_commands_read_arguments_alike(server, tmp_path, minilm, data_dir)
         await type_and_send(pilot, app, f"/load {tmp_path}")
         await wait_for(pilot, lambda: f"Cannot load {tmp_path}: it is a folder" in notices(app))
         assert "Errno" not in notices(app)
+
+
+async def test_a_failed_placement_call_is_said_once_in_the_log(server, tmp_path, minilm, data_dir):
+    """The memory model's failure at placement was logged twice: once as its own line,
+    once in the judge's (a trial). The judge's line says it, with what decided instead."""
+    def respond(req):
+        if req.get("response_format") or "New exchange" in req["messages"][-1]["content"]:
+            return Reply("this is not JSON")  # every memory-model call fails
+        return Reply("Noted.")
+
+    server.respond(respond)
+    app = NexusApp(make_config(server.base_url, tmp_path, {("memory", "judge"): "llm"}), tmp_path / "s.db",
+                   embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My cat is called Miso.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await wait_for(pilot, lambda: "LLM failed" in log_text(app))
+        await pilot.pause(0.3)
+        lines = [line for line in log_text(app).splitlines() if "no JSON object" in line]
+        assert len([line for line in lines if "placement" in line or "LLM failed" in line]) == 1, lines
+    from nexus.logs import log_path
+
+    in_file = [line for line in log_path().read_text().splitlines() if "placement" in line and "no JSON" in line]
+    assert in_file == [], in_file  # the file log too: the judge line says it, not the engine's line beside it
+    judged = [line for line in log_path().read_text().splitlines() if "LLM failed (no JSON object" in line]
+    assert len(judged) == 1, judged
