@@ -83,6 +83,7 @@ def test_llm_judge_places_exchanges_by_the_models_answers(server, minilm):
     [
         (Reply("this is not json at all"), "no JSON object"),
         (Reply('{"action": "maybe"}'), "unknown action"),
+        (Reply('{"action": "new", "parent": null, "name": "X"}'), "not a number: null"),  # as written, not None
         (Reply('{"action": "new", "parent": 7, "name": "X"}'), "outside"),
         (Reply('{"action": "new", "parent": 0, "name": ""}'), "no topic name"),
         (Reply(status=500), "HTTP 500"),

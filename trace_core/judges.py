@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -255,6 +256,11 @@ def _mask(text: str, words: set[str]) -> str:
     return text
 
 
+def _as_json(value) -> str:
+    """A value the model answered, as it wrote it (JSON: null, not Python's None)."""
+    return json.dumps(value, ensure_ascii=False, default=str)[:200]
+
+
 def _clip(text: str, n: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"
@@ -282,7 +288,7 @@ class LLMJudge:
         )
         action = str(ans.get("action", "")).strip().lower()
         if action not in ("continue", "new"):
-            raise LLMError(f"the model answered an unknown action {ans.get('action')!r}")
+            raise LLMError(f"the model answered an unknown action {_as_json(ans.get('action'))}")
         if action == "continue" and len(ctx.path_names) == 1:
             action = "new"  # nothing to continue yet
         if action == "continue":
@@ -290,7 +296,7 @@ class LLMJudge:
         try:
             level = int(ans.get("parent", len(ctx.path_names) - 1 if len(ctx.path_names) > 1 else 0))
         except (TypeError, ValueError):
-            raise LLMError(f"the model answered a parent that is not a number: {ans.get('parent')!r}") from None
+            raise LLMError(f"the model answered a parent that is not a number: {_as_json(ans.get('parent'))}") from None
         if not 0 <= level < len(ctx.path_names):
             raise LLMError(f"the model answered parent level {level}, outside 0..{len(ctx.path_names) - 1}")
         name = clean_name(ans.get("name", ""))
@@ -327,7 +333,7 @@ class LLMJudge:
         if isinstance(merge, str):
             merge = {"true": True, "yes": True, "false": False, "no": False}.get(merge.strip().lower())
         if not isinstance(merge, bool):
-            raise LLMError(f"the model answered {ans!r} instead of true/false")
+            raise LLMError(f"the model answered {_as_json(ans)} instead of true/false")
         return merge, "the model " + ("agreed" if merge else "vetoed")
 
 
