@@ -110,7 +110,9 @@ def test_keys_typed_as_nexus_starts_are_sent_and_not_left_on_the_shell_screen(tm
         session = tmp_path / "s.db"
         tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", "bash --norc --noprofile")
         try:
-            tmux("send-keys", "-t", name, "-l", f"PS1='READY$ '; clear; cd {ROOT}")
+            # quoted apart: the line typed here never shows "READY$", only the prompt does (the
+            # echo of this line once matched, and the test typed on before the shell was ready)
+            tmux("send-keys", "-t", name, "-l", f"PS1='READ''Y$ '; clear; cd {ROOT}")
             tmux("send-keys", "-t", name, "Enter")
             wait_screen(name, "READY$", 20)
             tmux("send-keys", "-t", name, "-l", nexus_command(tmp_path, srv.base_url, session))
