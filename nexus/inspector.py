@@ -21,6 +21,7 @@ from trace_core.synthesizer import clip_text
 from trace_core.textutil import speaker_label
 
 from .failures import ReportsFailures, background
+from .history import when
 from .text import counted
 from .treeinfo import ExchangeDetail, TopicDetail, exchange_detail, topic_detail
 
@@ -89,7 +90,8 @@ def exchange_text(d: ExchangeDetail) -> Text:
         status += f", {d.status}"
     elif not d.status:
         status += ", not superseded"
-    for k, v in (("date", d.timestamp or "(none)"), ("status", status)):
+    # the chat's local "2026-12-04 10:22", not the stored UTC ISO string (a trial read two times)
+    for k, v in (("date", when(d.timestamp) or "(none)"), ("status", status)):
         t.append(f"{k:<7} ", style="bold")
         t.append(v + "\n")
     for role, content in d.messages:

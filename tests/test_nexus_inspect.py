@@ -856,6 +856,10 @@ def test_the_inspector_says_what_each_indexed_part_is(tmp_path, minilm):
     assert "assistant: Keep it warm." in first
     second = exchange_text(exchange_detail(tree, 1)).plain
     assert "user, after the message before it: Feed it more often." in second
+    # its date as the chat shows it (local "YYYY-MM-DD HH:MM"), not the stored UTC string
+    from nexus.history import when
+
+    assert f"date    {when(tree.exchanges[1].timestamp)}\n" in second and "+00:00" not in second
     tree.vdb.close()
 
 
