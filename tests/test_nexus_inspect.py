@@ -14,6 +14,7 @@ from textual.geometry import Region
 
 from nexus.app import NexusApp
 from nexus.config import load_config
+from nexus.history import when
 from nexus.inspector import NodeInspector
 from nexus.widgets import EventLog, MemoryTree, Notice
 from trace_core import CTree
@@ -205,7 +206,7 @@ async def test_inspector_shows_a_topic_and_an_exchange_and_esc_closes_it(server,
         await wait_for(pilot, lambda: getattr(inspector.detail, "index", None) == x.index, what="exchange inspector")
         text = inspector_text(app)
         assert x.user in text and x.assistant in text
-        assert x.timestamp in text and tree.thread_path(x) in text
+        assert when(x.timestamp) in text and tree.thread_path(x) in text
         assert "in the tree, not superseded" in text
         parts = tree.vdb.message_parts([f"x{x.index}-user"])
         assert parts and all(" ".join(p.split()) in text for p in parts[f"x{x.index}-user"][0])
@@ -857,8 +858,6 @@ def test_the_inspector_says_what_each_indexed_part_is(tmp_path, minilm):
     second = exchange_text(exchange_detail(tree, 1)).plain
     assert "user, after the message before it: Feed it more often." in second
     # its date as the chat shows it (local "YYYY-MM-DD HH:MM"), not the stored UTC string
-    from nexus.history import when
-
     assert f"date    {when(tree.exchanges[1].timestamp)}\n" in second and "+00:00" not in second
     tree.vdb.close()
 
