@@ -214,7 +214,8 @@ class ChatCommands:
         return True
 
     def cmd_clear(self, args: list[str]) -> None:
-        self.history = None  # no earlier page comes back into the cleared pane (#0 did, in a trial)
+        if self.history is not None:  # no earlier page comes back into the cleared pane (#0 did, in a trial)
+            self.history.end()
         self.query_one("#chat").remove_children()
 
     def cmd_quit(self, args: list[str]) -> None:

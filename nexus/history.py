@@ -105,6 +105,10 @@ class HistoryPager:
         """Exchanges older than what was handed out."""
         return self._start
 
+    def end(self) -> None:
+        """No earlier page from now on (``/clear``: the pane stays as cleared)."""
+        self._start = 0
+
     def earlier(self) -> list[PastExchange]:
         if self._exchanges is None:
             return []

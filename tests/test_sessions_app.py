@@ -116,6 +116,15 @@ async def test_reopening_shows_the_last_50_and_scrolling_up_loads_the_rest(serve
         await type_and_send(pilot, app, "/clear")
         await pilot.pause(1.0)
         assert shown_indexes(app) == [] and "earlier exchanges" not in notices(app)
+        # a /rename after it keeps the pane as it is, its answer last (after /clear it drew
+        # the chat again from the history, and the answers above went: a trial)
+        await type_and_send(pilot, app, "/help")
+        await wait_for(pilot, lambda: "Commands:" in notices(app))
+        await type_and_send(pilot, app, "/rename gamma")
+        await wait_for(pilot, lambda: "Renamed long to gamma." in notices(app))
+        await pilot.pause(0.5)
+        assert "Commands:" in notices(app) and shown_indexes(app) == []
+        assert notices(app).rstrip().endswith("Renamed long to gamma."), notices(app)[-300:]
 
 
 async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, data_dir):
