@@ -132,6 +132,9 @@ class ChatSession:
 
         self.client = OpenAI(base_url=self.config.base_url, api_key=self.config.api_key,
                              timeout=self.config.section("server").timeout, max_retries=0)
+        from .token_count import ServerTokenCounter
+
+        self.token_counter = ServerTokenCounter(self.config.base_url, self.config.api_key)
 
     def resolve_model(self) -> str:
         """The chat model: configured, or the first the server lists."""
@@ -194,7 +197,18 @@ class ChatSession:
     def prompt_room(self) -> int:
         return prompt_room(*self.limits(), self.settings.system)
 
-    def build_prompt(self, text: str, web_results: list, replacing: bool = False) -> str:
+    def message_tokens(self, text: str, room: int) -> int:
+        """The message's tokens: the estimate (characters / 4), or the server's own count
+        when the message is large enough for the difference to matter (a third of the
+        ``room``) and the server can count (nexus/token_count.py)."""
+        size = count_tokens(text)
+        if size * 3 < room:
+            return size
+        exact = self.token_counter.count(text, self.model or "")
+        return size if exact is None else exact
+
+    def build_prompt(self, text: str, web_results: list, replacing: bool = False,
+                     message_tokens: int | None = None) -> str:
         """The system prompt, counted against the context: the recent window is trimmed
         oldest first, then the memory block shrinks, each said in the log. ``replacing``
         (/retry, /edit): asked as if the newest exchange, which the reply replaces, had not
@@ -203,7 +217,7 @@ class ChatSession:
         assert self.tree is not None and self.synth is not None
         ctx, _ = self.limits()
         extra = [results_block(web_results)] if web_results else []
-        room = self.prompt_room() - count_tokens(text)
+        room = self.prompt_room() - (count_tokens(text) if message_tokens is None else message_tokens)
         avail = room - count_tokens(self.synth.base_prompt) - sum(count_tokens(b) + 1 for b in extra)
         replaced = {len(self.tree.exchanges) - 1} if replacing and self.tree.exchanges else set()
         recent, dropped = fit_recent(self.recent_from_tree(before_newest=True) if replaced else self.recent, avail)
@@ -250,8 +264,8 @@ class ChatSession:
         self.last_activity = time.monotonic()
         self.emit(ev.ReplyStarted(text, turn.id))
         ctx, max_tokens = self.limits()
-        size = count_tokens(text)
         base = count_tokens(self.synth.base_prompt if self.synth else "")
+        size = self.message_tokens(text, self.prompt_room() - base)
         if size > self.prompt_room() - base:
             turn.outcome = "refused"
             own = count_tokens(self.settings.system) if self.settings.system.strip() else 0
@@ -271,7 +285,8 @@ class ChatSession:
             model = self.resolve_model()
             _decision, results = self.route(text, turn.forced_query)
             if not turn.cancelled.is_set():
-                system = self.with_system_prompt(self.build_prompt(text, results, replacing=turn.replace))
+                system = self.with_system_prompt(self.build_prompt(text, results, replacing=turn.replace,
+                                                                   message_tokens=size))
                 finish = self._stream(turn, model, system, text, max_tokens)
         except Exception as exc:
             turn.outcome = "failed"

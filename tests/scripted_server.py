@@ -50,6 +50,8 @@ class ServerState:
     catalogue: dict[str, dict] = field(default_factory=dict)
     refuse_load: set[str] = field(default_factory=set)
     load_delay: dict[str, float] = field(default_factory=dict)  # key -> seconds a load takes (a slow swap)
+    # llama-cpp-python's /extras/tokenize/count: tokens a character, or None (no such route)
+    tokens_per_char: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -122,6 +124,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.rstrip("/")
         if path == "/v1/chat/completions":
             return self._chat(body or {})
+        if path == "/extras/tokenize/count" and st.tokens_per_char is not None:
+            return self._send(200, {"count": int(len((body or {}).get("input", "")) * st.tokens_per_char) + 1})
         if path == "/v1/embeddings":
             inputs = (body or {}).get("input", [])
             inputs = [inputs] if isinstance(inputs, str) else inputs

@@ -575,3 +575,21 @@ def test_amx_is_read_off_the_cpu_flags(tmp_path):
     assert has_amx(str(info))
     info.write_text("processor\t: 0\nflags\t\t: fpu sse avx2\n")
     assert not has_amx(str(info)) and not has_amx(str(tmp_path / "none"))
+
+
+def test_the_bundled_server_counts_a_message_by_its_own_tokenizer(llama_server):
+    """characters / 4 said about 2,000 tokens for 8,000 characters of Japanese; gemma's
+    tokenizer counts far more, and Nexus refuses by that count (nexus/token_count.py)."""
+    from nexus.token_count import ServerTokenCounter
+
+    counter = ServerTokenCounter(llama_server.base_url)
+    japanese = "今日は天気がいいので、公園で犬と散歩しました。" * 50
+    n = counter.count(japanese, llama_server.model_name)
+    assert n is not None and n > len(japanese) / 4 * 1.5, n
+    assert counter.count("Hello there.", llama_server.model_name) < 10
+    # a server with no such route (LM Studio, Ollama): None, and not asked again
+    from scripted_server import ScriptedServer
+
+    with ScriptedServer() as srv:
+        other = ServerTokenCounter(srv.base_url)
+        assert other.count("Hello") is None and not other.available

@@ -248,6 +248,7 @@ async def test_failures_are_reported_in_words_kept_and_never_stored(server, tmp_
             assert len(app.session.tree.exchanges) == 0  # a failure is never stored as an answer
         # the partial was shown; a failure with no text leaves no empty reply box
         assert "half a sentence" in list(app.query(AssistantMessage))[0].text
+        assert "finish_reason" not in notices(app)  # the protocol's field names are no words for a user
         # a good reply after all that: stored, and nothing like "(empty reply)" reached memory
         server.respond(chat_reply("A real answer."))
         await type_and_send(pilot, app, "one more try")
@@ -288,6 +289,37 @@ async def test_the_prompt_fits_the_context_and_a_message_too_long_is_refused(ser
         assert "back in the input, selected" in notices(app)
         await pilot.press("backspace")
         assert app.query_one("#prompt").value == ""
+
+
+async def test_a_message_the_servers_own_tokenizer_counts_over_the_context_is_refused(server, tmp_path, minilm,
+                                                                                     data_dir):
+    """8,000 characters of Japanese are about 2,000 tokens by characters / 4 and 4,500 by
+    gemma's tokenizer: sent, the bundled server answered an empty stream, and Ctrl+R sent
+    it again for ever (a trial). A server that counts (llama-cpp-python's
+    /extras/tokenize/count) is asked for a large message; a short one is not."""
+    server.respond(chat_only(lambda req: Reply("Noted.")))
+    server.state.tokens_per_char = 0.6
+    over = {("models", "context_tokens"): 4096, ("models", "max_tokens"): 256}
+    app = NexusApp(make_config(server.base_url, tmp_path, over), tmp_path / "s.db", embed_fn=minilm)
+    japanese = "今日は天気がいいので、公園で犬と散歩しました。" * 350  # 8,050 characters
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My dog is called Biscuit.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        counted_before = [r for r in server.state.requests if r.path == "/extras/tokenize/count"]
+        assert counted_before == []  # a short message: the estimate is enough
+        sent = len(chats(server))
+        await type_and_send(pilot, app, japanese)
+        await wait_for(pilot, lambda: "Not sent: your message is about 4,831 tokens" in notices(app))
+        assert len(chats(server)) == sent and len(app.session.tree.exchanges) == 1
+        assert app.session.pending is None  # refused, not kept for a Ctrl+R that fails again
+        await wait_for(pilot, lambda: app.query_one("#prompt").value == japanese)
+        app.query_one("#prompt").value = ""
+        # one that fits by the server's count goes, and the memory block makes room for it
+        await type_and_send(pilot, app, japanese[:3000])
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+        system = chats(server)[-1]["messages"][0]["content"]
+        assert count_tokens(system) + int(3000 * 0.6) + 1 <= 4096 - 256
 
 
 async def test_a_failure_while_storing_is_shown_kept_and_stored_again_with_ctrl_r(server, tmp_path, minilm,
