@@ -78,15 +78,16 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
                 finish = choice.finish_reason
         if kind in ("end", "whole"):
             if finish is None:
-                raise ReplyError("the reply stream ended before the server finished it (no finish_reason); "
-                                 "the partial text is not stored")
+                # said without the protocol's field name ("no finish_reason" read as jargon, a trial)
+                raise ReplyError("the reply stream ended before the server finished it (the connection "
+                                 "dropped, or the server could not fit the prompt in the model's context); "
+                                 + ("the partial text is not stored" if turn.partial else "no text came"))
             if finish == "length" and not strip_think(turn.partial):
                 limit = sampling.get("max_tokens") or 0
                 if 0 < limit <= TINY_MAX_TOKENS:  # /set max_tokens 1 read as a full context (trial)
                     raise ReplyError(f"the max_tokens limit ({limit}) ended the reply before its first word; "
                                      "/set max_tokens raises it")
-                raise ReplyError("the model's context is full: no room left for a reply "
-                                 "(finish_reason 'length' with no text)")
+                raise ReplyError("the model's context is full: no room left for a reply")
             return finish
 
 
