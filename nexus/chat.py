@@ -33,6 +33,7 @@ from .web import RouteDecision, WebRouter, WebSearch, WebSearchError, results_bl
 log = logging.getLogger("nexus")
 
 AS_IT_WAS = "the exchange it was to replace is as it was"
+CANCELLED_MARK = "\n\n[reply cancelled]"  # ends a partial reply stored when it was stopped
 UNSENT_KEY = "nexus.unsent"  # the session file's meta row of messages kept for Ctrl+R
 
 
@@ -308,7 +309,7 @@ class ChatSession:
                     f"cancelled: this partial reply is not kept, and {AS_IT_WAS}"
                     + (" — your edited message is kept: Ctrl+R sends it again" if kept else ""))))
                 return None
-            reply = turn.partial + "\n\n[reply cancelled]"
+            reply = turn.partial + CANCELLED_MARK
             self.emit(ev.ReplyFinished(reply, True, sources, turn.id))
         elif not says_something(turn.partial, self.settings.system):  # nothing, or a bare "User:"
             turn.outcome = "empty"

@@ -12,7 +12,7 @@ from . import commands as C
 from . import events as ev
 from . import messages as M
 from . import parked, sessions
-from .chat import ChatSession, Turn
+from .chat import CANCELLED_MARK, ChatSession, Turn
 from .failures import TaskFailed, background
 from .history import when
 from .inspector import NodeInspector
@@ -408,6 +408,12 @@ class Replies:
             self.store_again_worker(s)
         elif s is not None and s.kept:
             self.resend_pending()
+        elif s is not None and s.tree is not None and s.tree.exchanges \
+                and s.tree.exchanges[-1].assistant.endswith(CANCELLED_MARK.strip()):
+            # its message was answered in part and stored so: /retry is the way to ask again
+            # (a trial read "Nothing to resend." as the message lost)
+            self.chat_notice(f"Nothing to resend: #{s.tree.exchanges[-1].index}'s reply was cut off and stored "
+                             "as far as it got; /retry asks again.")
         else:
             self.chat_notice("Nothing to resend.")
 

@@ -342,6 +342,12 @@ async def test_escape_cancels_a_reply_and_keeps_the_partial_text(server, tmp_pat
         assert "word0" in stored and "[reply cancelled]" in stored and "word199" not in stored
         reply = list(app.query(AssistantMessage))[-1]
         assert "word0" in reply.text
+        # Ctrl+R has nothing to send: it says /retry asks again (a trial read the bare
+        # "Nothing to resend." as the message lost)
+        await wait_for(pilot, lambda: app.turn is None)
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: "Nothing to resend: #0's reply was cut off" in notices(app))
+        assert "/retry asks again" in notices(app)
 
 
 async def test_a_cancelled_retry_leaves_the_exchange_it_was_to_replace(server, tmp_path, minilm, data_dir):
