@@ -228,4 +228,8 @@ def test_the_judges_line_says_when_the_group_it_named_was_named_again():
     assert moved_note(group, topic, [(group, "German Steuerberater · Wedding Speech")]) == \
         "; German Steuerberater · Wedding Speech is now named Remind City · Name Tax"
     assert moved_note(group, topic, []) == ""
-    assert moved_note(root, topic, []) == ""  # under ROOT: nothing to say
+    assert moved_note(root, group, []) == ""  # under ROOT, and still there: nothing to say
+    # filed under ROOT, which then overflowed and grouped its topics: said where it went
+    # (the next line read "… in ROOT → Learning Guitar · Biscuit Chasing → …", a trial)
+    assert moved_note(root, topic, []) == \
+        "; the fan-out then grouped ROOT's topics: it sits in Remind City · Name Tax"

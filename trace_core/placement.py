@@ -30,8 +30,13 @@ def moved_note(filed_under: TopicNode | None, topic: TopicNode, renamed: list[tu
     split the group a new topic went into, or the group was named again. The "stored in …"
     line after the judge's named another group, and a trial took the two for a
     contradiction."""
-    if filed_under is None or filed_under.is_root:
+    if filed_under is None:
         return ""
+    if filed_under.is_root:  # ROOT overflowed: its topics went into groups (the first time too, a trial)
+        parent = topic.parent
+        if parent is None or parent.is_root:
+            return ""
+        return f"; the fan-out then grouped ROOT's topics: it sits in {parent.topic_name}"
     if topic.parent is not filed_under and topic.parent is not None and not topic.parent.is_root:
         return f"; the fan-out then split {filed_under.topic_name}: it sits in {topic.parent.topic_name}"
     before = next((b for g, b in renamed if g is filed_under and b != g.topic_name), None)
