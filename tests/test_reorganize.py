@@ -353,3 +353,17 @@ def test_a_veto_holds_for_what_its_topics_joined_since(tmp_path, minilm, server)
     assert res["vetoed"] >= 1 and res["merged"] >= 1, res
     assert topic["Alpha"] != topic["Beta"], res
     tree.vdb.close()
+
+
+def test_a_merge_reason_names_the_shared_words_as_written(minilm):
+    """A reason read "the shared deployment, kubernete, roll" (the matching form of
+    "kubernetes", a trial): the words stand as the topics wrote them."""
+    from trace_core.judges import EmbeddingJudge, TopicDigest
+
+    def digest(name: str, text: str) -> TopicDigest:
+        return TopicDigest(name, "", minilm.embed_batch([text])[0], text, text)
+
+    a = digest("Roll Kubernetes Deployment", "How do I roll back a Kubernetes deployment? Use kubectl rollout undo.")
+    b = digest("Kubernetes Deployment Pods", "My Kubernetes deployment keeps restarting its pods after a roll out.")
+    ok, why = EmbeddingJudge().approve_merge(a, b, minilm.embed_batch)
+    assert "kubernetes" in why and "kubernete," not in why and not why.endswith("kubernete"), why

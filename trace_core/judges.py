@@ -52,6 +52,7 @@ class TopicDigest:
     text: str = ""  # the topic's raw text (first exchanges), for the embedding veto
     said: str = ""  # the user's side of that text: more of its words are subject words
     _salient: set[str] | None = field(default=None, repr=False)
+    _forms: dict[str, str] = field(default_factory=dict, repr=False)  # normalised word -> as written
 
 
 def cosine(a: np.ndarray | None, b: np.ndarray | None) -> float:
@@ -220,7 +221,7 @@ class EmbeddingJudge:
         ta, tb = _mask(a.text or a.summary, shared), _mask(b.text or b.summary, shared)
         va, vb = embed([ta, tb])
         masked = cosine(va, vb)
-        words = ", ".join(sorted(shared))
+        words = _as_written(shared, a, b)
         if masked < self.masked_threshold:
             return False, f"alike only through {words}: cosine {masked:.2f} without them < {self.masked_threshold:.2f}"
         return True, f"cosine {sim:.2f}; still {masked:.2f} without the shared {words}"
@@ -243,8 +244,18 @@ def _salient_set(d: TopicDigest) -> set[str]:
         # business.") outweighed "knee" in two knee topics of a trial, and a short word
         # ranks low among four
         words = d.name.split() + salient_words(d.text or d.summary, 4) + salient_words(d.said, 8)
-        d._salient = {_norm_word(w) for w in words if len(w) > 2}
+        d._salient = set()
+        for w in words:
+            if len(w) > 2:
+                d._salient.add(_norm_word(w))
+                d._forms.setdefault(_norm_word(w), w.lower().strip("'-"))
     return d._salient
+
+
+def _as_written(words: set[str], *digests: TopicDigest) -> str:
+    """Shared subject words as the topics wrote them ("kubernetes", not the matching form
+    "kubernete" a reason showed in a trial)."""
+    return ", ".join(sorted(next((d._forms[w] for d in digests if w in d._forms), w) for w in words))
 
 
 def _mask(text: str, words: set[str]) -> str:
