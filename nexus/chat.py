@@ -654,14 +654,16 @@ class ChatSession:
         return {
             "session": str(self.path),
             "exchanges": len(self.tree.exchanges),
-            "archived": len(self.tree.archived),
+            "archived exchanges": len(self.tree.archived),
             "topics": len(topics),
             "judge": self.tree.judge,
             "embedder": getattr(self.tree.embed_fn, "name", "?"),
             "model": self.model or "(first listed)",
             # judge "embedding" asks no model (the tree is placed, named, merged by embeddings)
-            "memory_model": "(none: judge embedding)" if self.tree.judge == "embedding"
+            "memory model": "(none: judge embedding)" if self.tree.judge == "embedding"
             else self.config.memory_model or "(chat model)",
-            "last_memory_tokens": r.memory_tokens if r else "(no reply yet in this window)",
-            "full_history_tokens": self.synth.full_history_tokens() if self.synth else 0,  # now, not at the last reply
+            "last memory block": f"{r.memory_tokens:,} tokens" if r else "(no reply yet in this window)",
+            # now, not at the last reply
+            "whole history": f"{self.synth.full_history_tokens() if self.synth else 0:,} tokens",
+            "without an answer": f"{len(self.kept)} (Ctrl+R sends them)" if self.kept else "none",
         }

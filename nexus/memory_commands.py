@@ -209,7 +209,7 @@ class MemoryCommands:
         session = self.need_session()
         st = session.stats()
         own = session.settings
-        st["system_prompt"] = " ".join(own.system.split())[:80] + ("…" if len(own.system) > 80 else "") or "(none)"
+        st["system prompt"] = " ".join(own.system.split())[:80] + ("…" if len(own.system) > 80 else "") or "(none)"
         sampling = session.sampling(session.limits()[1] if hasattr(session, "limits") else 0)
         st["sampling"] = ", ".join(f"{k} {v}" for k, v in sampling.items())
         # a heading: the lines would otherwise run straight on from the output above

@@ -306,11 +306,15 @@ async def test_commands(server, tmp_path, minilm, data_dir):
         await type_and_send(pilot, app, "/stats")
         await wait_for(pilot, lambda: "exchanges: 4" in notices(app))
         assert "Statistics of this session:\n" in notices(app)  # a heading, not run on from the output above
-        assert "memory_model: (none: judge embedding)" in notices(app)  # no model is asked about the tree
+        assert "memory model: (none: judge embedding)" in notices(app)  # no model is asked about the tree
         # a session just opened: its history is counted now, not "0" until the first reply
-        assert "last_memory_tokens: (no reply yet in this window)" in notices(app)
-        history = int(re.search(r"full_history_tokens: (\d+)", notices(app)).group(1))
+        assert "last memory block: (no reply yet in this window)" in notices(app)
+        history = int(re.search(r"whole history: ([\d,]+) tokens", notices(app)).group(1).replace(",", ""))
         assert history == app.session.synth.full_history_tokens() > 0
+        # in words, not keys ("last_memory_tokens" read as jargon), and what waits unanswered
+        assert not any(key in notices(app) for key in ("last_memory_tokens", "full_history", "memory_model",
+                                                       "system_prompt"))
+        assert "without an answer: none" in notices(app)
         await type_and_send(pilot, app, "/undo")
         await wait_for(pilot, lambda: "Unknown command /undo. Did you mean /undo-reorganize?" in notices(app))
         await type_and_send(pilot, app, "/help")
