@@ -61,8 +61,11 @@ class MemoryCommands:
                                   f"cosine {SEARCH_FLOOR:.2f}, where unrelated text stops).")
             return
         title = f"Memory search: {clip_text(query, 120)}"
-        rows = [(f"{h.similarity:.2f}", f"{h.thread_path}  #{h.exchange_index} {h.role}: "
-                 f"{clip_text(h.text, 120)}") for h in hits]  # cut with "…" (mid-word, it read as whole)
+        # the branch on a line, the message under it: run on after a short path, the text of
+        # one hit started beside it and the others' below (a trial); cut with "…" (mid-word,
+        # it read as whole)
+        rows = [(f"{h.similarity:.2f}", f"{h.thread_path}\n#{h.exchange_index} {h.role}: "
+                 f"{clip_text(h.text, 120)}") for h in hits]
         self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}" for a, b in rows]),
                               "info", two_columns([(title, rows)]))
 
@@ -77,7 +80,7 @@ class MemoryCommands:
             raise TaskFailed("/search --all failed") from exc
         title = (f"Memory search in every session: {clip_text(query, 120)}" if res.hits else
                  f"Nothing in any session matches {quoted(query, 120)}.")
-        rows = [(f"{h.score:.2f}", f"[{h.session}]  {h.branch}  #{h.exchange} {h.role}: "
+        rows = [(f"{h.score:.2f}", f"[{h.session}]  {h.branch}\n#{h.exchange} {h.role}: "
                  f"{clip_text(h.text, 120)}") for h in res.hits]
         rows += [("", f"(not searched: {why})") for why in res.skipped]
         self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}".rstrip() for a, b in rows]),

@@ -284,6 +284,10 @@ async def test_commands(server, tmp_path, minilm, data_dir):
         await type_and_send(pilot, app, "/search sourdough")
         await wait_for(pilot, lambda: "Memory search: sourdough" in notices(app))
         assert "ROOT → " in notices(app)
+        # each hit: its branch on a line, its message under it (one ran on beside a short path)
+        found = notices(app).split("Memory search: sourdough")[1]
+        assert re.findall(r"ROOT → [^\n#]*\n#\d+ (?:user|assistant): ", found), found
+        assert not re.search(r"ROOT → [^\n]*#\d+ (?:user|assistant):", found), found
         await type_and_send(pilot, app, "/tree --messages")
         # exchanges, as the tree pane counts them, not the TRACE README's messages
         await wait_for(pilot, lambda: "ROOT [0:3] (4 exchanges)" in notices(app))
