@@ -55,3 +55,13 @@ def test_exchanges_in_three_languages_are_named_found_and_recalled(tmp_path, min
     prompt = synth.synthesize_prompt("cathédrale de Besançon", None, None, [])
     assert "Saint-Jean" in prompt
     tree.close()
+
+
+def test_a_japanese_sentence_names_a_topic_by_its_words_not_whole():
+    """Unspaced, "犬の名前はビスケットです" was one word and named a topic whole (a trial);
+    the kanji and katakana between particles are its words."""
+    from trace_core.textutil import extractive_name
+
+    name = extractive_name("My dog: 犬の名前はビスケットです。ビスケットは毎朝公園を散歩します。")
+    assert "ビスケット" in name.split() and "犬の名前はビスケットです" not in name, name
+    assert all(len(w) <= 6 for w in name.split()), name

@@ -161,6 +161,19 @@ class Side(NamedTuple):
     lead: bool = False
 
 
+_HIRAGANA_RUN = re.compile(r"[\u3041-\u309f]+")
+
+
+def _name_pieces(token: str) -> list[str]:
+    """A run of Japanese as the words a name can take: unspaced, a whole sentence was one
+    token ("犬の名前はビスケットです" named a topic, a trial). Hiragana runs are mostly
+    particles and endings: the kanji and katakana between them are the words
+    ("犬", "名前", "ビスケット"; "東京タワー" stays one)."""
+    if not _HIRAGANA_RUN.search(token) or not _ideographic(token):
+        return [token]
+    return [p for p in _HIRAGANA_RUN.split(token) if p]
+
+
 def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: DocumentFrequency | None = None) -> list[str]:
     """The ``n`` most salient words: frequent, long, capitalised words that are not
     stopwords, weighted by rarity across the conversation when ``df`` is given. ``text``
@@ -176,8 +189,8 @@ def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: Docum
     i = 0
     for part, weight, lead in parts:
         part = without_marks(part).translate(_APOSTROPHES)
-        for m in _TOKEN.finditer(part):
-            w = _POSSESSIVE.sub("", m.group()).strip("'-")
+        for w in (p for m in _TOKEN.finditer(part) for p in _name_pieces(m.group())):
+            w = _POSSESSIVE.sub("", w).strip("'-")
             if not w or not w[0].isalpha():
                 continue
             low = w.lower()
