@@ -424,6 +424,7 @@ class PromptInput(TextArea):
 class EventLog(RichLog):
     LEVELS = ["debug", "info", "warning", "error"]
     STYLES = {"debug": "dim", "info": "", "warning": "yellow", "error": "bold red"}
+    TAGS = {"debug": "DBG ", "info": "INFO", "warning": "WARN", "error": "ERR "}  # "ERRO" read as a typo (a trial)
 
     def __init__(self, level: str = "info", **kw) -> None:
         super().__init__(markup=False, highlight=False, wrap=True, max_lines=5000, **kw)
@@ -442,7 +443,7 @@ class EventLog(RichLog):
         columns); written while hidden, drawn again when the pane is shown."""
         width = self.scrollable_content_region.width
         shown = self.display and width > 0
-        self.write(Text(f"{level[:4].upper():<4} {safe(text)}", style=self.STYLES[level]),
+        self.write(Text(f"{self.TAGS[level]} {safe(text)}", style=self.STYLES[level]),
                    width=width if shown else None)
         if not shown:
             self._stale = True

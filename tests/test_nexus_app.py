@@ -648,3 +648,16 @@ async def test_a_failed_placement_call_is_said_once_in_the_log(server, tmp_path,
     assert in_file == [], in_file  # the file log too: the judge line says it, not the engine's line beside it
     judged = [line for line in log_path().read_text().splitlines() if "LLM failed (no JSON object" in line]
     assert len(judged) == 1, judged
+
+
+async def test_the_log_pane_tags_its_levels_in_readable_words(server, tmp_path, minilm, data_dir):
+    """An error line read "ERRO reply failed" (a trial): a cut word, taken for a typo."""
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        app.log_line("something went wrong", "error")
+        app.log_line("a warning", "warning")
+        await pilot.pause(0.2)
+        drawn = [strip.text for strip in app.query_one(EventLog).lines]
+        assert any(line.startswith("ERR  something went wrong") for line in drawn), drawn
+        assert any(line.startswith("WARN a warning") for line in drawn) and not any("ERRO" in line for line in drawn)
