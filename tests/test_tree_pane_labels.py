@@ -42,19 +42,27 @@ async def test_a_starred_branch_keeps_its_count_and_score_at_every_pane_width(se
     """In the 42-column pane "★ Flying Lisbon Five [2:3] (2)  ★" lost its score and a group
     row all of it: the name now gives way to the count and a short score, at any width."""
     for size, widen in (((150, 45), 0), ((150, 45), 6), ((80, 24), 0), ((70, 20), 0)):
-        app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
-        async with app.run_test(size=size) as pilot:
-            await ready(app, pilot)
-            pane = app.query_one(MemoryTree)
-            for _ in range(widen):
-                await pilot.press("ctrl+right")
-            pane.refresh_tree(pane.ctree, {tid: 3.1985 for tid in pane.snapshot.topics})
-            await open_all(pilot, pane)
-            rows = topic_rows(on_screen(app, pane))
-            assert rows and all(row.endswith(") ★3.2") and COUNT.search(row[:-5]) for row in rows), (size, rows)
-            # where the room allows, the range stays too (the name is cut first)
-            if size[0] > 100:
-                assert all(re.search(r" \[\d+:\d+\] \(\d+\) ★3\.2$", row) for row in rows), rows
+        rows = await starred_rows(make_config(server.base_url, tmp_path), session_file, minilm, size, "ctrl+right",
+                                  widen)
+        assert rows and all(row.endswith(") ★3.2") and COUNT.search(row[:-5]) for row in rows), (size, rows)
+        # where the room allows, the range stays too (the name is cut first)
+        if size[0] > 100:
+            assert all(re.search(r" \[\d+:\d+\] \(\d+\) ★3\.2$", row) for row in rows), rows
+
+
+async def starred_rows(config, session_file, minilm, size, key: str, presses: int) -> list[str]:
+    """The topic rows on screen with every branch starred (score 3.2), the pane resized
+    by ``presses`` of ``key`` first."""
+    app = NexusApp(config, session_file, embed_fn=minilm)
+    async with app.run_test(size=size) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        for _ in range(presses):
+            await pilot.press(key)
+        await pilot.pause(0.2)
+        pane.refresh_tree(pane.ctree, {tid: 3.1985 for tid in pane.snapshot.topics})
+        await open_all(pilot, pane)
+        return topic_rows(on_screen(app, pane))
 
 
 async def test_a_pane_narrowed_by_hand_drops_whole_parts_never_half_of_one(server, tmp_path, minilm, data_dir,
@@ -64,18 +72,10 @@ async def test_a_pane_narrowed_by_hand_drops_whole_parts_never_half_of_one(serve
     front still marks the branch), then the count."""
     whole = re.compile(r"(…|\w)( \(\d+\))?( ★3\.2)?$")
     for size, narrower in (((150, 45), 5), ((150, 45), 8), ((100, 30), 2)):
-        app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
-        async with app.run_test(size=size) as pilot:
-            await ready(app, pilot)
-            pane = app.query_one(MemoryTree)
-            for _ in range(narrower):
-                await pilot.press("ctrl+left")
-            await pilot.pause(0.2)
-            pane.refresh_tree(pane.ctree, {tid: 3.1985 for tid in pane.snapshot.topics})
-            await open_all(pilot, pane)
-            rows = topic_rows(on_screen(app, pane))
-            assert rows and all(whole.search(row) for row in rows), (size, narrower, rows)
-            assert all("★" in row for row in rows), rows  # every fed branch still marked
+        rows = await starred_rows(make_config(server.base_url, tmp_path), session_file, minilm, size, "ctrl+left",
+                                  narrower)
+        assert rows and all(whole.search(row) for row in rows), (size, narrower, rows)
+        assert all("★" in row for row in rows), rows  # every fed branch still marked
 
 
 async def test_in_a_narrow_terminal_every_topic_keeps_its_whole_count(server, tmp_path, minilm, data_dir,
