@@ -4,6 +4,7 @@ key and where it came from, defaults written once."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 import tomllib
@@ -226,3 +227,18 @@ def test_good_addresses_pass_and_a_flag_overrides_a_bad_environment_value(tmp_pa
     assert cfg.base_url == "http://127.0.0.1:1/v1"
     with pytest.raises(ConfigError, match="NEXUS_BASE_URL"):
         load_config(env={"NEXUS_BASE_URL": "garbage"}, user_file=tmp_path / "none.toml")
+
+
+@pytest.mark.parametrize("mode", ["proxy", "mcp"])
+def test_proxy_and_mcp_say_an_unusable_data_folder_in_one_line(tmp_path, mode):
+    """NEXUS_DATA_DIR under a file stopped them with a traceback (an MCP client showed
+    only "Connection closed"); plain nexus said it in one line (a trial)."""
+    (tmp_path / "afile").write_text("x")
+    env = {**os.environ, "NEXUS_DATA_DIR": str(tmp_path / "afile"), "HOME": str(tmp_path),
+           "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    args = ["--upstream", "http://127.0.0.1:9/v1", "--port", "0"] if mode == "proxy" else []
+    done = subprocess.run([sys.executable, "-m", "nexus", mode, *args], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"nexus {mode}: the data folder cannot be used") and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
