@@ -243,9 +243,18 @@ class Replies:
             self.chat_notice(f"No reply: {e.problem}. Your message is kept — press {self.resend_key()} to send "
                              "it again.", "error")
         else:  # refused before sending: nothing failed at the server
+            was_edit = self.turn is not None and self.turn.id == e.turn and self.turn.replace
             back = self.give_back(e.turn, e.user)
+            still = ""
+            if back and was_edit and self.session is not None and self.session.tree is not None \
+                    and self.session.tree.exchanges:
+                # the edit goes on: its shorter words still replace #N (they went as a new
+                # exchange, unsaid, in a trial)
+                self.editing = self.session.tree.exchanges[-1].index
+                still = f" Still editing #{self.editing}: Enter sends it in place of the old exchange."
             self.chat_notice(f"Not sent: {e.problem}." + (" It is back in the input, selected: type to replace "
-                                                          "it, or Backspace to clear it." if back else ""), "warning")
+                                                          "it, or Backspace to clear it." if back else "") + still,
+                             "warning")
             self.log_line(f"not sent: {e.problem}", "warning")
             return
         self.log_line(f"reply failed: {e.problem}", "error")

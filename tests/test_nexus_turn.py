@@ -897,3 +897,26 @@ async def test_a_server_that_never_answered_is_waited_for_in_words(tmp_path, min
             assert app.session.pending == "hello?"  # kept for Ctrl+R
     finally:
         mute.close()
+
+
+async def test_an_edit_refused_as_too_long_goes_on_as_an_edit(server, tmp_path, minilm, data_dir):
+    """/edit, then a paste too long for the context: refused, back in the input; its
+    shorter words then went as a new exchange, the edit forgotten unsaid (a trial)."""
+    server.respond(chat_reply("Noted."))
+    over = {("models", "context_tokens"): 900, ("models", "max_tokens"): 120}
+    app = NexusApp(make_config(server.base_url, tmp_path, over), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My cat is called Miso.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1 and app.turn is None)
+        await type_and_send(pilot, app, "/edit")
+        await wait_for(pilot, lambda: app.query_one("#prompt").value == "My cat is called Miso.")
+        app.query_one("#prompt").value = "x" * 4000
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "Not sent: your message is about 1,000 tokens" in notices(app))
+        assert "Still editing #0" in notices(app)
+        await wait_for(pilot, lambda: app.query_one("#prompt").value == "x" * 4000)
+        app.query_one("#prompt").value = ""
+        await type_and_send(pilot, app, "My cat is called Tama.")
+        await wait_for(pilot, lambda: app.session.tree.exchanges[-1].user == "My cat is called Tama.")
+        assert [x.user for x in app.session.tree.exchanges] == ["My cat is called Tama."]
