@@ -561,8 +561,12 @@ def test_started_by_hand_the_server_serves_the_bundled_model():
     model = args[args.index("--model") + 1]
     assert model.endswith(".gguf") and args[args.index("--model_alias") + 1] == "gemma-3-270m"
     assert args[args.index("--interrupt_requests") + 1] == "False" and args[:2] == ["--port", "8080"]
-    mine = with_defaults(["--model", "my.gguf", "--model_alias=mine", "--interrupt_requests", "True"])
-    assert mine == ["--model", "my.gguf", "--model_alias=mine", "--interrupt_requests", "True"]
+    # the context --local serves it with, not llama-cpp-python's 2,048 (a Nexus in front sent
+    # more than that, a trial)
+    assert args[args.index("--n_ctx") + 1] == "4096"
+    mine = with_defaults(["--model", "my.gguf", "--model_alias=mine", "--interrupt_requests", "True", "--n_ctx",
+                          "2048"])
+    assert mine == ["--model", "my.gguf", "--model_alias=mine", "--interrupt_requests", "True", "--n_ctx", "2048"]
 
 
 def test_amx_is_read_off_the_cpu_flags(tmp_path):

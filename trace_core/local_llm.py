@@ -64,11 +64,14 @@ def model_path() -> str:
     return str(target)
 
 
+DEFAULT_N_CTX = 4096  # the context the bundled model is served with (tokens)
+
+
 class LocalLLMServer:
     """``n_ctx`` is the context the server runs with (tokens): what clients must fit in.
     ``reply_max_tokens`` bounds a reply whose request names no ``max_tokens``."""
 
-    def __init__(self, model: str | None = None, n_ctx: int = 4096, log_path: str | None = None,
+    def __init__(self, model: str | None = None, n_ctx: int = DEFAULT_N_CTX, log_path: str | None = None,
                  reply_max_tokens: int = 512, reply_stops: bool = True, empty_retries: int | None = None) -> None:
         self.model = model
         self.empty_retries = empty_retries  # None: the server's own default

@@ -537,13 +537,15 @@ def with_defaults(args: list[str]) -> list[str]:
     """Started by hand (``nexus proxy`` in front of it, a trial): the bundled model, its
     name, and replies a second request does not cut off, unless the command says
     otherwise; a user had to read local_llm.py for these flags."""
-    from .local_llm import MODEL_ALIAS, model_path
+    from .local_llm import DEFAULT_N_CTX, MODEL_ALIAS, model_path
 
     given = {a.split("=", 1)[0] for a in args if a.startswith("--")}
     out = list(args)
     if "--model" not in given:
         out += ["--model", model_path()]
-    defaults = {"--model_alias": MODEL_ALIAS, "--interrupt_requests": "False"}
+    # the context --local runs it with (llama-cpp-python's own default is 2,048: a Nexus in
+    # front, counting on more, sent what the server could not take, a trial)
+    defaults = {"--model_alias": MODEL_ALIAS, "--interrupt_requests": "False", "--n_ctx": str(DEFAULT_N_CTX)}
     for flag, value in defaults.items():
         if flag not in given:
             out += [flag, value]
