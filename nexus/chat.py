@@ -198,6 +198,23 @@ class ChatSession:
     def prompt_room(self) -> int:
         return prompt_room(*self.limits(), self.settings.system)
 
+    def message_room(self) -> int:
+        """Tokens a message may take: the prompt's room less the memory prompt's fixed lines."""
+        return self.prompt_room() - count_tokens(self.synth.base_prompt if self.synth else "")
+
+    def too_long(self, size: int) -> str | None:
+        """Why a message of ``size`` tokens cannot be sent, in words, or None."""
+        if size <= self.message_room():
+            return None
+        ctx, max_tokens = self.limits()
+        base = count_tokens(self.synth.base_prompt if self.synth else "")
+        own = count_tokens(self.settings.system) if self.settings.system.strip() else 0
+        held = f"the model's context holds ({ctx:,} tokens, {max_tokens:,} of them kept for the reply)"
+        if own and size <= prompt_room(ctx, max_tokens) - base:  # the /system text is what fills it
+            return (f"your message (about {size:,} tokens) and this session's system prompt (about {own:,}) "
+                    f"are more than {held}: shorten the system prompt (/system --clear removes it)")
+        return f"your message is about {size:,} tokens, more than {held}: shorten it or split it"
+
     def message_tokens(self, text: str, room: int) -> int:
         """The message's tokens: the estimate (characters / 4), or the server's own count
         when the message is large enough for the difference to matter (a third of the
@@ -265,17 +282,10 @@ class ChatSession:
         self.last_activity = time.monotonic()
         self.emit(ev.ReplyStarted(text, turn.id))
         ctx, max_tokens = self.limits()
-        base = count_tokens(self.synth.base_prompt if self.synth else "")
-        size = self.message_tokens(text, self.prompt_room() - base)
-        if size > self.prompt_room() - base:
+        size = self.message_tokens(text, self.message_room())
+        why = self.too_long(size)
+        if why:
             turn.outcome = "refused"
-            own = count_tokens(self.settings.system) if self.settings.system.strip() else 0
-            held = f"the model's context holds ({ctx:,} tokens, {max_tokens:,} of them kept for the reply)"
-            if own and size <= prompt_room(ctx, max_tokens) - base:  # the /system text is what fills it
-                why = (f"your message (about {size:,} tokens) and this session's system prompt (about {own:,}) "
-                       f"are more than {held}: shorten the system prompt (/system --clear removes it)")
-            else:
-                why = f"your message is about {size:,} tokens, more than {held}: shorten it or split it"
             self.emit(ev.ReplyFailed(text, "", why, turn.id, kept=False))
             return None
         results: list = []

@@ -8,6 +8,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from trace_core.tokens import count_tokens
+
 from . import commands as C
 from . import events as ev
 from . import messages as M
@@ -53,10 +55,30 @@ class Replies:
         # /edit put the last message here: sent, it replaces that exchange (if still the last)
         replace = (editing is not None and self.session is not None and self.session.tree is not None
                    and len(self.session.tree.exchanges) == editing + 1)
+        why = self.session.too_long(count_tokens(text)) if self.session is not None else None
+        if why:  # refused at Enter, by the estimate: queued behind a reply, it was refused minutes later
+            self.editing = editing  # an /edit goes on
+            self.refuse_at_enter(text, why)
+            return
         if editing is not None and not replace:  # its notice said it would replace #N: say it did not
             self.chat_notice(f"#{editing} is no longer the newest exchange: this message is sent as a new one.",
                              "warning")
         self.send(text, replace=replace)
+
+    def refuse_at_enter(self, text: str, why: str) -> None:
+        """A message too long for the context, said at Enter: back in the input, selected."""
+        prompt = self.query_one("#prompt", PromptInput)
+
+        def put_back() -> None:  # after the submit has cleared the input
+            prompt.value = text
+            prompt.select_all()
+
+        self.call_after_refresh(put_back)
+        still = (f" Still editing #{self.editing}: Enter sends it in place of the old exchange."
+                 if self.editing is not None else "")
+        self.chat_notice(f"Not sent: {why}. It is back in the input, selected: type to replace it, or Backspace "
+                         f"to clear it.{still}", "warning")
+        self.log_line(f"not sent: {why}", "warning")
 
     def uncover_chat(self) -> None:
         """The inspector closes when it hides most of the chat (a narrow terminal): what is
@@ -253,8 +275,9 @@ class Replies:
                 self.editing = self.session.tree.exchanges[-1].index
                 still = f" Still editing #{self.editing}: Enter sends it in place of the old exchange."
             self.chat_notice(f"Not sent: {e.problem}." + (" It is back in the input, selected: type to replace "
-                                                          "it, or Backspace to clear it." if back else "") + still,
-                             "warning")
+                                                          "it, or Backspace to clear it." if back else
+                                                          " You were typing in the input: ↑ there brings it back.")
+                             + still, "warning")
             self.log_line(f"not sent: {e.problem}", "warning")
             return
         self.log_line(f"reply failed: {e.problem}", "error")

@@ -920,3 +920,22 @@ async def test_an_edit_refused_as_too_long_goes_on_as_an_edit(server, tmp_path, 
         await type_and_send(pilot, app, "My cat is called Tama.")
         await wait_for(pilot, lambda: app.session.tree.exchanges[-1].user == "My cat is called Tama.")
         assert [x.user for x in app.session.tree.exchanges] == ["My cat is called Tama."]
+
+
+async def test_a_message_too_long_is_refused_at_enter_not_after_the_reply_before_it(server, tmp_path, minilm,
+                                                                                    data_dir):
+    """Sent while a reply streamed, a paste too long for the context was queued and only
+    refused when its turn came, a minute on (a trial). The estimate refuses it at Enter."""
+    server.respond(chat_only(lambda req: Reply("", chunks=[f"w{i} " for i in range(400)], chunk_delay=0.05)))
+    over = {("models", "context_tokens"): 900, ("models", "max_tokens"): 120}
+    app = NexusApp(make_config(server.base_url, tmp_path, over), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Write me a long essay.")
+        await wait_for(pilot, lambda: app.current_reply is not None and "w3" in app.current_reply.text)
+        app.query_one("#prompt").value = "x" * 4000
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "Not sent: your message is about 1,000 tokens" in notices(app))
+        assert app.turn is not None and "w399" not in app.current_reply.text  # the reply still streams
+        assert not app.outbox and "x" * 4000 not in [m.text for m in app.query(UserMessage)]
+        await wait_for(pilot, lambda: app.query_one("#prompt").value == "x" * 4000)
