@@ -111,6 +111,10 @@ class SessionCommands:
         if path == self.session_path:
             self.chat_notice(f"{path.stem} is the open session: /open or /new another one first.", "warning")
             return
+        busy = sessions.in_use_by(path)
+        if busy:  # said before asking to confirm, not after (a trial)
+            self.chat_notice(f"Not deleted: {busy}.", "warning")
+            return
         asked = self._delete_asked.get(path)
         if asked is None or time.monotonic() - asked > 30:
             self._delete_asked[path] = time.monotonic()

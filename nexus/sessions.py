@@ -278,6 +278,19 @@ def _unused(session: Path):
     return lock
 
 
+def in_use_by(session: Path) -> str | None:
+    """Why ``session`` cannot be deleted or renamed now (another Nexus writes it), or None."""
+    try:
+        lock = _unused(session)
+    except SessionInUse as exc:
+        return str(exc)
+    except OSError:
+        return None  # said by the operation itself
+    if lock is not None:
+        lock.release()
+    return None
+
+
 def writer_free(session: Path) -> bool:
     """No process writes ``session`` now (its writer lock is free): a window that opened it
     read-only may open it again to write."""

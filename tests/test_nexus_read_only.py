@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_nexus_app import make_config, notices, ready, type_and_send, wait_for
+from test_nexus_app import chat_reply, make_config, notices, ready, type_and_send, wait_for
 
 from nexus.app import NexusApp
 from nexus.widgets import UserMessage
@@ -141,3 +141,24 @@ def test_the_unanswered_note_of_a_read_only_session_does_not_offer_ctrl_r():
     assert note(True, 1) == ("1 message above has no answer yet: this session is open read-only here, so it waits "
                              "for the Nexus that writes it.")
     assert "Ctrl+R" not in note(True, 3) and "they wait" in note(True, 3)
+
+
+async def test_delete_of_a_session_open_elsewhere_is_refused_before_it_asks(server, tmp_path, minilm, data_dir):
+    """/delete asked "for good? Type it again to confirm", then refused: the session was
+    open in another Nexus (a trial). Refused at once now."""
+    from nexus import sessions
+
+    other = sessions.resolve("busy")
+    holder = start_holder(other)
+    try:
+        server.respond(chat_reply("Noted."))
+        app = NexusApp(make_config(server.base_url, tmp_path), sessions.resolve("mine"), embed_fn=minilm)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await ready(app, pilot)
+            await type_and_send(pilot, app, "/delete busy")
+            await wait_for(pilot, lambda: "Not deleted: busy is open in another Nexus" in notices(app))
+            assert "for good?" not in notices(app) and other.exists()
+    finally:
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        holder.wait(10)
