@@ -230,6 +230,12 @@ class SessionCommands:
             self.chat_notice(f"Cannot load {path}: {'it is a folder' if path.is_dir() else 'there is no such file'}; "
                              "/load takes a .json file that /save wrote.", "warning")
             return
+        from .export import EXPORT_TITLE
+
+        if _starts_with(path, f"# {EXPORT_TITLE}".encode()):  # "not valid JSON (truncated or corrupt?)" alarmed (a trial)
+            self.chat_notice(f"Cannot load {path}: it is an /export, Markdown to read; /load takes a .json file "
+                             "that /save wrote.", "warning")
+            return
         if self.refused_while_busy():
             return
         self.cancel_long.clear()
@@ -314,3 +320,11 @@ class SessionCommands:
         self.chat_notice(ends_a_sentence(
             f"Exported {counted(len(session.tree.exchanges), 'exchange')}{also} to {path.resolve()}"
             + (" with the topic outline" if with_tree else "") + folders_made(made), path.resolve()))
+
+
+def _starts_with(path: Path, head: bytes) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(head)) == head
+    except OSError:
+        return False

@@ -969,3 +969,20 @@ async def test_a_name_too_long_for_the_file_system_is_said_in_words(server, tmp_
             await wait_for(pilot, lambda n=n: notices(app).count("(the name is too long)") == n)
         said = notices(app)
         assert "[Errno" not in said and long not in said and "…" in said
+
+
+async def test_load_of_an_export_says_it_is_one(server, tmp_path, minilm, data_dir):
+    """/load of the Markdown /export had just written said "is not valid JSON (truncated
+    or corrupt?)" (a trial): it says what the file is, and what /load takes."""
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My cat is called Miso.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        out = tmp_path / "talk.md"
+        await type_and_send(pilot, app, f"/export {out}")
+        await wait_for(pilot, lambda: out.exists())
+        await type_and_send(pilot, app, f"/load {out}")
+        await wait_for(pilot, lambda: "it is an /export, Markdown to read" in notices(app))
+        assert "corrupt" not in notices(app)
