@@ -142,6 +142,8 @@ def _run(args: argparse.Namespace, typed: str = "") -> int | None:
     }
     try:
         config = load_config(flags)
+        for note in config.notes:
+            print(f"nexus: {note}", file=sys.stderr)
         from .keys import validate_keys
 
         validate_keys(config.keys)  # a bad [keys] entry stops here, named

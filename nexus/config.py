@@ -13,6 +13,7 @@ import dataclasses
 import os
 import tomllib
 import typing
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -221,6 +222,11 @@ def _merge(base: dict, over: dict) -> dict:
     return base
 
 
+# what an environment variable of each type may say, in words ("(bool)" and "(float)"
+# were Python's names, a trial)
+ENV_KINDS = {bool: "on or off (also true/false, yes/no, 1/0)", float: "a number", int: "a whole number"}
+
+
 def _coerce(want: type, value: str):
     if want is bool:
         low = value.strip().lower()
@@ -230,6 +236,29 @@ def _coerce(want: type, value: str):
             return False
         raise ValueError(value)
     return want(value)
+
+
+@contextmanager
+def _unparsed_lines():
+    """The line numbers python-dotenv could not parse, kept from its log (it warns without
+    the file's name)."""
+    import logging
+
+    found: list[str] = []
+
+    class Collect(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if "could not parse" in record.msg:
+                found.append(str(record.args[0]) if record.args else "?")
+                return False
+            return True
+
+    logger, keep = logging.getLogger("dotenv.main"), Collect()
+    logger.addFilter(keep)
+    try:
+        yield found
+    finally:
+        logger.removeFilter(keep)
 
 
 def _read_toml(path: Path) -> dict:
@@ -257,6 +286,7 @@ def unreadable(exc: OSError) -> str:
 class Config:
     data: dict = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was read but not taken, said at start
     chosen: set[tuple[str, str]] = field(default_factory=set)  # (section, key) set other than by the defaults
 
     def get(self, section: str, key: str):
@@ -324,11 +354,16 @@ def load_config(flags: dict | None = None, env: dict | None = None, user_file: P
     environ = dict(os.environ if env is None else env)
     dotenv = (cwd or Path.cwd()) / ".env"
     from_file: set[str] = set()  # the variables the .env file set (the environment's own win)
+    dotenv_name = "./.env" if cwd is None or Path(cwd).resolve() == Path.cwd().resolve() else str(dotenv)
+    notes: list[str] = []
     if env is None and dotenv.exists():
         from dotenv import dotenv_values
 
         try:
-            values = dotenv_values(dotenv)
+            with _unparsed_lines() as bad:
+                values = dotenv_values(dotenv)
+            if bad:  # python-dotenv's own warning named no file (a trial)
+                notes.append(f"{dotenv_name}: line {', '.join(bad)} is not NAME=value; ignored")
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{dotenv}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
         except OSError as exc:
@@ -338,7 +373,6 @@ def load_config(flags: dict | None = None, env: dict | None = None, user_file: P
                 environ[k] = v or ""
                 from_file.add(k)
         sources.append(str(dotenv))
-    dotenv_name = "./.env" if cwd is None or Path(cwd).resolve() == Path.cwd().resolve() else str(dotenv)
     flagged = {k for k, v in (flags or {}).items() if v is not None}
     for var, (section, key) in ENV_MAP.items():
         if environ.get(var) and (section, key) not in flagged:  # a flag overrides it: its value is not read
@@ -349,7 +383,7 @@ def load_config(flags: dict | None = None, env: dict | None = None, user_file: P
             except ValueError:
                 origin = dotenv_name if var in from_file else "the environment"
                 raise ConfigError(f"{var}={environ[var]!r} in {origin} is not a valid {section}.{key} "
-                                  f"({want.__name__})") from None
+                                  f"({ENV_KINDS.get(want, want.__name__)})") from None
             data[section][key] = _checked({section: {key: value}}, where)[section][key]
             chosen.add((section, key))
     for (section, key), value in (flags or {}).items():
@@ -358,4 +392,4 @@ def load_config(flags: dict | None = None, env: dict | None = None, user_file: P
             data[section][key] = _checked({section: {key: value}}, f"the command line ({flag})")[section][key]
             chosen.add((section, key))
     _validate_keys(data.get("keys", {}), ", ".join(sources))
-    return Config(data, sources, chosen)
+    return Config(data, sources, chosen=chosen, notes=notes)

@@ -242,3 +242,21 @@ def test_proxy_and_mcp_say_an_unusable_data_folder_in_one_line(tmp_path, mode):
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"nexus {mode}: the data folder cannot be used") and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_env_lines_and_values_are_said_in_words(tmp_path, monkeypatch):
+    """A bad .env line: python-dotenv's warning named no file. NEXUS_WEB=maybe and
+    NEXUS_IDLE_REORGANIZE=soon said "(bool)" and "(float)" (a trial)."""
+    monkeypatch.chdir(tmp_path)
+    for var in ("NEXUS_WEB", "NEXUS_IDLE_REORGANIZE"):
+        monkeypatch.delenv(var, raising=False)
+    (tmp_path / ".env").write_text("this line is garbage\nNEXUS_JUDGE=embedding\n")
+    cfg = load_config(user_file=tmp_path / "none.toml")
+    assert cfg.notes == ["./.env: line 1 is not NAME=value; ignored"]
+    assert cfg.section("memory").judge == "embedding"  # the good line is taken
+    (tmp_path / ".env").write_text("NEXUS_WEB=maybe\n")
+    with pytest.raises(ConfigError, match=r"NEXUS_WEB='maybe' in ./.env is not a valid web.enabled \(on or off"):
+        load_config(user_file=tmp_path / "none.toml")
+    (tmp_path / ".env").write_text("NEXUS_IDLE_REORGANIZE=soon\n")
+    with pytest.raises(ConfigError, match=r"\(a number\)"):
+        load_config(user_file=tmp_path / "none.toml")
