@@ -429,7 +429,7 @@ class MemoryTree(ReportsFailures, Tree):
             self._gen += 1
         self.border_title = snap.title(self.title_room, self._scenario)
         root = snap.topics[snap.root_id]
-        label = Text(f"ROOT ({counted(snap.exchanges, 'exchange')})")
+        label = self._root_label(snap)
         if self.root.data != snap.root_id or str(self.root.label) != label.plain:
             self.root.set_label(label)
             self.root.data = snap.root_id
@@ -576,11 +576,22 @@ class MemoryTree(ReportsFailures, Tree):
         """Cells the border leaves a title (its corners and a dash each side)."""
         return self.outer_size.width - 4 if self.outer_size.width else None
 
+    def _root_label(self, snap: TreeSnapshot) -> Text:
+        """"ROOT (12 exchanges)", or "ROOT (12)" where that does not fit: a narrow pane cut
+        it to "ROOT (12 ex" (a trial)."""
+        long = f"ROOT ({counted(snap.exchanges, 'exchange')})"
+        room = self.size.width - self.scrollbar_size_vertical - 2  # its ▼ icon
+        return Text(long if not room or len(long) <= room else f"ROOT ({snap.exchanges:,})")
+
     def on_resize(self) -> None:
         from .inspector import NodeInspector  # drawn over the chat, beside this pane
 
         if self.snapshot is not None:
             self.border_title = self.snapshot.title(self.title_room, self._scenario)
+            if self.root.data == self.snapshot.root_id:
+                label = self._root_label(self.snapshot)
+                if str(self.root.label) != label.plain:
+                    self.root.set_label(label)
 
         for inspector in self.app.query(NodeInspector):
             inspector.beside(self.outer_size.width)

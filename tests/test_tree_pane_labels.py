@@ -78,6 +78,21 @@ async def test_a_pane_narrowed_by_hand_drops_whole_parts_never_half_of_one(serve
         assert all("★" in row for row in rows), rows  # every fed branch still marked
 
 
+async def test_the_root_row_keeps_its_whole_count_in_a_narrow_pane(server, tmp_path, minilm, data_dir,
+                                                                  session_file):
+    """At 16 columns the root row read "▼ ROOT (12 ex" (a trial): "ROOT (12)" there."""
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        assert any(re.search(r"ROOT \(\d+ exchanges\)$", line) for line in on_screen(app, pane))
+        for _ in range(8):
+            await pilot.press("ctrl+left")
+        await pilot.pause(0.3)
+        root = [line for line in on_screen(app, pane) if "ROOT" in line]
+        assert root and re.search(r"ROOT \(\d+\)$", root[0]), root
+
+
 async def test_in_a_narrow_terminal_every_topic_keeps_its_whole_count(server, tmp_path, minilm, data_dir,
                                                                      session_file):
     """70 × 20: the active-path row showed "└─ ▶ ● Write V… (1" (a name kept at 8 cells
