@@ -177,6 +177,8 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             prompt.move_cursor(prompt.document.end)
 
     def update_header(self, width: int | None = None) -> None:
+        if self.session is not None and self.session.model:  # the model a session found: the next one's too
+            self.listed_model = self.session.model  # ("auto" after /new, until its first reply: a trial)
         model = ((self.session.model if self.session and self.session.model else self.config.chat_model)
                  or self.listed_model or ("auto" if self.server_answered else "no model server"))
         where = self.config.base_url

@@ -115,6 +115,12 @@ async def test_the_header_names_the_model_the_server_lists(server, tmp_path, min
         await type_and_send(pilot, app, "Hi there.")
         await wait_for(pilot, lambda: app.session.tree and len(app.session.tree.exchanges) == 1)
         await wait_for(pilot, lambda: " · qwen2.5-7b-instruct · " in app.sub_title)
+        # a new session asks nothing yet: the title still names the model ("auto", a trial)
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session.path.name != "s.db"
+                       and app.session.tree is not None)
+        await pilot.pause(0.3)
+        assert " · qwen2.5-7b-instruct · " in app.sub_title, app.sub_title
 
 
 async def test_help_wraps_each_description_under_itself(server, tmp_path, minilm, data_dir):
