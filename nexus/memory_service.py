@@ -266,7 +266,9 @@ class MemoryService:
             self.synth.last_report = report
         return Recall(
             self.name, query, block, report.memory_tokens, budget,
-            [RecalledBranch(p.node_id, p.path, p.summary, round(p.similarity, 4), p.exchanges) for p in report.paths],
+            # exchanges, as Nexus counts them: the block's lines also hold its date lines (one too many, a trial)
+            [RecalledBranch(p.node_id, p.path, p.summary, round(p.similarity, 4), len(p.entries))
+             for p in report.paths],
             [RecalledExchange(x.index, x.thread_path, x.timestamp, round(x.fused, 4), round(x.vector, 4),
                               round(x.keyword, 4), x.status) for x in report.exchanges],
         )

@@ -54,6 +54,10 @@ def test_remember_recall_with_provenance(data_dir, minilm):
         assert rec.exchanges and rec.exchanges[0].index == 0  # the best-ranked exchange is the Lisbon one
         assert rec.exchanges[0].similarity > 0.3 and rec.exchanges[0].branch
         assert rec.branches and all(b.path for b in rec.branches)
+        # each branch counts the exchanges shown under it, not its block's lines with their
+        # date lines (one too many, a trial)
+        shown = {x.index for x in rec.exchanges}
+        assert sum(b.exchanges for b in rec.branches) == len(shown), (rec.branches, shown)
         assert rec.as_dict()["exchanges"][0]["index"] == 0
         assert svc.recall("anything", budget_tokens=0).block == ""
         # a lone surrogate (a JSON client's "\ud800"): the memory still comes, as it went
