@@ -14,6 +14,8 @@ from textual.css.query import NoMatches
 from textual.widget import Widget
 from textual.widgets import Footer, Header
 
+from trace_core.errors import ReadOnlySessionError
+
 from . import commands as C
 from . import sessions
 from .actions import KeyActions
@@ -277,6 +279,9 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
                 self.defer_command(line)
             else:
                 self.chat_notice(f"/{parsed.command.name} needs a session: {exc}.", "warning")
+        except ReadOnlySessionError as exc:  # not a failure: this window may only read ("ReadOnlySessionError:" in the log, a trial)
+            self.chat_notice(f"/{parsed.command.name}: {self.read_only_words(exc)}", "warning")
+            self.log_line(f"/{parsed.command.name} refused: {exc}", "warning")
         except OSError as exc:  # a file the command was given: said in words, its name cut to fit
             from .paths import os_problem
 
@@ -285,6 +290,11 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         except Exception as exc:  # a command never crashes the app
             self.chat_notice(f"/{parsed.command.name} failed: {exc}", "error")
             self.log_line(f"/{parsed.command.name} failed: {type(exc).__name__}: {exc}", "error")
+
+    def read_only_words(self, exc: Exception) -> str:
+        """Why a change was refused in a read-only window, in the session's own words."""
+        reason = self.session.read_only_reason if self.session is not None else ""
+        return f"{reason or 'This session is open read-only.'} Nothing was changed."
 
     def palette_command(self, c: C.Command) -> None:
         """Chosen in the palette: a command that needs an argument (<...>) fills the input;

@@ -99,6 +99,10 @@ class Failures:
     def worker_failed(self, name: str, exc: BaseException | None) -> None:
         how = FAILURES.get(name, ANY)
         words, level, cause = how.words, how.level, exc
+        from trace_core.errors import ReadOnlySessionError
+
+        if isinstance(exc, ReadOnlySessionError):  # a read-only window, not a failure (said as an error, a trial)
+            level = "warning"
         if isinstance(exc, TaskFailed):
             words, level, cause = exc.words or words, exc.level or level, exc.__cause__
         text = f"{words}: {reason(cause)}{how.end}" if cause is not None else f"{words}{how.end}"

@@ -100,6 +100,13 @@ async def test_a_read_only_window_writes_once_the_other_nexus_has_closed(server,
             await type_and_send(pilot, app, "/retry")
             await wait_for(pilot, lambda: "Cannot retry here: This session is open in another Nexus" in notices(app))
             assert "Regenerating" not in notices(app) and app.query_one("#prompt").value == ""
+            # a change refused here is said in words, as a warning: no "ReadOnlySessionError"
+            # in the log, no "failed" (a trial)
+            from test_nexus_app import log_text
+
+            await type_and_send(pilot, app, "/system Answer briefly.")
+            await wait_for(pilot, lambda: "/system: This session is open in another Nexus" in notices(app))
+            assert "Nothing was changed." in notices(app) and "ReadOnlySessionError" not in log_text(app)
             holder.stdin.write("\n")
             holder.stdin.flush()
             assert holder.stdout.readline().strip() == "RELEASED"
