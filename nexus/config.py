@@ -113,7 +113,7 @@ class ModelSettings:
     memory: str
     vision: str
     temperature: float = field(metadata=_range(0, 2))
-    max_tokens: int = field(metadata=_range(0))
+    max_tokens: int = field(metadata=_range(0, 131072))  # as /set max_tokens allows
     context_tokens: int = field(metadata=_range(256))
 
 

@@ -260,3 +260,12 @@ def test_env_lines_and_values_are_said_in_words(tmp_path, monkeypatch):
     (tmp_path / ".env").write_text("NEXUS_IDLE_REORGANIZE=soon\n")
     with pytest.raises(ConfigError, match=r"\(a number\)"):
         load_config(user_file=tmp_path / "none.toml")
+
+
+def test_max_tokens_in_the_file_is_bounded_as_set_bounds_it(tmp_path):
+    """[models] max_tokens = 99999999 was taken at start while /set max_tokens allows at
+    most 131072 (a trial)."""
+    f = tmp_path / "nexus.toml"
+    f.write_text("[models]\nmax_tokens = 99999999\n")
+    with pytest.raises(ConfigError, match=r"models.max_tokens .* must be a number in \[0, 131072\]"):
+        load_config(env={}, user_file=f)
