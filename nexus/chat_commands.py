@@ -9,6 +9,7 @@ from .failures import TaskFailed, background
 from .history import past_exchange
 from .keys import ALL_KEYS, key_for
 from .replies import UNSENT_STATE
+from .text import quoted
 from .widgets import PastExchangeView, PromptInput, UserMessage, two_columns
 
 
@@ -212,6 +213,27 @@ class ChatCommands:
         self.editing = None
         self.chat_notice("Editing your message that got no answer: Enter sends it.")
         return True
+
+    def cmd_drop(self, args: list[str]) -> None:
+        """The message Ctrl+R would send next is forgotten: one that fails each time it is
+        sent again stood before the others for good, with no way to let it go (a trial)."""
+        session = self.need_session()
+        if session.read_only:
+            self.chat_notice(f"/drop: {self.read_only_words(None)}", "warning")
+            return
+        text = session.take_kept()
+        if text is None:
+            self.chat_notice("Nothing to drop: no message waits without an answer.")
+            return
+        session.save_kept()  # gone from the file too
+        if session.newest_unanswered == text:
+            session.newest_unanswered = None
+        for shown in self.query(UserMessage):
+            if shown.text == text and shown.state == UNSENT_STATE:
+                shown.set_state("dropped — not sent, not in memory")
+        self.chat_notice(f"Dropped {quoted(text, 80)}: it is not sent, and nothing of it is in memory "
+                         "(↑ in the input still finds it).")
+        self.recount_unsent()
 
     def cmd_clear(self, args: list[str]) -> None:
         if self.history is not None:  # no earlier page comes back into the cleared pane (#0 did, in a trial)

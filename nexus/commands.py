@@ -40,6 +40,7 @@ COMMANDS = [
     Command("retry", "/retry", "regenerate the last reply (it replaces that exchange in memory; /undo-retry puts it back)", "retry"),
     Command("undo-retry", "/undo-retry", "put back the exchange the last /retry or /edit replaced (again: the one before it)", "undo_retry"),
     Command("edit", "/edit", "put the last message back in the input; sending replaces that exchange (one that got no answer is sent as new)", "edit"),
+    Command("drop", "/drop", "forget the message Ctrl+R would send next (it has no answer; nothing of it is in memory)", "drop"),
     Command("export", "/export [path] [--tree]", "write the conversation as Markdown (--tree: with the topic outline)", "export"),
     Command("clear", "/clear", "clear the chat pane (memory is kept)", "clear"),
     Command("help", "/help", "this list", "help"),

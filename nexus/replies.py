@@ -474,7 +474,8 @@ class Replies:
         if left:  # the one sent now goes first again if it fails again (``pending``)
             waits = "waits" if left == 1 else "wait"
             self.resend_note = self.chat_notice(f"{counted(left, 'more message')} {waits} without an answer: "
-                                                f"{self.resend_key()} sends the next once this one is answered.")
+                                                f"{self.resend_key()} sends the next once this one is answered "
+                                                "(/drop forgets this one if it fails again).")
 
     def send_first(self, text: str, replace: bool = False) -> None:
         """``send``, ahead of the messages waiting in the outbox (shown above them too)."""

@@ -161,7 +161,8 @@ async def test_ctrl_r_that_fails_again_says_once_what_still_waits(server, tmp_pa
         assert app.session.kept and not app.session.tree.exchanges
         said = notices(app)
         assert said.count("more messages wait without an answer") == 1, said
-        assert "2 more messages wait without an answer: Ctrl+R sends the next once this one is answered." in said
+        assert ("2 more messages wait without an answer: Ctrl+R sends the next once this one is answered "
+                "(/drop forgets this one if it fails again).") in said
 
 
 async def test_ctrl_r_sends_the_message_its_newest_hint_is_under(server, tmp_path, minilm, data_dir):
@@ -187,7 +188,7 @@ async def test_ctrl_r_sends_the_message_its_newest_hint_is_under(server, tmp_pat
         assert app.session.tree.exchanges[0].user == "What flour suits a rye starter?"
         assert app.session.kept == ["ok thanks"]
         assert notices(app).count("1 more message waits without an answer: Ctrl+R sends the next once this one "
-                                  "is answered.") == 1
+                                  "is answered (/drop forgets this one if it fails again).") == 1
         assert [r for r in app.query(AssistantMessage) if r.note.startswith("(no answer")] == empty[:1]
         assert [m.text for m in app.query(UserMessage)].count("What flour suits a rye starter?") == 1
 
@@ -939,3 +940,32 @@ async def test_a_message_too_long_is_refused_at_enter_not_after_the_reply_before
         assert app.turn is not None and "w399" not in app.current_reply.text  # the reply still streams
         assert not app.outbox and "x" * 4000 not in [m.text for m in app.query(UserMessage)]
         await wait_for(pilot, lambda: app.query_one("#prompt").value == "x" * 4000)
+
+
+async def test_drop_forgets_the_message_ctrl_r_would_send_next(server, tmp_path, minilm, data_dir):
+    """A message that fails each time it is sent again stood before the others for good:
+    Ctrl+R sent it first every time, and nothing let it go (a trial)."""
+    server.respond(chat_only(lambda req: Reply("")))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/drop")
+        await wait_for(pilot, lambda: "Nothing to drop" in notices(app))
+        for text in ("the doomed message", "the good message"):
+            await type_and_send(pilot, app, text)
+            await wait_for(pilot, lambda text=text: text in app.session.kept)
+            await wait_for(pilot, lambda: app.turn is None and not app.outbox)
+        assert app.session.pending == "the good message"  # the newest failure first
+        await type_and_send(pilot, app, "/drop")
+        await wait_for(pilot, lambda: 'Dropped "the good message"' in notices(app))
+        assert app.session.kept == ["the doomed message"]
+        assert any(m.state.startswith("dropped") for m in app.query(UserMessage) if m.text == "the good message")
+        server.respond(chat_reply("Answered."))
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert app.session.tree.exchanges[0].user == "the doomed message" and app.session.kept == []
+    # the file forgot it too: a restart does not bring it back
+    again = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with again.run_test(size=(120, 40)) as pilot:
+        await ready(again, pilot)
+        assert again.session.kept == [] and "no answer yet" not in notices(again)
