@@ -244,11 +244,9 @@ def _salient_set(d: TopicDigest) -> set[str]:
         # business.") outweighed "knee" in two knee topics of a trial, and a short word
         # ranks low among four
         words = d.name.split() + salient_words(d.text or d.summary, 4) + salient_words(d.said, 8)
-        d._salient = set()
-        for w in words:
-            if len(w) > 2:
-                d._salient.add(_norm_word(w))
-                d._forms.setdefault(_norm_word(w), w.lower().strip("'-"))
+        for w in (w for w in words if len(w) > 2):
+            d._forms.setdefault(_norm_word(w), w.lower().strip("'-"))
+        d._salient = set(d._forms)
     return d._salient
 
 
