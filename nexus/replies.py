@@ -74,10 +74,15 @@ class Replies:
             prompt.select_all()
 
         self.call_after_refresh(put_back)
+        self.say_not_sent(why, back=True)
+
+    def say_not_sent(self, why: str, back: bool) -> None:
+        """A refused message: where it went, and the /edit it belongs to, if any."""
+        where = (" It is back in the input, selected: type to replace it, or Backspace to clear it." if back else
+                 " You were typing in the input: ↑ there brings it back.")
         still = (f" Still editing #{self.editing}: Enter sends it in place of the old exchange."
-                 if self.editing is not None else "")
-        self.chat_notice(f"Not sent: {why}. It is back in the input, selected: type to replace it, or Backspace "
-                         f"to clear it.{still}", "warning")
+                 if back and self.editing is not None else "")
+        self.chat_notice(f"Not sent: {why}.{where}{still}", "warning")
         self.log_line(f"not sent: {why}", "warning")
 
     def uncover_chat(self) -> None:
@@ -267,18 +272,12 @@ class Replies:
         else:  # refused before sending: nothing failed at the server
             was_edit = self.turn is not None and self.turn.id == e.turn and self.turn.replace
             back = self.give_back(e.turn, e.user)
-            still = ""
             if back and was_edit and self.session is not None and self.session.tree is not None \
                     and self.session.tree.exchanges:
                 # the edit goes on: its shorter words still replace #N (they went as a new
                 # exchange, unsaid, in a trial)
                 self.editing = self.session.tree.exchanges[-1].index
-                still = f" Still editing #{self.editing}: Enter sends it in place of the old exchange."
-            self.chat_notice(f"Not sent: {e.problem}." + (" It is back in the input, selected: type to replace "
-                                                          "it, or Backspace to clear it." if back else
-                                                          " You were typing in the input: ↑ there brings it back.")
-                             + still, "warning")
-            self.log_line(f"not sent: {e.problem}", "warning")
+            self.say_not_sent(e.problem, back)
             return
         self.log_line(f"reply failed: {e.problem}", "error")
 
