@@ -167,13 +167,12 @@ def _run(args: argparse.Namespace, typed: str = "") -> int | None:
         print(f"nexus: the data folder cannot be used: {write_problem(data_dir() / 'sessions', exc)} "
               "(NEXUS_DATA_DIR chooses another)", file=sys.stderr)
         return None
-    from .paths import folder_problem, log_dir
+    from .paths import data_folder_problem, log_dir
 
     # a folder that takes no files showed the app, then lost every message typed into it
-    folders = [log_dir()] + ([session_path.parent] if session_path.parent.exists() else [])
-    problem = next(filter(None, map(folder_problem, folders)), None)
+    problem = data_folder_problem([log_dir()] + ([session_path.parent] if session_path.parent.exists() else []))
     if problem:
-        print(f"nexus: the data folder cannot be used: {problem} (NEXUS_DATA_DIR chooses another)", file=sys.stderr)
+        print(f"nexus: {problem}", file=sys.stderr)
         return None
     local = None
     if args.local:

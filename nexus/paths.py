@@ -152,3 +152,10 @@ def folder_problem(folder: Path) -> str | None:
     except OSError as exc:
         return write_problem(folder, exc)
     return None
+
+
+def data_folder_problem(folders) -> str | None:
+    """The first of ``folders`` Nexus cannot keep files in, said for the start's one line,
+    or None (nexus, nexus proxy and nexus mcp say it alike)."""
+    problem = next(filter(None, map(folder_problem, folders)), None)
+    return f"the data folder cannot be used: {problem} (NEXUS_DATA_DIR chooses another)" if problem else None

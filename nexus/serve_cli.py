@@ -69,14 +69,13 @@ def main(argv: list[str]) -> int:
         print(f"nexus {args.mode}: {problem}", file=sys.stderr)
         return 2
     from .config import data_dir
-    from .paths import folder_problem, log_dir
+    from .paths import data_folder_problem, log_dir
 
     # a data folder under a file stopped the proxy and the MCP server with a traceback
     # (an MCP client shows only "Connection closed"): said as plain nexus says it
-    problem = next(filter(None, map(folder_problem, (data_dir() / "sessions", log_dir()))), None)
+    problem = data_folder_problem((data_dir() / "sessions", log_dir()))
     if problem:
-        print(f"nexus {args.mode}: the data folder cannot be used: {problem} (NEXUS_DATA_DIR chooses another)",
-              file=sys.stderr)
+        print(f"nexus {args.mode}: {problem}", file=sys.stderr)
         return 2
     token = resolve_token(args.token)
     import os

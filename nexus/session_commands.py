@@ -232,7 +232,7 @@ class SessionCommands:
             return
         from .export import EXPORT_TITLE
 
-        if _starts_with(path, f"# {EXPORT_TITLE}".encode()):  # "not valid JSON (truncated or corrupt?)" alarmed (a trial)
+        if sessions.starts_with(path, f"# {EXPORT_TITLE}".encode()):  # "not valid JSON (truncated or corrupt?)" alarmed (a trial)
             self.chat_notice(f"Cannot load {path}: it is an /export, Markdown to read; /load takes a .json file "
                              "that /save wrote.", "warning")
             return
@@ -321,10 +321,3 @@ class SessionCommands:
             f"Exported {counted(len(session.tree.exchanges), 'exchange')}{also} to {path.resolve()}"
             + (" with the topic outline" if with_tree else "") + folders_made(made), path.resolve()))
 
-
-def _starts_with(path: Path, head: bytes) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(len(head)) == head
-    except OSError:
-        return False

@@ -258,6 +258,15 @@ def replaced_file(target: Path, own_kind: bytes) -> int | None:
     return size
 
 
+def starts_with(path: Path, head: bytes) -> bool:
+    """``path`` is a readable file whose first bytes are ``head``."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(head)) == head
+    except OSError:
+        return False
+
+
 class SessionInUse(RuntimeError):
     """Another process has the session open for writing."""
 
