@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 _MONTHS = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
 _MONTHS.update({m.lower(): i for i, m in enumerate(calendar.month_abbr) if m and m.lower() != "may"})
-_M = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+# a month name is a whole word or takes its dot: "of Maria's" names no March
+_M = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")(?:\.|\b)"
 _DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
 _YEAR = r"((?:19|20)\d\d)"
 
