@@ -33,3 +33,12 @@ def test_scenario_with_a_good_model(name, minilm, server):
 def test_cli_runs_and_reports(minilm, capsys):
     assert S.main(["multihop", "--quiet"]) == 0
     assert "PASS  multihop" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", sorted(S.TALKS))
+def test_a_filler_exchange_is_numbered_by_its_place_in_the_tree(name):
+    # "(#12)" on screen is the tree's #12: the needle's filler after #9 read one less
+    talk = S.TALKS[name]()
+    numbers = [(i, u.rsplit("(#", 1)[1].rstrip(")")) for i, (_l, u, _a) in enumerate(talk) if "(#" in u]
+    assert numbers or name == "multihop"
+    assert all(str(i) == n for i, n in numbers)

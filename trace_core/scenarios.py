@@ -9,6 +9,7 @@ Names: needle, overwrite, drift, theseus, multihop.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 from collections.abc import Callable
@@ -74,6 +75,17 @@ def filler(n: int, start: int = 0) -> list[Exchange]:
     return out
 
 
+_FILLER_NUMBER = re.compile(r" \(#\d+\)$")
+
+
+def numbered(talk: list[Exchange]) -> list[Exchange]:
+    """The talk with each filler exchange numbered by its place in it: "(#12)" is the
+    tree's #12 (filler numbers its own list, so after a scenario's own exchanges they
+    were off by one or more)."""
+    return [(label, f"{_FILLER_NUMBER.sub('', u)} (#{i})", a) if label in FILLER else (label, u, a)
+            for i, (label, u, a) in enumerate(talk)]
+
+
 @dataclass
 class Verdict:
     name: str
@@ -111,7 +123,7 @@ NEEDLE = ("needle", "Important: I'm severely allergic to shellfish, so never sug
 
 def needle_talk(total: int = 200) -> list[Exchange]:
     talk = filler(total - 1)
-    return talk[:9] + [NEEDLE] + talk[9:]
+    return numbered(talk[:9] + [NEEDLE] + talk[9:])
 
 
 def needle(tree: CTree) -> Verdict:
@@ -128,7 +140,7 @@ OVERWRITE_NEW = ("sarah", "Actually, Sarah's allergy test came back negative: Sa
 
 
 def overwrite_talk() -> list[Exchange]:
-    return [OVERWRITE_OLD] + filler(12) + [OVERWRITE_NEW] + filler(4, start=3)
+    return numbered([OVERWRITE_OLD] + filler(12) + [OVERWRITE_NEW] + filler(4, start=3))
 
 
 def overwrite(tree: CTree) -> Verdict:
@@ -166,7 +178,8 @@ def _close(tree: CTree, name: str) -> None:
 
 def drift_talk() -> list[Exchange]:
     # the two senses come back later in separate branches, so a merge is tempting
-    return SNAKE + filler(6) + LANGUAGE + filler(6, start=2) + SNAKE[:2] + filler(4, start=4) + LANGUAGE[:2]
+    return numbered(SNAKE + filler(6) + LANGUAGE + filler(6, start=2) + SNAKE[:2] + filler(4, start=4)
+                    + LANGUAGE[:2])
 
 
 def drift(tree: CTree) -> Verdict:
@@ -214,7 +227,7 @@ def theseus_talk() -> list[Exchange]:
     for k, (u, a) in enumerate(THESEUS_PARTS):
         talk.append(("eleanor", u, a))
         talk += fill[4 * k : 4 * k + 4]
-    return talk
+    return numbered(talk)
 
 
 def theseus(tree: CTree) -> Verdict:
