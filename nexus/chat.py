@@ -74,6 +74,8 @@ class ChatSession:
         self.read_only_reason = ""  # why, in words (set by whoever opened it read-only)
         self.held_elsewhere = False  # read-only because another process writes it (it may close it)
         web = config.section("web")
+        # --no-web (web.enabled = false) means never search: nothing in the session turns it on
+        self.web_allowed = web.enabled
         self.web_enabled = web.enabled
         self.web = WebSearch(**({"search_fn": search_fn} if search_fn else {}), max_results=web.max_results,
                              timeout=web.timeout, backend=web.backend)
@@ -170,7 +172,7 @@ class ChatSession:
     # --- one turn ---------------------------------------------------------------------------
 
     def route(self, text: str, forced_query: str | None = None) -> tuple[RouteDecision, list]:
-        if forced_query:
+        if forced_query and self.web_allowed:
             decision = RouteDecision(True, "asked with /web", forced_query, by="command")
         elif not self.web_enabled:
             self.emit(ev.WebRouted(False, "web search is off"))
@@ -522,7 +524,9 @@ class ChatSession:
         self.settings.save(self.tree.vdb)
 
     def set_web(self, on: bool) -> None:
-        """``/web on|off``, stored with the session."""
+        """``/web on|off``, stored with the session (never on where the web is not allowed)."""
+        if on and not self.web_allowed:
+            raise ValueError("the web is off for this run")
         self.web_enabled = on
         self.settings.web = on
         if self.tree is not None and self.tree.vdb is not None and not self.read_only:

@@ -29,6 +29,15 @@ class ChatCommands:
 
     def cmd_web(self, args: list[str]) -> None:
         s = self.need_session()
+        turning_off = len(args) == 1 and args[0].lower() == "off"
+        if args and not turning_off and not s.web_allowed:  # --no-web: "never search the web"
+            self.chat_notice("Web search is off for this run (--no-web, or web.enabled = false in the settings): "
+                             "nothing is searched, /web <query> included. Start Nexus without it to search.", "warning")
+            return
+        if not args and not s.web_allowed:
+            self.chat_notice("Web routing is off for this run (--no-web, or web.enabled = false in the settings): "
+                             "nothing is searched.")
+            return
         if not args:  # where it stands, and how to change it
             state = "on: a question that needs current information is searched before the reply" \
                 if s.web_enabled else "off: nothing is searched unless you ask with /web <query>"

@@ -246,12 +246,14 @@ async def test_web_alone_says_whether_routing_is_on(server, tmp_path, minilm, mo
     from nexus.app import NexusApp
 
     monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
-    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    app = NexusApp(make_config(server.base_url, tmp_path, {("web", "enabled"): True}), tmp_path / "s.db",
+                   embed_fn=minilm)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
-        for step, words in (("/web", "Web routing is off: nothing is searched"), ("/web on", "Web routing is on (stored"),
-                            ("/web", "Web routing is on: a question that needs current information"),
-                            ("/web OFF", "Web routing is off (stored")):  # any case: "/web ON" was searched for "ON"
+        for step, words in (("/web", "Web routing is on: a question that needs current information"),
+                            ("/web off", "Web routing is off (stored"), ("/web", "Web routing is off: nothing is searched"),
+                            ("/web ON", "Web routing is on (stored"),  # any case: "/web ON" was searched for "ON"
+                            ("/web OFF", "Web routing is off (stored")):
             await type_and_send(pilot, app, step)
             await wait_for(pilot, lambda words=words: words in notices(app))
         assert app.session.web_enabled is False and app.session.tree.exchanges == []
@@ -297,10 +299,11 @@ async def test_a_failed_search_is_said_in_the_chat(server, tmp_path, minilm, mon
 
     monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
     server.respond(chat_reply("Python 3.13, as far as I know."))
-    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm,
-                   search_fn=no_network)
+    app = NexusApp(make_config(server.base_url, tmp_path, {("web", "enabled"): True}), tmp_path / "s.db",
+                   embed_fn=minilm, search_fn=no_network)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
+        await type_and_send(pilot, app, "/web off")  # routing off: only what /web asks for is searched
         await type_and_send(pilot, app, "/web latest stable Python version")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         await wait_for(pilot, lambda: 'The web search for "latest stable Python version" failed' in notices(app))
@@ -331,9 +334,11 @@ async def test_a_resent_message_takes_the_notes_of_its_failed_attempt_with_it(se
     answers = iter(["", "Python 3.13."])
     server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
                    else Reply(next(answers)))
-    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm, search_fn=no_network)
+    app = NexusApp(make_config(server.base_url, tmp_path, {("web", "enabled"): True}), tmp_path / "s.db",
+                   embed_fn=minilm, search_fn=no_network)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
+        await type_and_send(pilot, app, "/web off")  # routing off: only what /web asks for is searched
         await type_and_send(pilot, app, "/web latest stable Python version")
         await wait_for(pilot, lambda: app.session.kept == ["latest stable Python version"] and app.turn is None)
         assert "The web search for" in notices(app)
@@ -343,3 +348,29 @@ async def test_a_resent_message_takes_the_notes_of_its_failed_attempt_with_it(se
         assert "The web search for" not in notices(app)
         assert [r.note for r in app.query(AssistantMessage)] == [""]
         assert not any("no answer yet" in n.plain for n in app.query(Notice))
+
+
+async def test_no_web_means_no_search_whatever_the_session_asks(server, tmp_path, minilm, monkeypatch):
+    """Under --no-web (web.enabled = false), "/web on" turned routing on for the running
+    app and "/web <query>" searched, although --help says "never search the web" (trial)."""
+    from test_nexus_app import chat_reply, make_config, notices, ready, type_and_send, wait_for
+
+    from nexus.app import NexusApp
+
+    searched = []
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    server.respond(chat_reply("No idea."))
+    app = NexusApp(make_config(server.base_url, tmp_path, {("web", "enabled"): False}), tmp_path / "s.db",
+                   embed_fn=minilm, search_fn=lambda *a: searched.append(a) or [])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/web on")
+        await wait_for(pilot, lambda: "Web search is off for this run" in notices(app))
+        await type_and_send(pilot, app, "/web my secret project codename bluebird")
+        await wait_for(pilot, lambda: notices(app).count("Web search is off for this run") == 2)
+        await type_and_send(pilot, app, "What's the weather in Paris today?")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1 and app.turn is None)
+        assert searched == [] and app.session.web_enabled is False
+        assert "bluebird" not in "".join(m.get("content") or "" for r in server.chat_requests() for m in r["messages"])
+        await type_and_send(pilot, app, "/web")
+        await wait_for(pilot, lambda: "Web routing is off for this run" in notices(app))
