@@ -51,11 +51,17 @@ NO_WEB = re.compile(
 )
 # the question is about the conversation itself: memory answers it, whatever else it mentions
 # ("Remind me, which city am I travelling to next month?")
+_SAID = "say|said|tell|told|suggest|suggested|recommend|recommended|mention|mentioned|answer|answered|reply|replied|" \
+        "write|wrote|explain|explained|propose|proposed|list|listed"
 ABOUT_US = re.compile(
     r"\b(remind me|remember|(?:do|can) you recall|earlier|last time|as i said|i (?:told|asked|showed|gave) you|"
-    r"i (?:said|mentioned|wrote)|you (?:said|told me|gave me|suggested|recommended|mentioned)|"
+    r"i (?:said|mentioned|wrote)|(?:questions?|messages?) i (?:asked|sent|wrote)|"
+    rf"you (?:{_SAID}|gave me)|(?:did|have|had) you (?:{_SAID})|"
+    r"your (?:(?:last|previous|earlier|latest|most recent|first) )?(?:answer|reply|response|suggestion|advice|message)|"
     r"(?:did|have|had|was|were) i\b|(?:did|have) we\b|we (?:talked|discussed|spoke|chatted|decided|agreed|compared)|"
-    r"our (?:conversation|chat|discussion|talk)|my name)\b",
+    r"(?:are|were) we (?:\w+ )?(?:talking|discussing|chatting)|"
+    r"(?:our|this|today['’]s|yesterday['’]s|(?:the )?(?:last|previous)) (?:conversation|chat|discussion|talk)|"
+    r"my name)\b",
     re.I,
 )
 # the user's own things ("my dog", "am I"): memory first, unless the question also asks for news
@@ -63,6 +69,31 @@ ABOUT_ME = re.compile(r"\b(my|mine|am i|do i have)\b", re.I)
 # the user telling about themselves, not asking ("I'm currently running 30 km a week"): a
 # now-word there describes their life, and searching would send it to the web word for word
 FIRST_PERSON = re.compile(r"\b(i|i'm|i’m|i've|i’ve|my|we|we're|we’re|our)\b", re.I)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
+QUERY_CHARS = 200
+
+
+def search_query(text: str, at: int | None = None) -> str:
+    """What is sent to the search engine: the sentence that asks for the now (the one
+    holding position ``at``, else the last question), cut at ``QUERY_CHARS`` — never the
+    whole message, whose other sentences may be private ("My password is hunter2. What
+    is the exchange rate…?" sent both to the web, and to the log)."""
+    spans, start = [], 0
+    for m in _SENTENCE_END.finditer(text):
+        spans.append((start, m.start()))
+        start = m.end()
+    spans.append((start, len(text)))
+    spans = [(a, b) for a, b in spans if text[a:b].strip()] or [(0, len(text))]
+    if at is not None:
+        chosen = next((sp for sp in spans if sp[0] <= at < sp[1]), spans[-1])
+    else:
+        chosen = next((sp for sp in reversed(spans) if text[sp[0]:sp[1]].rstrip().endswith(("?", "？"))), spans[-1])
+    query = " ".join(text[chosen[0]:chosen[1]].split())
+    if len(query) > QUERY_CHARS:
+        query = query[:QUERY_CHARS].rsplit(" ", 1)[0]
+    return query
 
 
 @dataclass
@@ -113,7 +144,7 @@ class WebRouter:
             except Exception:  # a failing memory probe never blocks routing
                 pass
         if web:
-            return RouteDecision(True, f"mentions '{web.group(0)}'", q)
+            return RouteDecision(True, f"mentions '{web.group(0)}'", search_query(q, web.start()))
         if len(q.split()) < 4 or not q.endswith("?"):
             return RouteDecision(False, "not a question about the world")
         if self.ask_llm is None:
@@ -122,7 +153,8 @@ class WebRouter:
             yes = self.ask_llm(q)
         except Exception as exc:  # unreachable model: no search, say why
             return RouteDecision(False, f"doubtful; the memory model could not answer ({exc})", by="llm")
-        return RouteDecision(bool(yes), "the memory model said " + ("yes" if yes else "no"), q if yes else "", by="llm")
+        return RouteDecision(bool(yes), "the memory model said " + ("yes" if yes else "no"),
+                             search_query(q) if yes else "", by="llm")
 
 
 def ask_memory_model(llm, question: str) -> bool:

@@ -42,11 +42,38 @@ from nexus.web import BEGIN, END, WebRouter, WebSearch, WebSearchError, ddgs_sea
     # asking, not telling: still the web
     ("Tell me today's top headlines.", True),
     ("What's the weather like where I'm going in Madrid this weekend?", True),
+    # what was said here, whatever now-word it carries (each was searched in a trial)
+    ("What are we currently talking about in this conversation?", False),
+    ("What did you answer to my weather question?", False),
+    ("Can you summarize today's conversation?", False),
+    ("What was your most recent answer?", False),
+    ("Can you list the questions I asked today?", False),
+    ("Which version of the plan did you suggest?", False),
+    # …but a conversation in the world, or what the user saw, is still news
+    ("What's the latest on the conversation between the US and China about tariffs?", True),
+    ("Did you see the latest iPhone announcement?", True),
 ])
 def test_rule_table(question, search):
     d = WebRouter(ask_llm=None).decide(question)
     assert d.search is search, d.reason
     assert d.by == "rules" or not search
+
+
+def test_only_the_sentence_that_asks_is_searched():
+    """The whole message was the query: "My password is hunter2 …" went to the web and
+    to the log (a trial). Now the sentence with the now-word, or the model's question."""
+    r = WebRouter(ask_llm=None)
+    d = r.decide("My password is hunter2 and my account is 12345678. What is the current exchange rate for USD to EUR?")
+    assert d.search and d.query == "What is the current exchange rate for USD to EUR?"
+    d = r.decide("Is my train to Porto delayed today? My booking code is QX7 and I'm in seat 42.")
+    assert d.query == "Is my train to Porto delayed today?"
+    long_mail = "Dear team, " + "the quarterly numbers look fine and nobody is to share them. " * 20
+    d = r.decide(long_mail + "Should we worry, given the latest news?")
+    assert d.query == "Should we worry, given the latest news?"
+    d = WebRouter(ask_llm=lambda q: True).decide("Trivia night again, sorry. Who founded the city of Ulaanbaatar in Mongolia?")
+    assert d.by == "llm" and d.query == "Who founded the city of Ulaanbaatar in Mongolia?"
+    d = r.decide("latest " + "word " * 100 + "?")
+    assert d.search and len(d.query) <= 200
 
 
 def test_doubtful_cases_go_to_the_memory_model():
