@@ -142,8 +142,16 @@ class MemoryCommands:
     def cmd_ingest(self, args: list[str]) -> None:
         if not args:
             raise C.UsageError(C.BY_NAME["ingest"].usage)
-        self.need_session()
+        session = self.need_session()
+        if session.read_only:  # refused before the models are swapped (it swapped, described, then threw it away)
+            self.chat_notice(f"/ingest: {self.read_only_words(None)}", "warning")
+            return
         if self.refused_while_busy():
+            return
+        # swapping models now would cut the reply streaming: queued, it runs in its turn
+        if not self.running_queued and (self.turn is not None or self.outbox):
+            self.defer_command("/ingest " + " ".join(args))
+            self.chat_notice("/ingest waits for the reply (and the messages queued before it), then runs.")
             return
         self.cancel_long.clear()
         self.ingest_worker(" ".join(args))

@@ -255,3 +255,39 @@ async def test_ingest_in_the_app_says_the_server_has_no_vision_model(server, tmp
                 in said and "(t14red.jpg not described.)" in said)
         assert "empty description" not in said and "asking qwen2-vl-2b-instruct directly" not in log_text(app)
         assert model_calls(server) == [] and not app.vision_busy
+
+
+async def test_ingest_waits_for_the_reply_streaming(server, tmp_path, minilm, monkeypatch):
+    """/ingest typed while a reply streamed unloaded the chat model under it, and filed the
+    image before the message being answered (trial)."""
+    from test_nexus_app import make_config, notices, ready, type_and_send, wait_for
+
+    from nexus.app import NexusApp
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    server.state.catalogue = {"qwen-7b": {"type": "llm", "loaded": ["qwen-7b"]}, "qwen2-vl": {"type": "vlm"}}
+    story = "Once upon a time there was a long story told slowly word by word until the end."
+
+    def respond(req):
+        if isinstance(req["messages"][-1]["content"], list):
+            return Reply(DESCRIPTION)
+        if req.get("response_format"):
+            return Reply('{"action": "continue"}')
+        return Reply(story, chunk_delay=0.1)
+
+    server.respond(respond)
+    cfg = make_config(server.base_url, tmp_path, {("models", "chat"): "qwen-7b", ("models", "vision"): "qwen2-vl"})
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Tell me something long.")
+        await wait_for(pilot, lambda: app.turn is not None and app.current_reply is not None
+                       and "Once upon" in app.current_reply.text)
+        await type_and_send(pilot, app, f"/ingest {photo(tmp_path / 'red.jpg')}")
+        assert "/ingest waits for the reply" in notices(app)
+        assert model_calls(server) == []  # nothing swapped while the reply streams
+        await wait_for(pilot, lambda: "/ingest finished" in notices(app), timeout=40)
+        xs = app.session.tree.exchanges
+        assert [x.user for x in xs][0] == "Tell me something long." and xs[0].assistant == story
+        assert len(xs) == 2 and DESCRIPTION in xs[1].assistant
+        assert model_calls(server)[:2] == ["unload qwen-7b", "load qwen2-vl"]

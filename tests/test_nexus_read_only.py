@@ -69,6 +69,14 @@ async def test_a_session_written_elsewhere_opens_read_only(server, tmp_path, min
             assert app.query_one("#prompt").value == "/stats"
             assert "Remember that I sold it." not in [m.text for m in app.query(UserMessage)]
             assert not server.chat_requests()  # nothing went to the model
+            # /ingest is refused before any model is swapped (it swapped, described, then threw it away)
+            from PIL import Image
+
+            Image.new("RGB", (64, 64), (200, 30, 30)).save(tmp_path / "red.png")
+            await type_and_send(pilot, app, f"/ingest {tmp_path / 'red.png'}")
+            await wait_for(pilot, lambda: "/ingest: This session is open in another Nexus" in notices(app))
+            assert "Nothing was changed" in notices(app)
+            assert not [r for r in server.state.requests if r.path.startswith(("/api/", "/v1/chat"))]
     finally:
         holder.stdin.write("\n")
         holder.stdin.flush()
