@@ -38,6 +38,10 @@ class Completer:
         name, sep, rest = text[1:].partition(" ")
         if not sep:
             return [f"/{c.name} " for c in C.COMMANDS if c.name.startswith(name.lower())]
+        if name.lower() in PATH_ARGS and " " in rest and not rest.startswith("-"):
+            whole = paths(rest)  # a path with spaces, typed unquoted as these commands take it
+            if whole:
+                return [f"/{name} {p}" for p in whole]
         head, _, word = rest.rpartition(" ")
         prefix = f"/{name} " + (head + " " if head else "")
         return [prefix + c for c in self.arguments(name.lower(), word, head)]

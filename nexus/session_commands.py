@@ -178,10 +178,9 @@ class SessionCommands:
         self.chat_notice("\n".join(lines))
 
     def cmd_save(self, args: list[str]) -> None:
-        if len(args) > 1:
-            raise C.UsageError(C.BY_NAME["save"].usage)
         s = self.need_session()
-        path = Path(args[0]).expanduser() if args else self.session_path.with_suffix(".json")
+        # a path with spaces, unquoted, as /ingest takes it and Tab completes it
+        path = Path(" ".join(args)).expanduser() if args else self.session_path.with_suffix(".json")
         problem = sessions.export_refusal(path, self.session_path)
         if problem:
             self.chat_notice(f"Not saved: {problem}. Choose another file (e.g. {self.session_path.stem}.json).",
@@ -287,10 +286,9 @@ class SessionCommands:
         with_tree = "--tree" in args
         if with_tree:
             args.remove("--tree")
-        if len(args) > 1:
-            raise C.UsageError(C.BY_NAME["export"].usage)
         session = self.need_session()
-        path = Path(args[0]).expanduser() if args else default_path(self.session_path)
+        # a path with spaces, unquoted, as /ingest takes it and Tab completes it
+        path = Path(" ".join(args)).expanduser() if args else default_path(self.session_path)
         try:
             if path.is_dir():
                 path = path / default_path(self.session_path).name

@@ -78,6 +78,12 @@ async def test_save_and_export_make_a_missing_folder_and_say_so(server, tmp_path
         await type_and_send(pilot, app, f"/export {exported}")
         await wait_for(pilot, lambda: "Exported 1 exchange to" in notices(app))
         assert f"to {exported} (made the folder {exported.parent})." in notices(app)
+        # a path with spaces, unquoted (Tab completes it so): it gave a bare "Usage: /export …"
+        spaced = tmp_path / "folder with space" / "my notes.md"
+        await type_and_send(pilot, app, f"/export {spaced}")
+        await wait_for(pilot, lambda: spaced.exists() and f"to {spaced}" in notices(app))
+        await type_and_send(pilot, app, f"/save {spaced.with_suffix('.json')}")
+        await wait_for(pilot, lambda: spaced.with_suffix(".json").exists())
         # the folder is there now: a second save says nothing about folders
         await type_and_send(pilot, app, f"/save {saved}")
         # and ends with the path, no full stop glued to it (copied, "….json." named no file)

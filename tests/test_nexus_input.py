@@ -145,6 +145,13 @@ def test_completer_commands_and_arguments(tmp_path):
 
     assert [f for f in FLAGS["scenario"] if not f.startswith("-")] == list(SCENARIOS)
     assert c.complete("/scenario needle --k") == ["/scenario needle --keep "]
+    # a folder with spaces, typed unquoted as /ingest, /export and /save take it: "g" then
+    # Tab completed nothing inside "folder with space/" (trial)
+    (tmp_path / "folder with space").mkdir()
+    (tmp_path / "folder with space" / "green photo.png").write_bytes(b"x")
+    assert c.complete(f"/ingest {tmp_path}/fol") == [f"/ingest {tmp_path}/folder with space{os.sep}"]
+    assert c.complete(f"/export {tmp_path}/folder with space/g") == [
+        f"/export {tmp_path}/folder with space/green photo.png"]
 
 
 async def test_tab_completes_commands_sessions_models_and_paths(server, tmp_path, minilm, data_dir):
