@@ -7,6 +7,7 @@ import glob
 import io
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +47,41 @@ def find_images(target: str) -> list[Path]:
     return [p]
 
 
+# the first bytes of the formats Pillow reads most (PNG, JPEG, GIF, WebP, BMP, TIFF)
+SIGNATURES = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM", b"II*\x00", b"MM\x00*")
+
+
+def image_signature(path: Path) -> bool:
+    """Whether the file starts as an image does (a truncated PNG is no "text file")."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+    except OSError:
+        return False
+    return head.startswith(SIGNATURES) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
+
+
+def eight_bit(im):
+    """16-bit and floating-point pixels scaled into 8 bits, grey. Pillow's ``convert``
+    clips them: a 16-bit scan came out 99.6 % white and a float TIFF black, and the
+    model's description of a blank picture was filed as the image (trial)."""
+    if im.mode not in ("I", "F") and not im.mode.startswith("I;16"):
+        return im
+    import numpy as np
+    from PIL import Image
+
+    a = np.asarray(im, dtype=np.float64)
+    lo, hi = float(a.min()), float(a.max())
+    if im.mode == "F":
+        if lo >= 0 and hi <= 1:  # the usual range of a float image
+            lo, hi = 0.0, 1.0
+    else:  # integers: the range of their bit depth
+        lo = 0.0
+        hi = 255.0 if hi <= 255 else 65535.0 if hi <= 65535 else hi
+    scaled = np.clip((a - lo) / ((hi - lo) or 1.0) * 255.0, 0, 255).round().astype(np.uint8)
+    return Image.fromarray(scaled, "L")
+
+
 def prepare(path: Path, max_side: int, max_file_mb: float, max_megapixels: float) -> PreparedImage:
     """Validate and re-encode one image, or raise ``ImageError`` saying what is wrong."""
     from PIL import Image, ImageOps, UnidentifiedImageError
@@ -60,8 +96,14 @@ def prepare(path: Path, max_side: int, max_file_mb: float, max_megapixels: float
     if size > max_file_mb * 1024 * 1024:
         raise ImageError(f"{path}: {size / 1024 / 1024:.1f} MB, over the {max_file_mb:g} MB limit")
     limit = int(max_megapixels * 1_000_000)
+    # Pillow's own bomb check follows the setting: at its default it refused 180 MP with
+    # "over the 400-megapixel limit" when 400 was set (it only warns between 1× and 2×)
+    Image.MAX_IMAGE_PIXELS = limit
     try:
-        with Image.open(path) as im:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im = Image.open(path)
+        with im:
             w, h = im.size  # read from the header: nothing decoded yet
             if w * h > limit:
                 raise ImageError(f"{path}: {w}×{h} is {w * h / 1e6:.0f} megapixels, over the "
@@ -69,7 +111,7 @@ def prepare(path: Path, max_side: int, max_file_mb: float, max_megapixels: float
             im.verify()
         with Image.open(path) as im:
             im.load()
-            im = ImageOps.exif_transpose(im)
+            im = eight_bit(ImageOps.exif_transpose(im))
             has_alpha = im.mode in ("RGBA", "LA", "P") and ("transparency" in im.info or im.mode != "P")
             im = im.convert("RGBA" if has_alpha else "RGB")
             im.thumbnail((max_side, max_side))
@@ -85,6 +127,8 @@ def prepare(path: Path, max_side: int, max_file_mb: float, max_megapixels: float
     except ImageError:
         raise
     except UnidentifiedImageError:
+        if image_signature(path):  # an image's first bytes, but no image Pillow can read: cut short
+            raise ImageError(f"{path}: the image is truncated or damaged (its header is incomplete)") from None
         raise ImageError(f"{path}: not an image — /ingest reads images (PNG, JPEG, GIF, WebP…) and files "
                          "the vision model's description of each; text can be pasted as a message") from None
     except Image.DecompressionBombError as exc:  # Pillow refuses it in open() already

@@ -291,3 +291,38 @@ async def test_ingest_waits_for_the_reply_streaming(server, tmp_path, minilm, mo
         assert [x.user for x in xs][0] == "Tell me something long." and xs[0].assistant == story
         assert len(xs) == 2 and DESCRIPTION in xs[1].assistant
         assert model_calls(server)[:2] == ["unload qwen-7b", "load qwen2-vl"]
+
+
+def test_deep_and_float_images_keep_their_picture_and_a_cut_png_is_damaged(tmp_path):
+    """A 16-bit scan reached the vision model 99.6 % white and a float TIFF black; the
+    first 40 bytes of a PNG were "not an image" (trial)."""
+    import numpy as np
+
+    ramp = np.tile(np.linspace(0, 59994, 256), (64, 1)).astype(np.uint16)
+    Image.fromarray(ramp).save(tmp_path / "deep.png")
+    assert Image.open(tmp_path / "deep.png").mode.startswith("I")
+    Image.fromarray(np.tile(np.linspace(0, 1, 256, dtype=np.float32), (64, 1)), "F").save(tmp_path / "f.tif")
+    for name in ("deep.png", "f.tif"):
+        out = prepare(tmp_path / name, 1024, 20, 50)
+        import base64
+        import io
+
+        pixels = np.asarray(Image.open(io.BytesIO(base64.b64decode(out.data_url.split(",", 1)[1]))).convert("L"),
+                            dtype=float)
+        assert pixels[:, :16].mean() < 40 and pixels[:, -16:].mean() > 200, (name, pixels.mean())
+    full = photo(tmp_path / "whole.png", (64, 64))
+    Image.new("RGB", (64, 64), (1, 2, 3)).save(full, "PNG")
+    (tmp_path / "cut.png").write_bytes(full.read_bytes()[:40])
+    with pytest.raises(ImageError, match="truncated or damaged"):
+        prepare(tmp_path / "cut.png", 1024, 20, 50)
+
+
+def test_a_megapixel_limit_above_pillows_own_is_the_one_that_counts(tmp_path, monkeypatch):
+    """Set above Pillow's own cap, the limit read "196 megapixels, over the 400-megapixel
+    limit" (trial). Pillow's cap is made small here so that the image stays small."""
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1_000_000)
+    p = tmp_path / "wide.png"
+    Image.new("RGB", (1600, 1600), (0, 90, 200)).save(p)  # 2.56 MP: over twice Pillow's 1 MP
+    assert prepare(p, 1024, 20, 3).width == 1024
+    with pytest.raises(ImageError, match="1600×1600 is 3 megapixels, over the 2-megapixel limit"):
+        prepare(p, 1024, 20, 2)
