@@ -15,6 +15,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header
 
 from trace_core.errors import ReadOnlySessionError
+from trace_core.llm import shown_url
 
 from . import commands as C
 from . import sessions
@@ -183,7 +184,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             self.listed_model = self.session.model  # ("auto" after /new, until its first reply: a trial)
         model = ((self.session.model if self.session and self.session.model else self.config.chat_model)
                  or self.listed_model or ("auto" if self.server_answered else "no model server"))
-        where = self.config.base_url
+        where = shown_url(self.config.base_url)
         if self.local_model is not None and not self.local_model.applied:
             where = "restarting the bundled llama.cpp server" if self.model_restarting \
                 else "starting the bundled llama.cpp server"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trace_core import CTree, PromptSynthesizer
-from trace_core.llm import describe_error
+from trace_core.llm import describe_error, shown_url
 from trace_core.tokens import count_tokens, truncate_to_tokens
 
 from . import events as ev
@@ -149,7 +149,7 @@ class ChatSession:
         except Exception as exc:
             raise RuntimeError(describe_error(exc, self.config.base_url)) from exc
         if not ids:
-            raise RuntimeError(f"the server at {self.config.base_url} lists no models; load one first")
+            raise RuntimeError(f"the server at {shown_url(self.config.base_url)} lists no models; load one first")
         self.model = ids[0]
         return self.model
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from trace_core.llm import shown_url
+
 from . import commands as C
 from .chat import ChatSession
 from .failures import TaskFailed, background
@@ -77,7 +79,7 @@ class ChatCommands:
             self.call_from_thread(self.chat_notice, f"Chat model is now {name}.")
             return
         self.call_from_thread(self.chat_notice, f"Chat model is now {name}, but the server at "
-                              f"{self.config.base_url} does not list it (it lists {', '.join(models)}): replies "
+                              f"{shown_url(self.config.base_url)} does not list it (it lists {', '.join(models)}): replies "
                               "may fail, or come from another model. /model alone lists them.", "warning")
 
     @background(group="models")

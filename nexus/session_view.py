@@ -8,6 +8,7 @@ from pathlib import Path
 from textual.containers import VerticalScroll
 
 from trace_core import SessionFileError, SessionLockedError, SessionNotWritableError
+from trace_core.llm import shown_url
 
 from . import events as ev
 from . import sessions
@@ -259,7 +260,7 @@ class SessionView:
     def local_model_started(self) -> None:
         for note in self.local_model.apply(self.config):
             self.post_event(ev.Notice(note))
-        self.post_event(ev.Notice(f"model server: {self.config.base_url} ({self.config.chat_model})"))
+        self.post_event(ev.Notice(f"model server: {shown_url(self.config.base_url)} ({self.config.chat_model})"))
         self.update_header()
 
     def _show_newest_page(self, path: Path) -> HistoryPager | None:

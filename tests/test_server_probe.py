@@ -82,3 +82,50 @@ def test_a_base_url_without_its_v1_is_said_so_at_start_and_at_send():
     finally:
         httpd.shutdown()
     assert problem == "it answered HTTP 404 to GET /models", problem
+
+
+async def test_a_password_in_the_base_url_is_used_and_never_shown(tmp_path, monkeypatch, minilm):
+    """``--base-url http://user:pw@host/v1``: the title bar showed the password, and the
+    probe failed with "Name or service not known" (urllib read "user" as the host)."""
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            seen.append(self.headers.get("Authorization"))
+            body = json.dumps({"data": [{"id": "m"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    httpd = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://me:pw-SECRET9@127.0.0.1:{httpd.server_port}/v1"
+    try:
+        assert server_models(url, "k") == (None, ["m"])
+        import base64
+
+        assert seen == ["Basic " + base64.b64encode(b"me:pw-SECRET9").decode()]
+        from test_nexus_app import log_text, make_config, notices, ready, wait_for
+
+        from nexus.app import NexusApp
+
+        monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+        app = NexusApp(make_config(url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await ready(app, pilot)
+            await wait_for(pilot, lambda: app.server_answered and len(seen) >= 2)
+            assert f"127.0.0.1:{httpd.server_port}/v1" in app.sub_title
+            for said in (app.sub_title, notices(app), log_text(app)):
+                assert "SECRET9" not in said and "gaierror" not in said
+    finally:
+        httpd.shutdown()
+    import openai
+
+    from trace_core.llm import describe_error
+
+    exc = openai.APIConnectionError(request=__import__("httpx").Request("GET", url))
+    assert "SECRET9" not in describe_error(exc, url)

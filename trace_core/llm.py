@@ -71,9 +71,32 @@ def api_at_v1(base_url: str, authorization: str | None = None, timeout: float = 
     return base + "/v1" if isinstance(models, list) and models else None
 
 
+def without_credentials(url: str) -> tuple[str, str | None]:
+    """The URL without a "user:password@" in it, and a Basic ``Authorization`` header for
+    them (None without): urllib reads "http://me:pw@host" as a host named "me" (a
+    "Name or service not known" at start)."""
+    import base64
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    pair = ":".join(unquote(p) for p in userinfo.split(":", 1))
+    return urlunsplit(parts._replace(netloc=host)), "Basic " + base64.b64encode(pair.encode()).decode()
+
+
+def shown_url(url: str) -> str:
+    """A server address to show or log: never its password (a base URL with "user:pw@"
+    showed it in the title bar)."""
+    return without_credentials(url)[0]
+
+
 def describe_error(exc: BaseException, base_url: str) -> str:
     """Turn an openai/httpx exception into words."""
     import openai
+
+    base_url = shown_url(base_url)
 
     if isinstance(exc, openai.APITimeoutError):
         return f"the model server at {base_url} did not answer in time"
