@@ -82,3 +82,27 @@ def test_the_onnx_export_leaves_the_torch_path_intact(tmp_path):
     MiniLMEmbedder()._export(str(tmp_path / "m.onnx"))
     assert (tmp_path / "m.onnx").stat().st_size > 1_000_000
     assert np.allclose(torch_path.embed_batch(TEXTS), before, atol=1e-5)
+
+
+def test_one_export_is_kept_and_named_by_the_weights_content(tmp_path):
+    """The export was named by the weights file's time: every reinstall added 90 MB to the
+    cache (nine copies, 776 MB, in a trial), and nothing removed them."""
+    import os
+    import shutil
+
+    from trace_core.embedders import ONNX_PREFIX, prune_exports, weights_tag
+
+    src = MiniLMEmbedder(use_onnx=False).model_path
+    copy = tmp_path / "reinstalled"
+    copy.mkdir()
+    shutil.copy(os.path.join(src, "model.safetensors"), copy / "model.safetensors")
+    os.utime(copy / "model.safetensors", (1_000_000, 1_000_000))
+    assert weights_tag(str(copy)) == weights_tag(src)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for name in (f"{ONNX_PREFIX}90868376-1796502391.onnx", f"{ONNX_PREFIX}90868376-1796503223.onnx", "notes.txt"):
+        (cache / name).write_bytes(b"x")
+    keep = cache / f"{ONNX_PREFIX}{weights_tag(src)}.onnx"
+    keep.write_bytes(b"model")
+    prune_exports(str(keep))
+    assert sorted(p.name for p in cache.iterdir()) == sorted([keep.name, "notes.txt"])

