@@ -432,10 +432,12 @@ class ChatSession:
         """Messages without an answer (a failed reply, or queued when Nexus closed): kept
         for Ctrl+R, in the session file so a restart keeps them too. Never stored as
         exchanges: an unanswered message is not memory."""
+        before = list(self.kept)
         for text in texts:
-            if text in self.kept:
+            if text in before:  # kept again: it moves to the end, once
+                before.remove(text)
                 self.kept.remove(text)
-            self.kept.append(text)
+            self.kept.append(text)  # two queued "ok"s are two messages (they collapsed into one)
         self.save_kept()
 
     def take_parked(self) -> None:
@@ -614,6 +616,15 @@ class ChatSession:
             self.unstored.pop(0)
             parked.keep_unstored(self.path, self.unstored)
             done += 1
+            # answered and stored now: its copy held in the unsent row (the row could not be
+            # written when the store failed) is no message without an answer (trial: Ctrl+R
+            # stored it twice)
+            if user in self.kept:
+                self.kept.remove(user)
+                if self.newest_unanswered == user:
+                    self.newest_unanswered = None
+        if self.kept != self._kept_saved:
+            self.save_kept()
         return done, ""
 
     def take_unstored(self) -> None:

@@ -84,11 +84,13 @@ class HistoryPager:
         self._exchanges = exchanges
         self.page_size = page_size
         self._start = len(exchanges) if exchanges is not None else 0  # the oldest exchange handed out so far
+        self.read_total = self._start
 
     @classmethod
     def after(cls, page: list[PastExchange], total: int, page_size: int = PAGE_SIZE) -> HistoryPager:
         pager = cls(None, page_size)
         pager._start = page[0].index if page else total
+        pager.read_total = total  # exchanges the file held when the page was read
         return pager
 
     def attach(self, exchanges: Sequence) -> None:

@@ -14,7 +14,7 @@ from . import events as ev
 from . import sessions
 from .chat import ChatSession
 from .failures import background
-from .history import HistoryPager, newest_from_file
+from .history import HistoryPager, newest_from_file, past_exchange
 from .local_model import MAX_RESTARTS
 from .text import counted
 from .widgets import Notice, PastExchangeView
@@ -163,6 +163,8 @@ class SessionView:
         elif early is not None and self.history is early:
             early.attach(past)
             self.call_from_thread(self.history_attached)
+            if len(past) > early.read_total:  # stored as it opened (what a failed store left beside the file)
+                self.call_from_thread(self.show_stored_on_open, list(past[early.read_total:]))
         else:
             self.call_from_thread(self.show_history, HistoryPager(past))
         if announce:
@@ -338,6 +340,13 @@ class SessionView:
         self.history = pager
         await self.load_earlier(page)
         self.call_after_refresh(self._probe, "history")
+
+    def show_stored_on_open(self, nodes: list) -> None:
+        """(UI thread) Exchanges the session stored as it opened, below the page read from
+        the file before (they appeared only when the session was opened again)."""
+        chat = self.query_one("#chat", VerticalScroll)
+        for node in nodes:
+            chat.mount(PastExchangeView(past_exchange(node)))
 
     def keep_history(self, pager: HistoryPager) -> None:
         """(UI thread) The chat as it was pages on with ``pager``."""

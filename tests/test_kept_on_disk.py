@@ -128,3 +128,51 @@ async def test_an_export_carries_the_messages_with_no_answer_and_save_says_it_le
     text = out.read_text()
     assert "## Not answered" in text and "Should pods have memory requests equal to limits?" in text
     assert "0 exchanges · 1 message with no answer" in text
+
+
+async def test_an_exchange_stored_at_start_is_no_unanswered_message_and_is_shown(server, tmp_path, minilm, data_dir):
+    """The disk stopped taking writes mid-reply: the message was already in the unsent row,
+    and the answered exchange waited beside the file. At the next start it was stored — and
+    also shown "not answered", so Ctrl+R stored it twice; and the chat, drawn from the file
+    first, left the stored exchange out until the session was opened again (trial)."""
+    from nexus.chat import UNSENT_KEY
+    from nexus.widgets import PastExchangeView, UserMessage
+
+    server.respond(chat_reply("A new answer."))
+    path = tmp_path / "s.db"
+    tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
+    tree.add([{"role": "user", "content": "first, stored normally"}, {"role": "assistant", "content": "Yes."}])
+    tale = "Tell me a long tale about three brothers."
+    tree.vdb.set_meta(UNSENT_KEY, '["%s"]' % tale)  # held while it was answered; never let go
+    tree.vdb.close()
+    parked.keep_unstored(path, [(tale, "Once there were three brothers.")])
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: "Stored 1 answered exchange" in notices(app))
+        await wait_for(pilot, lambda: len(app.query(PastExchangeView)) == 2)
+        assert [v.exchange.user for v in app.query(PastExchangeView)] == ["first, stored normally", tale]
+        assert app.session.kept == [] and "no answer yet" not in notices(app)
+        assert not [m for m in app.query(UserMessage) if m.text == tale]
+        await pilot.press("ctrl+r")
+        await pilot.pause(0.5)
+        await pilot.press("ctrl+q")
+    assert stored_users(path, minilm) == ["first, stored normally", tale]
+    assert load_kept_of(path) == []
+
+
+async def test_two_queued_messages_with_the_same_words_are_both_kept(server, tmp_path, minilm, data_dir):
+    """Queued "ok" and "ok", then the terminal closed: one "ok" came back (trial)."""
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply("a slow answer " * 30, chunk_delay=0.05))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "tell me something")
+        await wait_for(pilot, lambda: app.turn is not None)
+        for text in ("queued A", "ok", "ok"):
+            await type_and_send(pilot, app, text)
+        assert [o.text for o in app.outbox] == ["queued A", "ok", "ok"]
+        await pilot.press("ctrl+q")
+    assert load_kept_of(path)[-3:] == ["queued A", "ok", "ok"]
