@@ -140,6 +140,15 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         here = self.session_path.resolve() if self.session_path is not None else None
         return [p.stem for p, _, _ in sessions.list_sessions() if p.resolve() != here]
 
+    def vanished_note(self) -> str:
+        """Said when a new session starts because the last one's file is gone (it started
+        empty, with no word: a trial's /rename cut short by a closed terminal)."""
+        gone = sessions.vanished_last_session()
+        if gone is None or self.session_path is None or self.session_path.exists() or gone == self.session_path:
+            return ""
+        return (f"Your last session, {gone.stem}, is no longer at {gone} (renamed or deleted outside Nexus?): "
+                "this is a new session. /sessions lists the others; /open NAME opens one.")
+
     def on_mount(self) -> None:
         ui = self.config.section("ui")
         self.query_one("#tree").display = ui.show_tree
@@ -150,7 +159,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.query_one("#prompt").focus()
         # the session's worker first: a command typed before the first screen waits for it
         # (it was told "no session is open … type /new", and /new made a second session)
-        self.open_session(self.session_path)
+        self.open_session(self.session_path, self.vanished_note())
         self.take_typeahead(self.typeahead)
         # after the first screen: keys typed while Python imported arrive as key events
         # before it, and were glued to a draft restored now ("draft twovery early")

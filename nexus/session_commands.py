@@ -99,6 +99,10 @@ class SessionCommands:
         except (ValueError, OSError, sessions.SessionInUse) as exc:
             self._open(old, f"Not renamed: {exc}.", shown=pager)
             return
+        try:  # at once: a terminal closed before the session reopened started an empty one next time
+            sessions.remember(path)
+        except OSError:
+            pass
         told = "" if path.stem == new_name else f" (the name you typed, {quoted(new_name, 80)}, is written {path.stem} as a file name)"
         self._open(path, f"Renamed {old.stem} to {path.stem}{told}.", shown=pager)
 

@@ -81,6 +81,19 @@ def last_session() -> Path | None:
     return p if p.exists() or any(f.exists() for f in side_files(p)) else None
 
 
+def vanished_last_session() -> Path | None:
+    """The session the pointer names when nothing of it is left (renamed or deleted
+    outside this Nexus, or a rename cut short): a new one starts, and says why."""
+    try:
+        text = _pointer().read_text().strip()
+    except OSError:
+        return None
+    p = Path(text)
+    if not text or p.exists() or any(f.exists() for f in side_files(p)):
+        return None
+    return p
+
+
 def files_of(session: Path) -> list[Path]:
     """The database and SQLite's write-ahead log and shared-memory files beside it."""
     return [session, Path(f"{session}-wal"), Path(f"{session}-shm")]

@@ -986,3 +986,25 @@ async def test_load_of_an_export_says_it_is_one(server, tmp_path, minilm, data_d
         await type_and_send(pilot, app, f"/load {out}")
         await wait_for(pilot, lambda: "it is an /export, Markdown to read" in notices(app))
         assert "corrupt" not in notices(app)
+
+
+async def test_a_new_session_says_when_the_last_one_is_gone(server, tmp_path, minilm, data_dir):
+    """/rename, then the terminal closed at once: the pointer still named the old file,
+    and the next start opened an empty session with no word (trial)."""
+    server.respond(chat_reply("ok"))
+    sessions.sessions_dir().mkdir(parents=True, exist_ok=True)
+    gone = sessions.sessions_dir() / "session-20261205-233146.db"
+    sessions.remember(gone)
+    assert sessions.vanished_last_session() == gone
+    path = sessions.resolve(None)
+    assert path != gone and not path.exists()
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: "Your last session, session-20261205-233146, is no longer at" in notices(app))
+        assert "this is a new session. /sessions lists the others" in notices(app)
+    assert sessions.vanished_last_session() is None  # the new one is remembered now
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        assert "is no longer at" not in notices(app)
