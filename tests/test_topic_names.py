@@ -116,3 +116,17 @@ def test_changing_the_subject_names_the_new_subject_not_the_change():
         for word in ("Switching", "Subjects", "Let", "Talk", "Quick", "Assistant"):
             assert word not in name.split(), (user, name)
         assert any(w in name for w in wanted), (user, name)
+
+
+def test_a_token_or_run_on_word_names_nothing_and_a_models_name_is_bounded():
+    """A URL's 320-character token named a topic ("Https Example A1b2c3d4…", 330+
+    characters, in the tree pane and the log) and a 6,000-character word a 6,017-character
+    name (trial)."""
+    from trace_core.textutil import clean_name
+
+    url = "https://example.com/api/v2/items?token=" + "a1b2c3d4" * 40 + "&page=2"
+    name = extractive_name(f"why does this link fail: {url}")
+    assert "a1b2" not in name.lower() and len(name) < 40
+    assert len(extractive_name("x" * 6000)) < 40
+    assert "Donaudampfschifffahrtsgesellschaft" in extractive_name("Die Donaudampfschifffahrtsgesellschaft fuhr gestern")
+    assert len(clean_name("word " * 3 + "y" * 500)) <= 60 and clean_name("y" * 500).endswith("…")

@@ -174,6 +174,11 @@ def _name_pieces(token: str) -> list[str]:
     return [p for p in _HIRAGANA_RUN.split(token) if p]
 
 
+# a longer "word" names nothing: a URL's token, a hash, a run-on paste (a 6,000-character
+# word named a topic, and a URL's token reached the tree pane and the log)
+MAX_NAME_WORD = 36  # "Donaudampfschifffahrtsgesellschaft" is 34
+
+
 def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: DocumentFrequency | None = None) -> list[str]:
     """The ``n`` most salient words: frequent, long, capitalised words that are not
     stopwords, weighted by rarity across the conversation when ``df`` is given. ``text``
@@ -191,7 +196,7 @@ def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: Docum
         part = without_marks(part).translate(_APOSTROPHES)
         for w in (p for m in _TOKEN.finditer(part) for p in _name_pieces(m.group())):
             w = _POSSESSIVE.sub("", w).strip("'-")
-            if not w or not w[0].isalpha():
+            if not w or not w[0].isalpha() or len(w) > MAX_NAME_WORD:  # a token, hash or run-on: no word
                 continue
             low = w.lower()
             i += 1
@@ -297,11 +302,14 @@ def extractive_summary(exchanges: list[tuple[str, str]], limit: int = 300,
     return " ".join(sentences[i] for i in sorted(picked))
 
 
-def clean_name(name: str, max_words: int = 5) -> str:
-    """Trim a model-given topic name to at most ``max_words`` plain words."""
+def clean_name(name: str, max_words: int = 5, max_chars: int = 60) -> str:
+    """Trim a model-given topic name to at most ``max_words`` plain words and
+    ``max_chars`` characters (cut at a word, with "…")."""
     name = re.sub(r"[\r\n\t]+", " ", str(name)).strip().strip("\"'`*#:.- ")
-    words = name.split()
-    return " ".join(words[:max_words])
+    name = " ".join(name.split()[:max_words])
+    if len(name) > max_chars:
+        name = name[: max_chars - 1].rsplit(" ", 1)[0][: max_chars - 1] + "…"
+    return name
 
 
 # "Caroline: I went to..." — a transcript's speaker label opening a message
