@@ -35,6 +35,9 @@ log = logging.getLogger("nexus")
 AS_IT_WAS = "the exchange it was to replace is as it was"
 CANCELLED_MARK = "\n\n[reply cancelled]"  # ends a partial reply stored when it was stopped
 UNSENT_KEY = "nexus.unsent"  # the session file's meta row of messages kept for Ctrl+R
+# and of those kept from an /edit or /retry: the exchange their answer replaces (an /edit
+# left unanswered became a new exchange after a restart: trial)
+REPLACES_KEY = "nexus.unsent.replaces"
 
 
 def load_kept(db) -> list[str]:
@@ -44,6 +47,17 @@ def load_kept(db) -> list[str]:
     except (ValueError, TypeError):
         return []
     return [t for t in raw if isinstance(t, str) and t.strip()] if isinstance(raw, list) else []
+
+
+def load_replacing(db, kept: list[str]) -> dict[str, int]:
+    """Which kept messages replace an exchange when answered (an unreadable row: none)."""
+    try:
+        raw = json.loads(db.get_meta(REPLACES_KEY) or "{}")
+    except (ValueError, TypeError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {t: i for t, i in raw.items() if t in kept and isinstance(i, int) and not isinstance(i, bool) and i >= 0}
 
 
 class ChatSession:
@@ -101,6 +115,7 @@ class ChatSession:
         if self.settings.web is False:  # /web off is kept with the session (a restart turned it on again);
             self.web_enabled = False    # off wins: a session's "on" never overrides --no-web or the config
         self.kept = load_kept(tree.vdb)
+        self.replacing = load_replacing(tree.vdb, self.kept)
         self.newest_unanswered = self.kept[-1] if self.kept else None  # kept last time: written last
         self.versions = ReplyVersions.load(tree.vdb)
         self._kept_saved = list(self.kept)  # what the file holds: written only when it differs
@@ -413,12 +428,12 @@ class ChatSession:
         and a resend after a restart stored the question twice — trial)."""
         if self.is_retry(text, turn):
             return False
-        self.keep_unsent([text])
-        self.latest_kept = self.newest_unanswered = text
         if turn is not None and turn.replace and self.tree is not None and self.tree.exchanges:
             self.replacing[text] = len(self.tree.exchanges) - 1  # its resend replaces it too
         else:
             self.replacing.pop(text, None)
+        self.keep_unsent([text])  # written with what it replaces
+        self.latest_kept = self.newest_unanswered = text
         return True
 
     def replaces(self, text: str) -> bool:
@@ -476,6 +491,8 @@ class ChatSession:
             return
         try:
             self.tree.vdb.set_meta(UNSENT_KEY, json.dumps(self.kept))
+            self.tree.vdb.set_meta(REPLACES_KEY, json.dumps({t: i for t, i in self.replacing.items()
+                                                             if t in self.kept}))
             self._kept_saved = list(self.kept)
         except Exception as exc:  # the message is still on screen and in the prompt history
             self.emit(ev.Notice(f"the unsent message could not be kept in the session file: {exc}", "warning"))

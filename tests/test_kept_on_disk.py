@@ -6,6 +6,8 @@ Pilot tests against the scripted server (real HTTP, real openai client)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from scripted_server import Reply
 from test_nexus_app import chat_reply, log_text, make_config, notices, ready, type_and_send, wait_for
@@ -143,7 +145,7 @@ async def test_an_exchange_stored_at_start_is_no_unanswered_message_and_is_shown
     tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
     tree.add([{"role": "user", "content": "first, stored normally"}, {"role": "assistant", "content": "Yes."}])
     tale = "Tell me a long tale about three brothers."
-    tree.vdb.set_meta(UNSENT_KEY, '["%s"]' % tale)  # held while it was answered; never let go
+    tree.vdb.set_meta(UNSENT_KEY, json.dumps([tale]))  # held while it was answered; never let go
     tree.vdb.close()
     parked.keep_unstored(path, [(tale, "Once there were three brothers.")])
     app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)

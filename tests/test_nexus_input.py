@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from scripted_server import Reply
-from test_nexus_app import chat_reply, log_text, make_config, notices, ready, wait_for
+from test_nexus_app import chat_reply, log_text, make_config, notices, ready, type_and_send, wait_for
 from textual import events
 
 from nexus.app import NexusApp
@@ -1010,3 +1010,32 @@ async def test_typed_joiners_and_direction_marks_are_sent_as_typed(server, tmp_p
         await pilot.press("enter")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         assert user_texts(app) == [typed]
+
+
+async def test_an_unanswered_edit_still_replaces_its_exchange_after_a_restart(server, tmp_path, minilm, data_dir):
+    """/edit #N got no answer, Nexus closed: after the restart Ctrl+R filed the edit as a
+    new exchange, and the old one stayed (trial: what it replaces was held in memory only)."""
+    answers = iter(["Rex is a fine name.", "Mimo too.", ""])
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply(next(answers, "Miso it is."), chunk_delay=0.0))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        for text in ["My dog is Rex.", "My cat is Mimo."]:
+            n = len(app.session.tree.exchanges)
+            await type_and_send(pilot, app, text)
+            await wait_for(pilot, lambda n=n: len(app.session.tree.exchanges) == n + 1)
+        await type_and_send(pilot, app, "/edit")
+        await wait_for(pilot, lambda: prompt.text == "My cat is Mimo.")
+        prompt.value = "My cat is Miso."
+        await pilot.press("enter")  # the answer is empty: kept for Ctrl+R
+        await wait_for(pilot, lambda: app.session.kept == ["My cat is Miso."] and app.turn is None)
+        await pilot.press("ctrl+q")
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        assert app.session.kept == ["My cat is Miso."]
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.session.tree.exchanges[-1].user == "My cat is Miso.")
+        assert [x.user for x in app.session.tree.exchanges] == ["My dog is Rex.", "My cat is Miso."]
