@@ -105,8 +105,9 @@ class ChatCommands:
             raise C.UsageError(C.BY_NAME["system"].usage)
         text = "" if args == ["--clear"] else self.last_command.raw
         problem = session.system_prompt_problem(text)
-        if problem:
-            self.chat_notice(f"System prompt not set: {problem}.", "warning")
+        if problem:  # the text goes back to the input to shorten (it was gone: a trial)
+            self.chat_notice(f"System prompt not set: {problem}. It is back in the input to shorten.", "warning")
+            self.return_to_input(f"/system {text}")
             return
         session.set_system_prompt(text)
         self.chat_notice("System prompt cleared." if not text else

@@ -259,7 +259,7 @@ class Replies:
         elif reply is not None:
             await reply.remove()  # an empty reply box: the notice below says what happened
         if e.stays:
-            self.chat_notice(f"No new reply: {e.problem}. The exchange /retry was to replace is as it was: "
+            self.chat_notice(f"No new reply: {e.problem.rstrip('.')}. The exchange /retry was to replace is as it was: "
                              "/retry tries again.", "error")
             self.log_line(f"reply failed: {e.problem}", "error")
             return
@@ -267,7 +267,7 @@ class Replies:
             self.log_line(f"reply failed: {e.problem}", "error")
             return
         if e.kept:
-            self.chat_notice(f"No reply: {e.problem}. Your message is kept — press {self.resend_key()} to send "
+            self.chat_notice(f"No reply: {e.problem.rstrip('.')}. Your message is kept — press {self.resend_key()} to send "
                              "it again.", "error")
         else:  # refused before sending: nothing failed at the server
             was_edit = self.turn is not None and self.turn.id == e.turn and self.turn.replace
@@ -301,7 +301,7 @@ class Replies:
         if self._leaving:
             log.error("while leaving: %s", e.problem)
             return
-        self.chat_notice(f"This exchange could not be stored: {e.problem}. It is kept here — press "
+        self.chat_notice(f"This exchange could not be stored: {e.problem.rstrip('.')}. It is kept here — press "
                          f"{self.resend_key()} to store it again (the model is not asked again).", "error")
         self.log_line(f"storing failed: {e.problem}", "error")
 

@@ -863,6 +863,8 @@ async def test_a_system_prompt_too_big_for_the_context_is_refused_and_named_when
         await pilot.press("enter")
         await wait_for(pilot, lambda: "System prompt not set: it is about" in notices(app))
         assert app.session.settings.system == ""
+        # the text is back in the input to shorten (it was gone: a trial)
+        await wait_for(pilot, lambda: app.query_one("#prompt").value.strip() == ("/system " + big).strip())
         await type_and_send(pilot, app, "/system --clear extra")
         await wait_for(pilot, lambda: "Usage: /system [text|--clear]" in notices(app))
         assert app.session.settings.system == ""
@@ -969,3 +971,19 @@ async def test_drop_forgets_the_message_ctrl_r_would_send_next(server, tmp_path,
     async with again.run_test(size=(120, 40)) as pilot:
         await ready(again, pilot)
         assert again.session.kept == [] and "no answer yet" not in notices(again)
+
+
+async def test_a_server_gone_mid_session_is_said_in_one_sentence(server, tmp_path, minilm, data_dir):
+    """"…(is it running?): Connection error.. Your message is kept" (trial)."""
+    server.respond(chat_reply("First."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "hello")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        server.httpd.shutdown()
+        server.httpd.server_close()
+        await type_and_send(pilot, app, "are you there?")
+        await wait_for(pilot, lambda: "No reply:" in notices(app), timeout=60)
+        said = notices(app)
+        assert "Your message is kept" in said and ".." not in said
