@@ -157,6 +157,9 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.watch(self.query_one("#chat"), "scroll_y", self._chat_scrolled, init=False)
         self.update_header()
         self.query_one("#prompt").focus()
+        for note in self.config.notes:  # said on stderr too, where the full screen hid it (a trial)
+            self.chat_notice(f"Settings: {note}.", "warning")
+            self.log_line(f"settings: {note}", "warning")
         # the session's worker first: a command typed before the first screen waits for it
         # (it was told "no session is open … type /new", and /new made a second session)
         self.open_session(self.session_path, self.vanished_note())

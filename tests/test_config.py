@@ -269,3 +269,24 @@ def test_max_tokens_in_the_file_is_bounded_as_set_bounds_it(tmp_path):
     f.write_text("[models]\nmax_tokens = 99999999\n")
     with pytest.raises(ConfigError, match=r"models.max_tokens .* must be a number in \[0, 131072\]"):
         load_config(env={}, user_file=f)
+
+
+async def test_a_settings_note_is_said_in_the_app_too(server, tmp_path, minilm, monkeypatch):
+    """A bad .env line was said on stderr before the full screen took the terminal: seen
+    only after quitting, while the app ran on the default server address (trial)."""
+    from test_nexus_app import log_text, notices, ready
+
+    from nexus.app import NexusApp
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    (tmp_path / ".env").write_text('NEXUS_BASE_URL="http://127.0.0.1:8765/v1\n')
+    cfg = load_config(user_file=tmp_path / "none.toml", cwd=tmp_path)
+    assert cfg.notes and "line 1 is not NAME=value" in cfg.notes[0]
+    cfg.set("server", "base_url", server.base_url)
+    cfg.set("memory", "judge", "embedding")
+    cfg.set("web", "enabled", False)
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        assert "Settings: " in notices(app) and ".env: line 1 is not NAME=value; ignored." in notices(app)
+        assert "line 1 is not NAME=value" in log_text(app)
