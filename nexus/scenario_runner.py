@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
+from textual.css.query import NoMatches
+
 from trace_core import CTree
 from trace_core import events as tev
 from trace_core import scenarios as S
@@ -371,9 +373,17 @@ class ScenarioController:
     def _work(self, job) -> None:
         from textual.worker import get_current_worker
 
+        from .abandon import Abandoned, call_abandonable
+
         worker = get_current_worker()
-        try:  # quitting stops it too: the app's exit waits for this thread
-            outcome = job(should_stop=lambda: worker.is_cancelled or self.app.leaving)
+        try:
+            # quitting gives it up at once: the app's exit waits for this thread, and a step
+            # waiting for the LLM judge held a blank terminal until the 15 s exit guard (trial);
+            # the scratch tree is swept at the next run
+            outcome = call_abandonable(lambda: job(should_stop=lambda: worker.is_cancelled or self.app.leaving),
+                                       give_up=lambda: self.app.leaving, name=f"scenario {self.name}")
+        except Abandoned:
+            return
         except Exception as exc:
             outcome = ScenarioOutcome(self.name or "?", "?", None, "", 0, 0.0, error=str(exc))
         self._call(self._finish, outcome)
@@ -381,19 +391,25 @@ class ScenarioController:
     def _call(self, fn, *args) -> None:
         try:
             self.app.call_from_thread(fn, *args)
-        except RuntimeError:  # the app is closing
+        except (RuntimeError, NoMatches):  # the app is closing (its panes are gone)
             pass
 
     def _on_start(self, tree) -> None:
-        self._call(self._pane().show_scenario, tree, self.name or "")
+        self._call(self._show_start, tree, self.name or "")
 
     def _on_event(self, text: str, level: str) -> None:
         self._call(self.app.log_line, text, level)
 
     def _on_snapshot(self, tree, snap) -> None:
-        self._call(self._pane().apply_if_current, tree, snap)
+        self._call(self._show_snapshot, tree, snap)
 
-    # these run on the UI thread
+    # these run on the UI thread (the pane is looked up there, never from the worker)
+    def _show_start(self, tree, name: str) -> None:
+        self._pane().show_scenario(tree, name)
+
+    def _show_snapshot(self, tree, snap) -> None:
+        self._pane().apply_if_current(tree, snap)
+
     def _pane(self):
         from .treepane import MemoryTree
 

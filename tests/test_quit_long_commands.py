@@ -239,3 +239,34 @@ def test_quit_during_a_long_cpu_bound_reorganize_leaves_the_file_before_or_after
               f"{sum(1 for _ in reopened.iter_topics())} topics (were {topics})")
     finally:
         reopened.vdb.close()
+
+
+def test_quit_during_a_scenario_waiting_for_the_llm_judge_exits_within_2_s(tmp_path):
+    """/scenario with --judge llm: a step waiting for the judge held /quit (and a blank
+    terminal) until the 15 s exit guard ended the process (trial). The third judge call
+    hangs here for 60 s."""
+    asked = []
+
+    def respond(req):
+        if req.get("response_format"):
+            asked.append(1)
+            return Reply('{"action": "continue", "name": "Topic"}', delay=0.0 if len(asked) <= 2 else 60)
+        return Reply("ok")
+
+    env = {"NEXUS_JUDGE": "embedding"}
+    with ScriptedServer() as server:
+        server.respond(respond)
+        baseline = idle_quit(tmp_path, server, **env)
+        term = ServedTerminal(tmp_path, "scenario", tmp_path / "s.db", server, **env)
+        try:
+            term.wait("embedder ready", 120)
+            term.send("/scenario multihop --judge llm")
+            wait_until(lambda: len(asked) >= 3, 60, "the third judge call")
+            time.sleep(0.5)  # well inside the hanging call
+            took = term.quit()
+            screen = term.screen()
+        finally:
+            term.close()
+    print(f"/quit during /scenario --judge llm: {took:.2f} s; with nothing running: {baseline:.2f} s")
+    assert took <= baseline + 2.0, f"took {took:.2f} s, with nothing running {baseline:.2f} s:\n{screen}"
+    assert term.rc.read_text().split() == ["EXITED", "0"]
