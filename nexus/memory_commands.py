@@ -197,7 +197,11 @@ class MemoryCommands:
     @background(group="check", description="check the tree")  # no repr of the tree's args
     def check_worker(self, tree) -> None:
         health = check_health(tree)  # O(exchanges × depth): seconds at 10,000, off the UI thread
-        self.call_from_thread(self.chat_notice, "\n".join(health.lines()), "info" if health.ok else "error")
+        lines = health.lines()
+        running = self.scenarios.name if self.scenarios.running else None
+        if running:  # the pane shows the scratch tree: say which one was checked (/find searches the pane's)
+            lines[0] += f" (your session {self.session_path.stem}; the tree pane shows the {running} scenario's)"
+        self.call_from_thread(self.chat_notice, "\n".join(lines), "info" if health.ok else "error")
 
     def cmd_find(self, args: list[str]) -> None:
         pane = self.query_one(MemoryTree)
@@ -208,7 +212,9 @@ class MemoryCommands:
         shown = [pane.snapshot.path(t)[-1].name for t in found[:10]] if pane.snapshot else []
         more = f" and {len(found) - 10} more" if len(found) > 10 else ""
         words = clip_text(" ".join(args), 120)  # a 5,000-character query filled the screen twice (a trial)
-        self.chat_notice(f"/find {words}: {counted(len(found), 'topic')} match{'es' if len(found) == 1 else ''}" +
+        where = f" in the {self.scenarios.name} scenario's tree" if self.scenarios.running else ""
+        self.chat_notice(f"/find {words}{where}: {counted(len(found), 'topic')} "
+                         f"match{'es' if len(found) == 1 else ''}" +
                          (f" (highlighted in the tree): {', '.join(shown)}{more}" if found else
                           f" by name or summary (a topic still open has no summary yet); /search {words} "
                           "searches the messages."))

@@ -519,6 +519,13 @@ async def test_scenario_runs_in_a_scratch_session_and_esc_cancels_it(server, tmp
         assert pane.ctree is not tree and "/nexus-scenario-" in str(pane.ctree.vdb.path)
         grown = pane.snapshot.exchanges
         await wait_for(pilot, lambda: pane.snapshot.exchanges > grown, what="growing live")
+        # /find searches the pane's tree and /check the session: each says which (a trial read
+        # /find's scratch topic beside /check's count of the user's exchanges)
+        await command(pilot, app, "/find Sarah")
+        await wait_for(pilot, lambda: "/find Sarah in the needle scenario's tree:" in notices(app), what="find")
+        await command(pilot, app, "/check")
+        await wait_for(pilot, lambda: f"(your session {session_file.stem}; the tree pane shows the needle "
+                       "scenario's)" in notices(app), what="check")
         assert "scenario needle #" in log_text(app) and ": judge embedding: " in log_text(app)
         from datetime import datetime
 
