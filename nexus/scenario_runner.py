@@ -232,6 +232,8 @@ def run_scenario(name: str, judge: str = "embedding", *, embed_fn=None, base_url
                 outcome = ScenarioOutcome(name, judge, bool(verdict.passed), verdict.detail, len(tree.exchange_view()),
                                           time.perf_counter() - started, when=ended())
             if keep_as is not None:
+                if outcome.cancelled:  # a part of a run: its name says so in /sessions and /open (trial)
+                    keep_as = keep_as.with_name(f"{keep_as.stem}-cancelled{keep_as.suffix}")
                 try:
                     keep_session(tree, keep_as)
                 except (OSError, sqlite3.Error) as exc:  # the verdict stands; say why there is no copy

@@ -689,6 +689,12 @@ def test_a_scenario_that_cannot_keep_its_session_still_gives_its_verdict(tmp_pat
     tree = CTree.open(str(kept), embed_fn=minilm, read_only=True)
     assert len(tree.exchanges) == outcome.exchanges
     tree.vdb.close()
+    # a cancelled run's copy says so in its name: it was listed as an ordinary session (trial)
+    stop = iter([False, False, True])
+    outcome = run_scenario("multihop", embed_fn=minilm, keep_as=tmp_path / "part.db",
+                           should_stop=lambda: next(stop, True))
+    assert outcome.cancelled and outcome.kept == str(tmp_path / "part-cancelled.db")
+    assert (tmp_path / "part-cancelled.db").exists() and not (tmp_path / "part.db").exists()
 
 
 def test_a_scenario_stops_inside_its_reorganisation_and_counts_its_steps_right(tmp_path, minilm):
