@@ -320,7 +320,33 @@ class Replies:
         if self.turn is not None and self.turn.id == turn:
             self.turn = None
         if not self._leaving:
+            self.refresh_unanswered(answered=message.event.exchange >= 0)
             self.drain_outbox()
+
+    def refresh_unanswered(self, answered: bool) -> None:
+        """After a turn, what the chat says of messages without an answer is what is so now:
+        a bubble still marked "not answered" whose words were since answered (typed again)
+        goes, and "… once this one is answered" under the answer it got says what is left
+        (both stayed, stale: a trial)."""
+        s = self.session
+        if s is None:
+            return
+        kept = list(s.kept)
+        for bubble in [m for m in self.query(UserMessage) if m.state == UNSENT_STATE]:
+            if bubble.text in kept:
+                kept.remove(bubble.text)
+            else:
+                self.remove_unanswered(bubble)
+        self.recount_unsent()
+        note = self.resend_note
+        if answered and note is not None and note.is_attached:
+            left = len(s.kept)
+            if left:
+                note.say(f"{counted(left, 'more message')} {'waits' if left == 1 else 'wait'} without an answer: "
+                         f"{self.resend_key()} sends the next.")
+            else:
+                note.remove()
+                self.resend_note = None
 
     def mark_replaced_above(self, asked: UserMessage | None, index: int) -> None:
         """Dim what the chat still shows above ``asked`` (None: anywhere) of exchange

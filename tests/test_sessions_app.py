@@ -1008,3 +1008,32 @@ async def test_a_new_session_says_when_the_last_one_is_gone(server, tmp_path, mi
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
         assert "is no longer at" not in notices(app)
+
+
+async def test_notes_about_unanswered_messages_say_what_is_so_after_each_answer(server, tmp_path, minilm, data_dir):
+    """After Ctrl+R got its answer, "2 more messages wait without an answer: Ctrl+R sends the
+    next once this one is answered" stayed under that answer; a kept message typed again
+    and answered stayed marked "not answered" above (trial)."""
+    from nexus.chat import UNSENT_KEY
+    from nexus.replies import UNSENT_STATE
+
+    server.respond(chat_reply("Noted."))
+    path = sessions.resolve("three")
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    tree.vdb.set_meta(UNSENT_KEY, json.dumps(["First?", "Second?", "Third?"]))
+    tree.vdb.close()
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: "3 messages above" in notices(app))
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1 and app.turn is None)
+        await pilot.pause()
+        said = notices(app)
+        assert "once this one is answered" not in said and "2 more messages wait without an answer: Ctrl+R sends " \
+            "the next." in said
+        await type_and_send(pilot, app, "Third?")  # typed again, not resent
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2 and app.turn is None)
+        await pilot.pause()
+        assert [m.text for m in app.query(UserMessage) if m.state == UNSENT_STATE] == ["Second?"]
+        assert app.session.kept == ["Second?"] and "1 message above has no answer yet" in notices(app)
