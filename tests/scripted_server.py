@@ -44,6 +44,7 @@ class ServerState:
     responder: Callable[[dict], Reply] = lambda req: Reply('{"action": "continue"}')
     reject_formats: set[str] = field(default_factory=set)  # response_format types refused
     reject_status: int = 400  # LM Studio: 400; llama-cpp-python's server: 500
+    embeddings_error: str | None = None  # /v1/embeddings answers HTTP 500 with this (a chat-only llama.cpp)
     requests: list[Recorded] = field(default_factory=list)
     models: list[str] = field(default_factory=lambda: ["test-model"])
     # LM Studio / Ollama model state: key -> {"type": "llm"|"vlm", "loaded": [instance ids]}
@@ -126,6 +127,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._chat(body or {})
         if path == "/extras/tokenize/count" and st.tokens_per_char is not None:
             return self._send(200, {"count": int(len((body or {}).get("input", "")) * st.tokens_per_char) + 1})
+        if path == "/v1/embeddings" and st.embeddings_error:
+            return self._send(500, {"error": {"message": st.embeddings_error, "type": "internal_server_error"}})
         if path == "/v1/embeddings":
             inputs = (body or {}).get("input", [])
             inputs = [inputs] if isinstance(inputs, str) else inputs

@@ -106,3 +106,40 @@ def test_one_export_is_kept_and_named_by_the_weights_content(tmp_path):
     keep.write_bytes(b"model")
     prune_exports(str(keep))
     assert sorted(p.name for p in cache.iterdir()) == sorted([keep.name, "notes.txt"])
+
+
+def test_a_server_embedder_that_cannot_embed_names_itself_and_the_setting(server):
+    """``--embed openai:nomic-embed`` against a server without embeddings: "Cannot open the
+    session: Error code: 500 - …", then every message "No reply: … answered HTTP 500"
+    (trial): the chat model was blamed for the embedder."""
+    import pytest
+
+    from trace_core.embedders import OpenAIEmbedder
+    from trace_core.errors import EmbedderError
+
+    server.state.embeddings_error = "Llama model must be created with embedding=True to call this method"
+    with pytest.raises(EmbedderError) as err:
+        OpenAIEmbedder("nomic-embed", server.base_url, "k").embed("hello")
+    said = str(err.value)
+    assert said.startswith("the embedder openai:nomic-embed failed: the model server at")
+    assert "--embed minilm" in said and "HTTP 500" in said and "embedding=True" in said
+
+
+async def test_nexus_says_the_embedder_failed_not_the_session_or_the_chat_model(server, tmp_path, monkeypatch):
+    from test_nexus_app import chat_reply, log_text, make_config, notices, type_and_send, wait_for
+
+    from nexus.app import NexusApp
+    from trace_core.embedders import OpenAIEmbedder
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    server.respond(chat_reply("ok"))
+    server.state.embeddings_error = "Llama model must be created with embedding=True to call this method"
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db",
+                   embed_fn=OpenAIEmbedder("nomic-embed", server.base_url, "k"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.session is not None and app.embedder_state != "loading", timeout=30)
+        await type_and_send(pilot, app, "hello")
+        await pilot.pause(1.0)
+        said = notices(app) + log_text(app)
+        assert "the embedder openai:nomic-embed failed: the model server at" in said
+        assert "Error code: 500" not in said and "No reply: the model server" not in said, said

@@ -329,19 +329,39 @@ class OpenAIEmbedder(Embedder):
 
         self.name = f"openai:{model}"
         self.model = model
+        self.base_url = base_url
         self._client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
         self._dim: int | None = None
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        resp = self._client.embeddings.create(model=self.model, input=texts)
-        data = sorted(resp.data, key=lambda d: d.index)
-        return np.array([d.embedding for d in data], dtype=np.float32)
+        try:
+            resp = self._client.embeddings.create(model=self.model, input=texts)
+            data = sorted(resp.data, key=lambda d: d.index)
+            return np.array([d.embedding for d in data], dtype=np.float32)
+        except Exception as exc:  # said as the embedder's failure: it read as the session's and the chat model's
+            from .errors import EmbedderError
+            from .llm import describe_error
+
+            body = getattr(exc, "body", None)  # the server's own words, without "Error code: 500 - "
+            detail = (body.get("message") if isinstance(body, dict) else None) or getattr(exc, "message", None) \
+                or str(exc)
+            why = describe_error(exc, self.base_url)
+            if detail and detail not in why and not why.endswith(detail):
+                why = f"{why} ({' '.join(str(detail).split())[:200]})"
+            raise EmbedderError(f"the embedder {self.name} failed: {why}. Its server must serve embeddings "
+                                "for that model; the bundled MiniLM needs none (memory.embed = minilm, "
+                                "or --embed minilm)") from exc
 
     @property
     def dim(self) -> int:
         if self._dim is None:
             self._dim = int(self.embed("dimension probe").shape[0])
         return self._dim
+
+    def load(self) -> None:
+        """Ask the server once (the dimension): a server that cannot embed is said at start,
+        not as the first message's failure."""
+        _ = self.dim
 
 
 class FunctionEmbedder(Embedder):

@@ -62,3 +62,8 @@ class ReadOnlySessionError(SessionFileError):
 
 class EmbedderMismatchError(RuntimeError):
     pass
+
+
+class EmbedderError(RuntimeError):
+    """The embedding model failed (a server embedder that cannot embed, an unreachable
+    one): said with the embedder's name, not as the chat model's failure."""
