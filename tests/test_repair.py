@@ -199,6 +199,18 @@ def test_a_conversation_no_copy_of_which_reads_is_refused_saying_what_still_read
     assert sha(path) == before and not list(tmp_path.glob("*.repairing*")) and not list(tmp_path.glob("*damaged-*"))
 
 
+def test_a_file_cut_short_that_cannot_be_repaired_is_left_as_it_was(tmp_path, minilm):
+    """/repair of a session cut to 100 bytes left a -wal and -shm beside "the file, left
+    untouched" (trial)."""
+    path = tmp_path / "s.db"
+    make_session(path, minilm)
+    os.truncate(path, 100)
+    before = sha(path)
+    with pytest.raises(SessionFileError, match="its first pages are damaged"):
+        salvage(str(path))
+    assert sha(path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["s.db"]
+
+
 def test_checking_a_sound_closed_session_leaves_no_files_beside_it(tmp_path, minilm):
     from trace_core.schema import inspect_session_file
 

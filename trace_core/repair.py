@@ -128,6 +128,9 @@ def salvage(path: str) -> SalvageReport:
     except LockBusy as busy:
         raise SessionFileError(path, f"is open in another process (pid {busy.pid}): close it first") from None
     new = path + ".repairing"
+    # reading the damaged file makes SQLite put a -wal and -shm beside it: a file that
+    # cannot be repaired is left as it was found (it gained both: a trial)
+    made = [path + ext for ext in ("-wal", "-shm") if not os.path.exists(path + ext)]
     try:
         report = _copy_into(path, new)
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -145,6 +148,9 @@ def salvage(path: str) -> SalvageReport:
         for ext in ("", "-wal", "-shm", "-journal"):
             if os.path.exists(new + ext):
                 os.unlink(new + ext)
+        for side in made:
+            if os.path.exists(side) and (side.endswith("-shm") or not os.path.getsize(side)):
+                os.unlink(side)
         lock.release()
 
 
