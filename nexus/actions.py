@@ -48,10 +48,13 @@ class KeyActions:
     def _side_width(self, step: int) -> None:
         self._on_main_screen()
         t = self.query_one("#tree")
+        current = t.outer_size.width  # outer: the width style includes border and padding
         widest = self._widest_side(self.size.width)
-        # outer: the width style includes border and padding
-        t.styles.width = min(max(t.outer_size.width + step, self.SIDE_NARROWEST), widest)
-        t.styles.max_width, t.styles.min_width = widest, self.SIDE_NARROWEST
+        width = min(max(current + step, self.SIDE_NARROWEST), widest)
+        if step > 0 and width < current:  # "wider" never narrows it (at 60 columns it took one off: a trial)
+            width = current
+        t.styles.width = width
+        t.styles.max_width, t.styles.min_width = max(widest, width), self.SIDE_NARROWEST
 
     def fit_side(self, screen_width: int) -> None:
         """A tree pane widened by hand keeps the chat its 40 columns when the terminal

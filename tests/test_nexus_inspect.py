@@ -817,6 +817,15 @@ async def test_in_a_narrow_terminal_the_range_gives_way_and_the_count_stays(serv
         row = next(iter(rows.values()))
         pane.injected = {row.node_id: 9.097}
         assert pane.label_for(row, 1).plain.startswith("★ ")
+    # at 60 columns "wider" (Ctrl+→) took a column off the tree pane (a trial)
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(60, 20)) as pilot:
+        await ready(app, pilot)
+        tree = app.query_one("#tree")
+        before = tree.outer_size.width
+        await pilot.press("ctrl+right")
+        await pilot.pause(0.1)
+        assert tree.outer_size.width >= before
 
 
 async def test_the_inspector_follows_the_tree_as_it_grows(server, tmp_path, minilm, data_dir, session_file):
