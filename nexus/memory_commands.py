@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from trace_core.synthesizer import clip_text
 
 from . import commands as C
@@ -209,8 +211,11 @@ class MemoryCommands:
         if not args:
             self.chat_notice("Find cleared.")
             return
-        shown = [pane.snapshot.path(t)[-1].name for t in found[:10]] if pane.snapshot else []
-        more = f" and {len(found) - 10} more" if len(found) > 10 else ""
+        names = [pane.snapshot.path(t)[-1].name for t in found] if pane.snapshot else []
+        counts = Counter(names)  # topics of one name are said once, counted (it listed one name twice: a trial)
+        unique = list(dict.fromkeys(names))
+        shown = [f"{n} (×{counts[n]})" if counts[n] > 1 else n for n in unique[:10]]
+        more = f" and {len(unique) - 10} more" if len(unique) > 10 else ""
         words = clip_text(" ".join(args), 120)  # a 5,000-character query filled the screen twice (a trial)
         where = f" in the {self.scenarios.name} scenario's tree" if self.scenarios.running else ""
         self.chat_notice(f"/find {words}{where}: {counted(len(found), 'topic')} "

@@ -397,6 +397,12 @@ async def test_find_highlights_and_expands_matching_topics(server, tmp_path, min
         await wait_for(pilot, lambda: "/find Sourdough:" in notices(app), what="/find")
         assert f"{len(want)} topics match" in notices(app)
         assert pane.found == {t.node_id for t in want}
+        # a name several topics share is listed once, counted (listed twice over: a trial)
+        names = [t.topic_name for t in want]
+        listed = notices(app).split("/find Sourdough:")[-1]
+        for name in set(names):
+            assert listed.count(name + (f" (×{names.count(name)})" if names.count(name) > 1 else "")) >= 1
+            assert listed.count(name) == 1 or name in " ".join(n for n in set(names) if n != name), (name, listed)
         for t in want:  # shown, with their ancestors expanded, and highlighted
             node = pane._topic_nodes[t.node_id]
             assert all(pane._topic_nodes[a.node_id].is_expanded for a in tree.get_ancestors(t)[:-1])
