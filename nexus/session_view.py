@@ -150,7 +150,12 @@ class SessionView:
         if not adopted:
             session.close()
             return
-        sessions.remember(path)
+        try:
+            sessions.remember(path)
+        except OSError as exc:  # the session is open all the same (it was refused: a trial)
+            from .paths import os_problem
+
+            self.post_event(ev.Notice(f"the next start may not resume this session: {os_problem(exc)}", "warning"))
         tree = session.tree
         past = tree.exchanges
         self.post_event(ev.Notice(f"session {path} ({counted(len(past), 'exchange')})"))

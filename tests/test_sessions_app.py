@@ -1037,3 +1037,23 @@ async def test_notes_about_unanswered_messages_say_what_is_so_after_each_answer(
         await pilot.pause()
         assert [m.text for m in app.query(UserMessage) if m.state == UNSENT_STATE] == ["Second?"]
         assert app.session.kept == ["Second?"] and "1 message above has no answer yet" in notices(app)
+
+
+async def test_a_pointer_that_cannot_be_written_does_not_stop_the_session(server, tmp_path, minilm, data_dir,
+                                                                           monkeypatch):
+    """last-session could not be written: "Cannot open the session: …/last-session cannot
+    be used (permission denied)", and a message typed waited for ever (trial)."""
+    def refuse(path):
+        raise PermissionError(13, "Permission denied", str(data_dir / "last-session"))
+
+    monkeypatch.setattr(sessions, "remember", refuse)
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "hello")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert "Cannot open the session" not in notices(app)
+        from test_nexus_app import log_text
+
+        assert "the next start may not resume this session" in log_text(app)
