@@ -85,7 +85,16 @@ class SessionView:
         if session is not None:
             if queued:
                 self.store_unsent(session, self.session_path, queued)
+            empty = (not keep_chat and not session.read_only and session.tree is not None
+                     and sessions.unused_and_empty(session.path, len(session.tree.exchanges), len(session.kept),
+                                                   session.settings.own()) and not session.unstored)
             session.close()
+            if empty:  # each /new left a 116 KiB file of nothing in /sessions (a trial)
+                try:
+                    sessions.delete(session.path)
+                    self.post_event(ev.Notice(f"removed the empty session {session.path.stem}"))
+                except (OSError, sessions.SessionInUse):
+                    pass
         if not keep_chat:
             self.call_from_thread(self._clear_chat)
 

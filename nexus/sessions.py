@@ -339,6 +339,17 @@ def open_problem(path: Path) -> str | None:
     return None
 
 
+_DEFAULT_NAME = re.compile(r"session-\d{8}-\d{6}(?:-\d+)?")
+
+
+def unused_and_empty(session: Path, exchanges: int, kept: int, own_settings: str) -> bool:
+    """A session left behind with nothing in it: no exchange, no message kept, none of its
+    own settings, nothing beside it, and the name ``/new`` gave it (a name you chose stays)."""
+    return (exchanges == 0 and kept == 0 and not own_settings and session.parent == sessions_dir()
+            and _DEFAULT_NAME.fullmatch(session.stem) is not None
+            and not any(f.exists() for f in side_files(session)))
+
+
 def delete(session: Path) -> None:
     """Remove a session: its database, -wal, -shm and log files."""
     lock = _unused(session)

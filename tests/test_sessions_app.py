@@ -1057,3 +1057,30 @@ async def test_a_pointer_that_cannot_be_written_does_not_stop_the_session(server
         from test_nexus_app import log_text
 
         assert "the next start may not resume this session" in log_text(app)
+
+
+async def test_switching_away_from_an_empty_new_session_removes_it(server, tmp_path, minilm, data_dir):
+    """Every /new left another empty 116 KiB session in /sessions (trial). One with an
+    exchange, a message kept, or a name of its own stays."""
+    server.respond(chat_reply("Noted."))
+    first = sessions.resolve(None)
+    app = NexusApp(make_config(server.base_url, tmp_path), first, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        assert first.exists()
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path != first
+                       and app.embedder_state == "ready")
+        await wait_for(pilot, lambda: not first.exists())
+        second = app.session_path
+        await type_and_send(pilot, app, "My cat is called Miso.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path != second)
+        await type_and_send(pilot, app, "/rename kept-empty")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path.stem == "kept-empty")
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path.stem != "kept-empty")
+        await pilot.pause(0.5)
+        names = {p.stem for p, _, _ in sessions.list_sessions()}
+        assert names == {second.stem, "kept-empty", app.session_path.stem}  # the first went; the open one is there
