@@ -151,6 +151,8 @@ async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, dat
                        and app.session.tree is not None)
         second = app.session_path
         assert not shown_indexes(app)
+        await type_and_send(pilot, app, "My car is red.")  # not empty: it stays when left
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         # Tab completes session names after /open (the input's completer is handed them)
         assert "/open first " in app.query_one("#prompt").completer.complete("/open fi")
         await type_and_send(pilot, app, "/open first")
