@@ -15,9 +15,12 @@ from scripted_server import ScriptedServer
 from nexus.lifecycle import server_models
 
 
-def serve(status: int, body: bytes):
+def serve(status: int, body: bytes, seen: list | None = None):
+    """A server answering every GET so (``seen``: the Authorization headers it was sent)."""
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
+            if seen is not None:
+                seen.append(self.headers.get("Authorization"))
             self.send_response(status)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -88,21 +91,7 @@ async def test_a_password_in_the_base_url_is_used_and_never_shown(tmp_path, monk
     """``--base-url http://user:pw@host/v1``: the title bar showed the password, and the
     probe failed with "Name or service not known" (urllib read "user" as the host)."""
     seen = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
-            seen.append(self.headers.get("Authorization"))
-            body = json.dumps({"data": [{"id": "m"}]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    httpd = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    httpd, _ = serve(200, json.dumps({"data": [{"id": "m"}]}).encode(), seen)
     url = f"http://me:pw-SECRET9@127.0.0.1:{httpd.server_port}/v1"
     try:
         assert server_models(url, "k") == (None, ["m"])
