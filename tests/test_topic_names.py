@@ -130,3 +130,13 @@ def test_a_token_or_run_on_word_names_nothing_and_a_models_name_is_bounded():
     assert len(extractive_name("x" * 6000)) < 40
     assert "Donaudampfschifffahrtsgesellschaft" in extractive_name("Die Donaudampfschifffahrtsgesellschaft fuhr gestern")
     assert len(clean_name("word " * 3 + "y" * 500)) <= 60 and clean_name("y" * 500).endswith("…")
+
+
+def test_a_path_a_url_or_a_command_names_nothing():
+    """An ingested image was named by its path ("Ingest HA-files Red"), a link by its URL
+    ("Https Example Items"), in a trial: the description, and the words around, name it."""
+    image = exchange_sides([("/ingest /tmp/hA-files/red.png",
+                             "A red bicycle leaning against a blue door, with a sign reading OPEN.")])
+    name = extractive_name(image)
+    assert "Bicycle" in name and not {"Ingest", "Tmp", "HA-files", "Png"} & set(name.split())
+    assert extractive_name("why does this link fail: https://example.com/api/v2/items?page=2") == "Link Fail"

@@ -174,6 +174,9 @@ def _name_pieces(token: str) -> list[str]:
     return [p for p in _HIRAGANA_RUN.split(token) if p]
 
 
+# a path, a URL or a slash command names nothing ("/ingest /tmp/hA-files/red.png" named its
+# image "Ingest HA-files Red"; a URL named a topic "Https Example Items"): a run with a "/"
+_PATH_LIKE = re.compile(r"\S*/\S*")
 # a longer "word" names nothing: a URL's token, a hash, a run-on paste (a 6,000-character
 # word named a topic, and a URL's token reached the tree pane and the log)
 MAX_NAME_WORD = 36  # "Donaudampfschifffahrtsgesellschaft" is 34
@@ -193,7 +196,7 @@ def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: Docum
     led: set[str] = set()  # seen in a lead side
     i = 0
     for part, weight, lead in parts:
-        part = without_marks(part).translate(_APOSTROPHES)
+        part = _PATH_LIKE.sub(" ", without_marks(part).translate(_APOSTROPHES))
         for w in (p for m in _TOKEN.finditer(part) for p in _name_pieces(m.group())):
             w = _POSSESSIVE.sub("", w).strip("'-")
             if not w or not w[0].isalpha() or len(w) > MAX_NAME_WORD:  # a token, hash or run-on: no word
