@@ -71,26 +71,32 @@ ABOUT_ME = re.compile(r"\b(my|mine|am i|do i have)\b", re.I)
 FIRST_PERSON = re.compile(r"\b(i|i'm|i’m|i've|i’ve|my|we|we're|we’re|our)\b", re.I)
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\s*\n\s*")
 QUERY_CHARS = 200
 
 
-def search_query(text: str, at: int | None = None) -> str:
-    """What is sent to the search engine: the sentence that asks for the now (the one
-    holding position ``at``, else the last question), cut at ``QUERY_CHARS`` — never the
-    whole message, whose other sentences may be private ("My password is hunter2. What
-    is the exchange rate…?" sent both to the web, and to the log)."""
+def _asks(sentence: str) -> bool:
+    return sentence.rstrip().endswith(("?", "？"))
+
+
+def search_query(text: str) -> str:
+    """What is sent to the search engine: one sentence of the message, never all of it —
+    its other sentences may be private ("My PIN is 1234. What is the weather…?" sent
+    both, to the web and the log). The question that holds a now-word; else the last
+    question (the now-word may sit in a statement: "I changed my PIN today. Will it rain
+    tomorrow?"); else the sentence with the now-word. Lines end sentences too. At most
+    ``QUERY_CHARS``."""
     spans, start = [], 0
     for m in _SENTENCE_END.finditer(text):
         spans.append((start, m.start()))
         start = m.end()
     spans.append((start, len(text)))
-    spans = [(a, b) for a, b in spans if text[a:b].strip()] or [(0, len(text))]
-    if at is not None:
-        chosen = next((sp for sp in spans if sp[0] <= at < sp[1]), spans[-1])
-    else:
-        chosen = next((sp for sp in reversed(spans) if text[sp[0]:sp[1]].rstrip().endswith(("?", "？"))), spans[-1])
-    query = " ".join(text[chosen[0]:chosen[1]].split())
+    sentences = [text[a:b] for a, b in spans if text[a:b].strip()] or [text]
+    now = [s for s in sentences if NEEDS_WEB.search(s)]
+    questions = [s for s in sentences if _asks(s)]
+    chosen = next((s for s in reversed(now) if _asks(s)), None) or (questions[-1] if questions else None) \
+        or (now[-1] if now else sentences[-1])
+    query = " ".join(chosen.split())
     if len(query) > QUERY_CHARS:
         query = query[:QUERY_CHARS].rsplit(" ", 1)[0]
     return query
@@ -144,7 +150,7 @@ class WebRouter:
             except Exception:  # a failing memory probe never blocks routing
                 pass
         if web:
-            return RouteDecision(True, f"mentions '{web.group(0)}'", search_query(q, web.start()))
+            return RouteDecision(True, f"mentions '{web.group(0)}'", search_query(q))
         if len(q.split()) < 4 or not q.endswith("?"):
             return RouteDecision(False, "not a question about the world")
         if self.ask_llm is None:

@@ -54,3 +54,30 @@ def test_bad_input_raises_value_error_and_stores_nothing(tmp_path, minilm, messa
 def test_storable_leaves_ordinary_text_alone():
     text = "naïve café — 東京 😀 \x00 tab\t"
     assert storable(text) is text
+
+
+def test_an_exchange_the_file_refuses_leaves_the_tree_as_the_file_holds_it(tmp_path, minilm):
+    """A write refused (disk full; another connection holding the file past the busy
+    timeout) left the exchange in memory; the next one was written with a gap in the
+    numbering and the session no longer opened, not even with /repair (trial)."""
+    import sqlite3
+
+    import pytest
+
+    def ex(user: str, assistant: str) -> list[dict]:
+        return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
+    path = str(tmp_path / "s.db")
+    tree = CTree.open(path, judge="embedding", embed_fn=minilm)
+    tree.add(ex("My sister Anna lives in Lisbon.", "Noted."))
+    tree.vdb.con.execute("PRAGMA query_only = ON")  # the file refuses writes
+    with pytest.raises(sqlite3.OperationalError):
+        tree.add(ex("This one the disk refuses.", "Lost."))
+    assert len(tree.exchanges) == 1 and tree.structure.exchanges[-1].index == 0
+    tree.vdb.con.execute("PRAGMA query_only = OFF")
+    tree.add(ex("And this one is stored.", "Yes."))
+    assert [x.index for x in tree.exchanges] == [0, 1]
+    tree.vdb.close()
+    reopened = CTree.open(path, judge="embedding", embed_fn=minilm, read_only=True)
+    assert [x.user for x in reopened.exchanges] == ["My sister Anna lives in Lisbon.", "And this one is stored."]
+    reopened.vdb.close()

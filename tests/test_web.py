@@ -72,6 +72,11 @@ def test_only_the_sentence_that_asks_is_searched():
     assert d.query == "Should we worry, given the latest news?"
     d = WebRouter(ask_llm=lambda q: True).decide("Trivia night again, sorry. Who founded the city of Ulaanbaatar in Mongolia?")
     assert d.by == "llm" and d.query == "Who founded the city of Ulaanbaatar in Mongolia?"
+    # a line ends a sentence, and a statement holding the now-word is not the query (a re-trial)
+    assert r.decide("My PIN is 1234\nWhat is the weather in Paris today?").query == \
+        "What is the weather in Paris today?"
+    assert r.decide("I changed my PIN to 1234 today. Will it rain in Paris tomorrow?").query == \
+        "Will it rain in Paris tomorrow?"
     d = r.decide("latest " + "word " * 100 + "?")
     assert d.search and len(d.query) <= 200
 

@@ -190,7 +190,11 @@ class CTree(TreeReading):
             placed = self.placer.place(node, vector, decided)
             placement, topic, frozen = placed.placement, placed.topic, placed.frozen
             if self._store is not None:
-                self._store.persist_add(node, msgs, vecs, frozen, placed.new_topics, placed.renamed)
+                try:
+                    self._store.persist_add(node, msgs, vecs, frozen, placed.new_topics, placed.renamed)
+                except BaseException:
+                    self._undo_placement()
+                    raise
         elapsed = time.perf_counter() - started
         self.events.emit(ev.JudgeDecided(placement.judge, placement.action, topic.topic_name, placement.reason, index))
         if frozen:
@@ -201,6 +205,15 @@ class CTree(TreeReading):
         if self.auto_save_path:
             self.save(self.auto_save_path)
         return node
+
+    def _undo_placement(self) -> None:
+        """The file refused the exchange (disk full, a writer holding the lock too long):
+        the tree in memory goes back to what the file holds. Kept, the next exchange was
+        written with a gap in the numbering, and the session no longer opened (a trial)."""
+        try:
+            self._store.load()
+        except Exception:  # the store itself is gone (closed): it takes no later exchange either
+            pass
 
     async def aadd(self, messages: Sequence[Mapping[str, Any]], timestamp: str | None = None) -> MessageNode:
         """``add()`` for async apps: runs in a worker thread, off the event loop (the same
