@@ -349,11 +349,13 @@ def test_select_keeps_to_the_budget_brings_the_correction_and_pays_for_the_tags(
 
 
 def test_layout_lines_and_headers():
-    root, xs = small_tree([("Caroline: I adopted a cat.", "(no reply)"), ("x " * 300, "y")])
+    root, xs = small_tree([("Caroline: I adopted a cat.", "(no reply)"), ("Caroline: Her name is Miso.", "ok"),
+                           ("x " * 300, "y"), ("Important: nuts.", "Noted.")])
     layout = BlockLayout(xs, ancestors, 30, 2)
-    assert layout.text(0, "user") == "Caroline: I adopted a cat."  # a speaker label needs no role
+    assert layout.text(0, "user") == "Caroline: I adopted a cat."  # a transcript's speaker label needs no role
+    assert layout.text(3, "user") == "User: Important: nuts."  # a lone label is no speaker
     assert layout.text(0, "assistant") == ""  # a placeholder is never shown
-    assert layout.text(1, "user").endswith("…") and len(layout.text(1, "user")) <= len("User: ") + 30
+    assert layout.text(2, "user").endswith("…") and len(layout.text(2, "user")) <= len("User: ") + 30
     assert layout.line(0, ["user"], "current") == "- [current] Caroline: I adopted a cat."
     assert layout.header(xs[0].parent) == "## Topic 0"
     assert layout.header(xs[0].parent, "a summary") == "## Topic 0 — a summary"
@@ -488,3 +490,26 @@ def test_diversify_moves_a_near_duplicate_below_a_different_fact():
     assert diversify([0, 1, 2], fused, vecs, 0.0, 10) == [0, 1, 2]  # off: the ranking as it was
     assert diversify([0, 1, 2], fused, vecs, 0.3, 10) == [0, 2, 1]  # the second reading of fact 0 waits
     assert diversify([0, 1, 2], fused, vecs, 0.3, 2) == [0, 1, 2]  # only the pool is reordered
+
+
+def test_the_role_is_shown_unless_a_transcript_names_the_speaker(tmp_path, minilm):
+    """"Important: I am allergic to peanuts." lost its "User:" (read as a transcript's
+    speaker label), and a reply echoing "User: …" read as the user's words (trial); a
+    transcript's lines ("Caroline: …" on each of her messages) still go without it."""
+    from trace_core import CTree, PromptSynthesizer
+
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
+    for u, a in [("Important: I am allergic to peanuts.", "Noted: no peanuts in any recipe."),
+                 ("Can you suggest a snack?", "User: I am not allergic to anything anymore."),
+                 ("Caroline: I went to the pottery class.", "Melanie: Lovely, what did you make?"),
+                 ("Caroline: A bowl for my mum.", "Melanie: She will love it.")]:
+        tree.add([{"role": "user", "content": u}, {"role": "assistant", "content": a}])
+    from trace_core.synthesizer import RetrievalReport
+
+    q = "peanut allergy snack pottery bowl"
+    block = PromptSynthesizer(ctree=tree, vector_db=tree.vdb).memory_block(
+        q, tree.embed_fn.embed(q), [], 3, 2, 0.5, 2000, RetrievalReport(query=q, memory_token_budget=2000))
+    assert "User: Important: I am allergic to peanuts." in block
+    assert "Assistant: User: I am not allergic" in block
+    assert "- Caroline: A bowl for my mum." in block and "User: Caroline" not in block
+    tree.vdb.close()

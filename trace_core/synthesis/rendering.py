@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from .. import prompts
 from ..nodes import MessageNode, TopicNode
-from ..textutil import PLACEHOLDERS, speaker_label, without_marks
+from ..textutil import PLACEHOLDERS, ROLE_WORDS, speaker_label, without_marks
 from ..tokens import count_tokens
 from .fusion import ROLE_ORDER
 from .report import InjectedPath
@@ -56,9 +56,22 @@ class BlockLayout:
         if not content or content in PLACEHOLDERS:
             return ""
         content = clip_text(content, self.max_message_chars)
-        if speaker_label(content):
+        if self._transcript_label(i, role, content):
             return content  # a transcript line names its speaker: the role adds nothing
         return f"{role.capitalize()}: {content}"
+
+    def _transcript_label(self, i: int, role: str, content: str) -> bool:
+        """``content`` opens with its speaker's name, as a transcript's lines do: a name
+        label that the same role's message of a neighbouring exchange opens with too. A
+        lone "Important:" or "Noted:" is no speaker, nor is a role word (a small model's
+        reply echoing "User: …" read as the user's words: a trial)."""
+        label = speaker_label(content)
+        if not label or label[:-2].lower() in ROLE_WORDS:
+            return False
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(self.exchanges) and self.exchanges[j].role_text(role).startswith(label):
+                return True
+        return False
 
     def line(self, i: int, roles: list[str], status: str = "") -> str:
         """One entry. Its date is on the line above it, shared by the branch's entries of
