@@ -171,7 +171,8 @@ def ask_memory_model(llm, question: str) -> bool:
     if isinstance(search, str):
         search = {"true": True, "yes": True, "false": False, "no": False}.get(search.strip().lower())
     if not isinstance(search, bool):
-        raise ValueError(f"the memory model answered {ans!r} instead of true/false")
+        shape = "an object with " + ", ".join(map(str, list(ans)[:6])) if isinstance(ans, dict) else type(ans).__name__
+        raise ValueError(f"the memory model answered {shape} instead of true/false")  # never its words: the log
     return search
 
 

@@ -32,3 +32,18 @@ def test_without_repair_they_are_refused(text, expected, monkeypatch):
 def test_a_repair_with_no_value_is_no_answer(text):
     with pytest.raises(JSONParseError, match="no JSON object"):
         parse_json_object(text)
+
+
+def test_a_refused_answer_is_described_never_quoted(monkeypatch):
+    """The parse error quoted the model's first 120 characters: a model that restates the
+    exchange ("…my bank PIN is 4921…") put the user's words into the proxy's log (trial)."""
+    from trace_core import jsonparse
+    from trace_core.judges import _as_json
+
+    monkeypatch.setattr(jsonparse, "REPAIR", False)
+    with pytest.raises(JSONParseError) as err:
+        parse_json_object("Sure! The exchange is about User: My bank PIN is 4921 and my password is hunter2")
+    assert "4921" not in str(err.value) and "characters" in str(err.value)
+    assert _as_json(None) == "null" and _as_json("maybe") == '"maybe"'
+    assert "4921" not in _as_json({"question": "My bank PIN is 4921"}) and "question" in _as_json({"question": "x"})
+    assert "4921" not in _as_json("My bank PIN is 4921 and the rest of the sentence")

@@ -107,4 +107,5 @@ def parse_json_object(text: str) -> dict:
         if repaired is not None:
             stats.repaired += 1
             return repaired
-    raise JSONParseError(f"no JSON object in the model's answer: {text[:120]!r}")
+    # its size, never its words: a model restating the exchange put them in the log (a trial)
+    raise JSONParseError(f"no JSON object in the model's answer ({len(text)} characters)")

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -266,8 +267,19 @@ def _mask(text: str, words: set[str]) -> str:
 
 
 def _as_json(value) -> str:
-    """A value the model answered, as it wrote it (JSON: null, not Python's None)."""
-    return json.dumps(value, ensure_ascii=False, default=str)[:200]
+    """A value the model answered, for an error that reaches the logs: as it wrote it
+    (JSON: null, not Python's None) when it is a number, true/false, null or a short
+    word; otherwise its shape only. A model that restates the exchange put the user's
+    words ("my bank PIN is 4921…") into the log (a trial)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return json.dumps(value) if re.fullmatch(r"[\w -]{0,24}", value) else f"text of {len(value)} characters"
+    if isinstance(value, dict):
+        return "an object with " + (", ".join(map(str, list(value)[:6])) or "nothing in it")
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    return type(value).__name__
 
 
 def _clip(text: str, n: int) -> str:
