@@ -120,31 +120,60 @@ class StreamWatch:
 
 
 class SessionPool:
-    """One MemoryService per session name, opened for writing on first use."""
+    """One MemoryService per session name, opened for writing on first use. At most
+    ``max_open`` stay open: opening one more closes those no request has used for
+    ``idle_seconds`` (never the default). Each open session holds its file, a writer lock
+    and threads: a client naming a new session per request ran the proxy out of file
+    handles, and held every one of them from Nexus (a trial)."""
 
-    def __init__(self, opener, default: str) -> None:
+    def __init__(self, opener, default: str, max_open: int = 16, idle_seconds: float = 600.0,
+                 clock=time.monotonic) -> None:
         self._opener = opener  # name -> MemoryService (raises SessionNameError/SessionFileError)
         self.default = default
+        self.max_open = max_open
+        self.idle_seconds = idle_seconds  # longer than any request: one in flight is never closed under it
+        self._clock = clock
         self._services: dict[str, MemoryService] = {}
+        self._used: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def cached(self, name: str | None) -> MemoryService | None:
-        return self._services.get((name or self.default).strip())
+        key = (name or self.default).strip()
+        svc = self._services.get(key)
+        if svc is not None:
+            self._used[key] = self._clock()
+        return svc
 
     def get(self, name: str | None) -> MemoryService:
         key = (name or self.default).strip()
         with self._lock:
             svc = self._services.get(key)
             if svc is None:
+                self._close_idle()
                 svc = self._opener(key)
                 self._services[key] = svc
+            self._used[key] = self._clock()
             return svc
+
+    def _close_idle(self) -> None:
+        """Room for one more: the longest idle sessions go, if idle long enough."""
+        over = len(self._services) + 1 - self.max_open
+        if over <= 0:
+            return
+        now = self._clock()
+        idle = sorted((t, k) for k, t in self._used.items()
+                      if k in self._services and k != self.default and now - t >= self.idle_seconds)
+        for _t, key in idle[:over]:
+            self._services.pop(key).close()
+            self._used.pop(key, None)
+            log.info("session %s closed: not used for %.0f s (at most %d stay open)", key, now - _t, self.max_open)
 
     def close(self) -> None:
         with self._lock:
             for svc in self._services.values():
                 svc.close()
             self._services.clear()
+            self._used.clear()
 
 
 class MemoryProxy:
@@ -413,7 +442,7 @@ def run(config, upstream: str, port: int = 8788, host: str = "127.0.0.1", sessio
 
         embed_fn = make_embedder(config.section("memory").embed, config.base_url, config.api_key)
     pool = SessionPool(lambda name: open_service(config, name, embed_fn=embed_fn, base_url=upstream),
-                       session or DEFAULT_SESSION)
+                       session or DEFAULT_SESSION, idle_seconds=max(600.0, 4 * config.section("server").timeout))
     try:
         first = pool.get(None)  # the default session opens now: a locked or bad file stops here
         first.tree.embed_fn.embed("warm up")

@@ -506,3 +506,35 @@ def test_the_proxy_log_keeps_the_engines_events_out():
     finally:
         engine.setLevel(levels[0])
         own.setLevel(levels[1])
+
+
+def test_the_pool_closes_sessions_left_idle_when_it_is_full():
+    """60 requests, each naming a new X-Nexus-Session: 240 files and 60 threads more, each
+    session's writer lock held until the proxy quit, then "Too many open files" (trial).
+    Here the services are stand-ins that count being opened and closed."""
+    from nexus.proxy import SessionPool
+
+    class Service:
+        def __init__(self, name):
+            self.name, self.closed = name, False
+
+        def close(self):
+            self.closed = True
+
+    now = [0.0]
+    opened = {}
+    pool = SessionPool(lambda name: opened.setdefault(name, Service(name)), "main", max_open=3, idle_seconds=100,
+                       clock=lambda: now[0])
+    pool.get(None)
+    for name in ("a", "b"):
+        pool.get(name)
+        now[0] += 10
+    pool.get("c")  # full, but nothing idle for 100 s: no request is closed under it
+    assert not any(s.closed for s in opened.values())
+    now[0] += 200
+    assert pool.cached("b") is opened["b"]  # used just now
+    pool.get("d")  # full: the longest idle that is not the default goes
+    assert opened["a"].closed and not opened["b"].closed and not opened["main"].closed
+    assert pool.cached("a") is None  # opened again when named again
+    pool.close()
+    assert all(s.closed for s in opened.values())
