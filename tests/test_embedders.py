@@ -143,3 +143,18 @@ async def test_nexus_says_the_embedder_failed_not_the_session_or_the_chat_model(
         said = notices(app) + log_text(app)
         assert "the embedder openai:nomic-embed failed: the model server at" in said
         assert "Error code: 500" not in said and "No reply: the model server" not in said, said
+
+
+def test_two_threads_embedding_first_both_use_onnx():
+    """The first thread marked ONNX unavailable while it loaded it: a second thread
+    embedding at the same moment loaded torch instead (3.5 s, 645 MB: a trial)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, threading; from trace_core.embedders import MiniLMEmbedder\n"
+            "e = MiniLMEmbedder()\n"
+            "ts = [threading.Thread(target=e.embed_batch, args=(['hello world', 'more'],)) for _ in range(2)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n"
+            "print(e.backend, 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["onnxruntime", "False"], out.stdout + out.stderr

@@ -251,9 +251,11 @@ class MiniLMEmbedder(SentenceTransformerEmbedder):
         with _MODEL_LOCK:
             if self._onnx is not None:
                 return self._onnx or None
-            self._onnx = False
             if not self.use_onnx:
+                self._onnx = False
                 return None
+            # set only when decided: "False" meanwhile sent a second thread to torch (3.5 s
+            # and 645 MB for its first embedding: a trial)
             try:
                 import warnings
 
