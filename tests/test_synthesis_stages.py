@@ -513,3 +513,20 @@ def test_the_role_is_shown_unless_a_transcript_names_the_speaker(tmp_path, minil
     assert "Assistant: User: I am not allergic" in block
     assert "- Caroline: A bowl for my mum." in block and "User: Caroline" not in block
     tree.vdb.close()
+
+
+def test_openai_shaped_recent_messages_and_context_are_read_as_text(tmp_path, minilm):
+    """A tool call's content None and content as parts raised TypeErrors; a context string
+    was injected a character a paragraph; a None query raised (trial)."""
+    from trace_core import CTree, PromptSynthesizer
+
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
+    tree.add([{"role": "user", "content": "My sister Anna lives in Lisbon."}, {"role": "assistant", "content": "Noted."}])
+    synth = PromptSynthesizer(ctree=tree, vector_db=tree.vdb)
+    recent = [{"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]},
+              {"role": "user", "content": [{"type": "text", "text": "Where does Anna live?"},
+                                           {"type": "image_url", "image_url": {"url": "data:x"}}]}]
+    prompt = synth.synthesize_prompt("Where does Anna live?", recent_messages=recent, extra_context="WEB: Lisbon")
+    assert "User: Where does Anna live?" in prompt and "\n\nWEB: Lisbon" in prompt and "W\n\nE" not in prompt
+    assert synth.synthesize_prompt(None)
+    tree.vdb.close()

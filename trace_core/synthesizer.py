@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -49,6 +49,14 @@ if TYPE_CHECKING:
 
 __all__ = ["InjectedExchange", "InjectedPath", "PromptSynthesizer", "RetrievalReport", "SynthesisParams",
            "UPDATE_CUES", "clip_text", "short_date", "z_scores"]
+
+
+def plain_message(m: Mapping) -> dict:
+    """A chat message with text content: parts joined (their text), None read as ""."""
+    content = m.get("content")
+    if isinstance(content, list):
+        content = " ".join(p.get("text", "") for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+    return {**m, "role": str(m.get("role") or "user"), "content": content if isinstance(content, str) else ""}
 
 
 class PromptSynthesizer:
@@ -133,6 +141,12 @@ class PromptSynthesizer:
         recent messages, ``extra_context``. ``exclude``: exchange indices never injected
         (a regenerated reply is asked as if the exchange it replaces had not happened)."""
         started = time.perf_counter()
+        # what an OpenAI client hands over: a tool call's content None, content as parts
+        # (TypeErrors, a trial), a single context string (injected a character a paragraph)
+        user_query = user_query if isinstance(user_query, str) else ""
+        recent_messages = [plain_message(m) for m in recent_messages or [] if isinstance(m, Mapping)]
+        if isinstance(extra_context, str):
+            extra_context = [extra_context]
         budget = self.params.memory_token_budget if memory_token_budget is None else memory_token_budget
         report = RetrievalReport(query=user_query, memory_token_budget=budget)
         memory = self.memory_block(user_query, query_vector, recent_messages or [], top_k_docs, top_k_history,
