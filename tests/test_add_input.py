@@ -81,3 +81,19 @@ def test_an_exchange_the_file_refuses_leaves_the_tree_as_the_file_holds_it(tmp_p
     reopened = CTree.open(path, judge="embedding", embed_fn=minilm, read_only=True)
     assert [x.user for x in reopened.exchanges] == ["My sister Anna lives in Lisbon.", "And this one is stored."]
     reopened.vdb.close()
+
+
+def test_a_timestamp_that_is_no_date_and_a_reply_before_its_question_are_refused(tmp_path, minilm):
+    """"not a date" and 12345 were stored and shown to the model as date lines; an
+    [assistant, user] exchange was taken (trial)."""
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
+    ok = [{"role": "user", "content": "hi there"}, {"role": "assistant", "content": "hello"}]
+    for bad, words in (("not a date", "is not an ISO 8601 date"), (12345, "not int")):
+        with pytest.raises(ValueError, match=words):
+            tree.add(ok, timestamp=bad)
+    with pytest.raises(ValueError, match="comes before the user's"):
+        tree.add(list(reversed(ok)))
+    tree.add(ok, timestamp="2024-05-01T10:00:00+00:00")
+    tree.add(ok, timestamp="2024-05-02")
+    assert [x.timestamp[:10] for x in tree.exchanges] == ["2024-05-01", "2024-05-02"]
+    tree.vdb.close()

@@ -39,4 +39,25 @@ def validate_exchange(messages: object) -> list[dict]:
             raise ValueError(f"an exchange needs exactly one {needed} message; got {what}")
     if roles.count("system") > 1:
         raise ValueError("an exchange takes at most one system message")
+    if roles.index("assistant") < roles.index("user"):  # the reply would read as said before its question
+        raise ValueError("the assistant's message comes before the user's; an exchange is the user's message, "
+                         "then the reply")
     return out
+
+
+def validate_timestamp(timestamp: object) -> str | None:
+    """``add()``'s timestamp: None (now) or an ISO 8601 date and time, as given; else
+    ``ValueError`` ("not a date" was stored, and shown to the model as a date line)."""
+    if timestamp is None:
+        return None
+    if not isinstance(timestamp, str):
+        raise ValueError(f"timestamp must be an ISO 8601 string such as '2024-05-01T10:00:00', "
+                         f"not {type(timestamp).__name__}")
+    from datetime import datetime
+
+    try:
+        datetime.fromisoformat(timestamp)
+    except ValueError:
+        raise ValueError(f"timestamp {timestamp[:40]!r} is not an ISO 8601 date and time "
+                         "(such as '2024-05-01T10:00:00')") from None
+    return timestamp

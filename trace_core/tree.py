@@ -15,7 +15,7 @@ import numpy as np
 from . import events as ev
 from .archive import Archive
 from .embedders import Embedder, EmbedFnLike, as_embedder, exchange_vector
-from .exchange_input import storable, validate_exchange
+from .exchange_input import storable, validate_exchange, validate_timestamp
 from .fanout import FanoutBalancer
 from .group_names import GroupNames
 from .judges import EmbeddingJudge, Judges, LLMJudge
@@ -168,6 +168,7 @@ class CTree(TreeReading):
     def add(self, messages: Sequence[Mapping[str, Any]], timestamp: str | None = None) -> MessageNode:
         """Store one completed exchange (user + assistant, optional system message)."""
         msgs = validate_exchange(messages)
+        timestamp = validate_timestamp(timestamp)
         self._refuse_if_read_only("add an exchange")
         started = time.perf_counter()
         ts = timestamp or datetime.now(UTC).isoformat(timespec="seconds")
@@ -365,6 +366,7 @@ class CTree(TreeReading):
         same node in the same topic, its vectors, stored rows and sentence index redone, so
         memory never holds both the old exchange and the new one."""
         msgs = validate_exchange(messages)
+        timestamp = validate_timestamp(timestamp)
         self._refuse_if_read_only("replace an exchange")
         with self._lock:
             if not self.structure.exchanges:
