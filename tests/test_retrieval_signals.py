@@ -148,7 +148,10 @@ def test_focused_query_drops_words_found_in_most_exchanges(tmp_path, minilm):
 
 
 def test_transcript_lines_are_not_given_a_role_label(tmp_path, minilm):
-    tree = labelled_tree(tmp_path, minilm, [("Caroline: I adopted a cat named Miso.", "Miso is a nice name for a cat!", "2023-05-01")])
+    # a transcript: the speaker's name opens their messages, the neighbouring one's too
+    tree = labelled_tree(tmp_path, minilm, [("Caroline: I adopted a cat named Miso.", "Miso is a nice name for a cat!",
+                                             "2023-05-01"),
+                                            ("Caroline: She sleeps all day.", "Cats do that.", "2023-05-01")])
     synth = PromptSynthesizer(ctree=tree)
     prompt = synth.synthesize_prompt("cat Miso", minilm.embed("cat Miso"), None, [])
     assert "- Caroline: I adopted a cat named Miso." in prompt

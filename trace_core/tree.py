@@ -211,6 +211,8 @@ class CTree(TreeReading):
         """The file refused the exchange (disk full, a writer holding the lock too long):
         the tree in memory goes back to what the file holds. Kept, the next exchange was
         written with a gap in the numbering, and the session no longer opened (a trial)."""
+        if self._store is None:
+            return
         try:
             self._store.load()
         except Exception:  # the store itself is gone (closed): it takes no later exchange either
