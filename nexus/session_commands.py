@@ -56,7 +56,8 @@ class SessionCommands:
         if args:
             raise C.UsageError(C.BY_NAME["new"].usage)
         path = sessions.new_session_path()
-        old = f" ({self.session_path.stem} stays: /open {self.session_path.stem})" if self.session else ""
+        gone = self.session is not None and not self.outbox and self.removed_when_left(self.session)
+        old = f" ({self.session_path.stem} stays: /open {self.session_path.stem})" if self.session and not gone else ""
         self.switch_session(path, f"New session {path.stem}.{old}")
 
     def cmd_open(self, args: list[str]) -> None:

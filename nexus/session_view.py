@@ -85,9 +85,7 @@ class SessionView:
         if session is not None:
             if queued:
                 self.store_unsent(session, self.session_path, queued)
-            empty = (not keep_chat and not session.read_only and session.tree is not None
-                     and sessions.unused_and_empty(session.path, len(session.tree.exchanges), len(session.kept),
-                                                   session.settings.own()) and not session.unstored)
+            empty = not keep_chat and self.removed_when_left(session)
             session.close()
             if empty:  # each /new left a 116 KiB file of nothing in /sessions (a trial)
                 try:
@@ -97,6 +95,13 @@ class SessionView:
                     pass
         if not keep_chat:
             self.call_from_thread(self._clear_chat)
+
+    @staticmethod
+    def removed_when_left(session: ChatSession) -> bool:
+        """The session holds nothing and bears the name /new gave it: it goes when left."""
+        return (not session.read_only and session.tree is not None and not session.unstored
+                and sessions.unused_and_empty(session.path, len(session.tree.exchanges), len(session.kept),
+                                              session.settings.own()))
 
     # the app's state changes on the UI thread only: the session worker asks for each change
 

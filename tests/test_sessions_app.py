@@ -1074,6 +1074,7 @@ async def test_switching_away_from_an_empty_new_session_removes_it(server, tmp_p
         await wait_for(pilot, lambda: app.session is not None and app.session_path != first
                        and app.embedder_state == "ready")
         await wait_for(pilot, lambda: not first.exists())
+        assert f"{first.stem} stays" not in notices(app)  # it said so, and /open then found nothing (re-trial)
         second = app.session_path
         await type_and_send(pilot, app, "My cat is called Miso.")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
