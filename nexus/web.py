@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trace_core import prompts
+from trace_core.jsonparse import described
 
 from .abandon import Abandoned, call_abandonable
 
@@ -171,8 +172,7 @@ def ask_memory_model(llm, question: str) -> bool:
     if isinstance(search, str):
         search = {"true": True, "yes": True, "false": False, "no": False}.get(search.strip().lower())
     if not isinstance(search, bool):
-        shape = "an object with " + ", ".join(map(str, list(ans)[:6])) if isinstance(ans, dict) else type(ans).__name__
-        raise ValueError(f"the memory model answered {shape} instead of true/false")  # never its words: the log
+        raise ValueError(f"the memory model answered {described(ans)} instead of true/false")  # never its words
     return search
 
 

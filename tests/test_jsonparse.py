@@ -38,7 +38,7 @@ def test_a_refused_answer_is_described_never_quoted(monkeypatch):
     """The parse error quoted the model's first 120 characters: a model that restates the
     exchange ("…my bank PIN is 4921…") put the user's words into the proxy's log (trial)."""
     from trace_core import jsonparse
-    from trace_core.judges import _as_json
+    from trace_core.jsonparse import described as _as_json
 
     monkeypatch.setattr(jsonparse, "REPAIR", False)
     with pytest.raises(JSONParseError) as err:

@@ -109,3 +109,19 @@ def parse_json_object(text: str) -> dict:
             return repaired
     # its size, never its words: a model restating the exchange put them in the log (a trial)
     raise JSONParseError(f"no JSON object in the model's answer ({len(text)} characters)")
+
+
+def described(value) -> str:
+    """A value the model answered, for an error that reaches the logs: as it wrote it
+    (JSON: null, not Python's None) when it is a number, true/false, null or a short
+    word; otherwise its shape only. A model that restates the exchange put the user's
+    words ("my bank PIN is 4921…") into the log (a trial)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return json.dumps(value) if re.fullmatch(r"[\w -]{0,24}", value) else f"text of {len(value)} characters"
+    if isinstance(value, dict):
+        return "an object with " + (", ".join(map(str, list(value)[:6])) or "nothing in it")
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    return type(value).__name__

@@ -11,14 +11,13 @@
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import prompts
+from .jsonparse import described
 from .llm import JSONLLM, LLMError
 from .textutil import DocumentFrequency, clean_name, exchange_sides, extractive_name, extractive_summary
 
@@ -266,22 +265,6 @@ def _mask(text: str, words: set[str]) -> str:
     return text
 
 
-def _as_json(value) -> str:
-    """A value the model answered, for an error that reaches the logs: as it wrote it
-    (JSON: null, not Python's None) when it is a number, true/false, null or a short
-    word; otherwise its shape only. A model that restates the exchange put the user's
-    words ("my bank PIN is 4921…") into the log (a trial)."""
-    if value is None or isinstance(value, (bool, int, float)):
-        return json.dumps(value)
-    if isinstance(value, str):
-        return json.dumps(value) if re.fullmatch(r"[\w -]{0,24}", value) else f"text of {len(value)} characters"
-    if isinstance(value, dict):
-        return "an object with " + (", ".join(map(str, list(value)[:6])) or "nothing in it")
-    if isinstance(value, list):
-        return f"a list of {len(value)}"
-    return type(value).__name__
-
-
 def _clip(text: str, n: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"
@@ -309,7 +292,7 @@ class LLMJudge:
         )
         action = str(ans.get("action", "")).strip().lower()
         if action not in ("continue", "new"):
-            raise LLMError(f"the model answered an unknown action {_as_json(ans.get('action'))}")
+            raise LLMError(f"the model answered an unknown action {described(ans.get('action'))}")
         if action == "continue" and len(ctx.path_names) == 1:
             action = "new"  # nothing to continue yet
         if action == "continue":
@@ -317,7 +300,7 @@ class LLMJudge:
         try:
             level = int(ans.get("parent", len(ctx.path_names) - 1 if len(ctx.path_names) > 1 else 0))
         except (TypeError, ValueError):
-            raise LLMError(f"the model answered a parent that is not a number: {_as_json(ans.get('parent'))}") from None
+            raise LLMError(f"the model answered a parent that is not a number: {described(ans.get('parent'))}") from None
         if not 0 <= level < len(ctx.path_names):
             raise LLMError(f"the model answered parent level {level}, outside 0..{len(ctx.path_names) - 1}")
         name = clean_name(ans.get("name", ""))
@@ -354,7 +337,7 @@ class LLMJudge:
         if isinstance(merge, str):
             merge = {"true": True, "yes": True, "false": False, "no": False}.get(merge.strip().lower())
         if not isinstance(merge, bool):
-            raise LLMError(f"the model answered {_as_json(ans)} instead of true/false")
+            raise LLMError(f"the model answered {described(ans)} instead of true/false")
         return merge, "the model " + ("agreed" if merge else "vetoed")
 
 
