@@ -61,3 +61,20 @@ def guard(app, token: str | None, max_body: int = MAX_BODY_BYTES):
 
     app = RequestBodyLimitMiddleware(app, max_body)
     return BearerAuth(app, token) if token else app
+
+
+def listening_socket(host: str, port: int):
+    """The server's socket (proxy, MCP over HTTP), bound before anything else is done: a
+    port in use is said at once, before a session file is made (trials found one left
+    behind, after an address was announced that was never served)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock

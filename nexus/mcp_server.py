@@ -120,33 +120,40 @@ def run(config, session: str | None, http_port: int | None = None, host: str = "
     """Serve until stdin closes (stdio) or Ctrl+C (HTTP). Returns the exit status."""
     from trace_core import SessionFileError
 
-    from .httpguard import UnsafeBindError, check_bind
+    from .httpguard import UnsafeBindError, check_bind, listening_socket
     from .memory_service import DEFAULT_SESSION, SessionNameError, open_service, served_problem
 
+    sock = None
     if http_port is not None:
         try:
             check_bind(host, token)
         except UnsafeBindError as exc:
             print(f"nexus mcp: {exc}", file=sys.stderr)
             return 2
+        try:  # before the session file is made (it announced the address, then uvicorn failed: a trial)
+            sock = listening_socket(host, http_port)
+        except OSError as exc:
+            print(f"nexus mcp: cannot listen on {host}:{http_port}: {exc.strerror or exc} (another server "
+                  "has it: choose another port with --http)", file=sys.stderr)
+            return 2
     try:
         with _stdout_to_stderr():
             service = open_service(config, session, embed_fn=embed_fn)
             service.tree.embed_fn.embed("warm up")  # load the embedder before the first call
-    except SessionNameError as exc:
-        print(f"nexus mcp: {exc}", file=sys.stderr)
-        return 2
-    except SessionFileError as exc:
-        print(f"nexus mcp: {served_problem(session or DEFAULT_SESSION, exc)}", file=sys.stderr)
+    except (SessionNameError, SessionFileError) as exc:
+        if sock is not None:
+            sock.close()
+        said = str(exc) if isinstance(exc, SessionNameError) else served_problem(session or DEFAULT_SESSION, exc)
+        print(f"nexus mcp: {said}", file=sys.stderr)
         return 2
     print(f"nexus mcp: session {service.name!r} ({service.path}), {counted(len(service.tree.exchanges), 'exchange')}",
           file=sys.stderr)
     server = build_server(service)
     try:
-        if http_port is None:
+        if sock is None:
             server.run("stdio")
         else:
-            serve_http(server, host, http_port, token)
+            serve_http(server, host, sock, token)
     except KeyboardInterrupt:
         pass
     finally:
@@ -154,12 +161,14 @@ def run(config, session: str | None, http_port: int | None = None, host: str = "
     return 0
 
 
-def serve_http(server, host: str, port: int, token: str | None) -> None:
+def serve_http(server, host: str, sock, token: str | None) -> None:
+    """Streamable HTTP on the socket bound at start."""
     import uvicorn
 
     from .httpguard import MAX_BODY_BYTES, guard
 
     app = server.streamable_http_app(host=host, max_request_body_size=MAX_BODY_BYTES)
+    port = sock.getsockname()[1]
     print(f"nexus mcp: streamable HTTP on http://{host}:{port}/mcp" + (" (bearer token required)" if token else ""),
           file=sys.stderr)
-    uvicorn.run(guard(app, token), host=host, port=port, log_level="warning", access_log=False)
+    uvicorn.Server(uvicorn.Config(guard(app, token), log_level="warning", access_log=False)).run(sockets=[sock])

@@ -380,23 +380,6 @@ def messages_problem(messages: list) -> str:
     return ""
 
 
-def listening_socket(host: str, port: int):
-    """The proxy's socket, bound before anything else is done: a port in use is said
-    at once, before a session file is made (a trial found one left behind, after the
-    proxy had announced an address it never served)."""
-    import socket
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
 def check_upstream(upstream: str, key: str | None) -> str:
     """What is wrong with the upstream URL, in words ("" when it lists its models)."""
     import httpx
@@ -422,7 +405,7 @@ def run(config, upstream: str, port: int = 8788, host: str = "127.0.0.1", sessio
 
     from trace_core import SessionFileError
 
-    from .httpguard import UnsafeBindError, check_bind
+    from .httpguard import UnsafeBindError, check_bind, listening_socket
     from .memory_service import DEFAULT_SESSION, open_service, session_path
 
     try:

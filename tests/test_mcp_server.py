@@ -181,3 +181,23 @@ def test_an_unknown_flag_is_said_with_the_subcommands_usage(capsys):
             parse([*f"{mode} --upstream http://127.0.0.1:1/v1".split()[: 1 if mode == "mcp" else 3], "--bogus"])
         err = capsys.readouterr().err
         assert exc.value.code == 2 and f"usage: nexus {mode} [-h]" in err and "unrecognized arguments: --bogus" in err
+
+
+def test_http_on_a_port_in_use_is_refused_before_any_session_file(tmp_path):
+    """It announced the address, then uvicorn's "address already in use", and left an
+    empty session file behind (trial)."""
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        r = subprocess.run([sys.executable, "-m", "nexus", "mcp", "--session", "portless", "--http", str(port)],
+                           env=dict(os.environ, **server_env(tmp_path / "data")), capture_output=True, text=True,
+                           timeout=120)
+    finally:
+        taken.close()
+    assert r.returncode == 2, r.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in r.stderr and "streamable HTTP on" not in r.stderr
+    assert not list((tmp_path / "data").rglob("portless*"))
