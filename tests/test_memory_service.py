@@ -45,6 +45,7 @@ def test_session_names_resolve_in_the_sessions_folder(data_dir):
 def test_remember_recall_with_provenance(data_dir, minilm):
     svc = open_svc("s1", minilm)
     try:
+        assert svc.outline() == "ROOT (0 exchanges)"  # no range: it read "ROOT [-1:-1]" (trial)
         for i, (u, a) in enumerate(FACTS):
             r = svc.remember(u, a)
             assert r.exchange == i and r.session == "s1" and r.branch

@@ -31,7 +31,8 @@ def render_tree(node: TopicNode, active: Collection[TopicNode], show_messages: b
     def count(n: TopicNode) -> str:
         return _exchanges(n) if count_exchanges else f"{_msgs(n)} msgs"
 
-    lines = [f"{node.topic_name} [{node.start_index}:{node.end_index}] ({count(node)})"]
+    span = f" [{node.start_index}:{node.end_index}]" if node.start_index >= 0 else ""  # an empty tree has no range
+    lines = [f"{node.topic_name}{span} ({count(node)})"]
 
     def walk(n: TopicNode, prefix: str) -> None:
         kids = [c for c in n.children if c.is_topic or show_messages]
