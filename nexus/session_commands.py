@@ -227,9 +227,9 @@ class SessionCommands:
         self.log_line(f"{what}: {problem} [{type(exc).__name__} {exc.errno}]", "warning")
 
     def cmd_load(self, args: list[str]) -> None:
-        if len(args) != 1:
+        if not args:
             raise C.UsageError(C.BY_NAME["load"].usage)
-        path = Path(args[0]).expanduser()
+        path = Path(" ".join(args)).expanduser()  # a path with spaces, unquoted, as /save took it
         if path.is_dir() or not path.exists():  # said before any work ("[Errno 21] Is a directory", a trial)
             self.chat_notice(f"Cannot load {path}: {'it is a folder' if path.is_dir() else 'there is no such file'}; "
                              "/load takes a .json file that /save wrote.", "warning")

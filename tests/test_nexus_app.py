@@ -305,7 +305,7 @@ async def test_commands(server, tmp_path, minilm, data_dir):
         await wait_for(pilot, lambda: "Reorganised:" in notices(app))
         await type_and_send(pilot, app, "/undo-reorganize")
         await wait_for(pilot, lambda: "undone" in notices(app) or "Nothing undone" in notices(app))
-        export = tmp_path / "export.json"
+        export = tmp_path / "my exports" / "export.json"  # a path with a space, unquoted (/load refused it)
         await type_and_send(pilot, app, f"/save {export}")
         await wait_for(pilot, lambda: export.exists())
         assert json.loads(export.read_text())["format"] == "trace-ctree"
