@@ -161,6 +161,8 @@ def _hit(session: str, h) -> SearchHit:
 def _search_other(path: Path, qvec, embedder, k: int, min_similarity: float, skipped: list[str]) -> list[SearchHit]:
     name = session_name(path)
     try:
+        if path.stat().st_size == 0:  # an empty file holds nothing to search ("no such table: meta": a trial)
+            return []
         db = open_read_only(path)
     except Exception as exc:  # a damaged, foreign or newer file is named, never fatal
         skipped.append(f"{name}: {exc}")

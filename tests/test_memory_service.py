@@ -90,8 +90,10 @@ def test_search_across_sessions_names_each_session(data_dir, minilm):
             svc.remember(u, a)
         own = svc.search("ferry to Naxos", k=5)
         assert all(h.session == "main" for h in own.hits)
+        session_path("zero").write_bytes(b"")  # an empty file: nothing to search, nothing to report
         both = svc.search("ferry to Naxos", k=5, all_sessions=True)
         assert both.hits[0].session == "holiday" and "Naxos" in both.hits[0].text
+        assert not [s for s in both.skipped if s.startswith("zero")], both.skipped
         assert {h.session for h in both.hits} >= {"holiday"}
         # the other session is being written by its owner meanwhile: reading it never blocks that
         other.remember("The ferry leaves at 7:30 from Piraeus.", "7:30 from Piraeus.")
