@@ -367,3 +367,14 @@ def test_a_merge_reason_names_the_shared_words_as_written(minilm):
     b = digest("Kubernetes Deployment Pods", "My Kubernetes deployment keeps restarting its pods after a roll out.")
     ok, why = EmbeddingJudge().approve_merge(a, b, minilm.embed_batch)
     assert "kubernetes" in why and "kubernete," not in why and not why.endswith("kubernete"), why
+
+
+def test_a_threshold_that_is_no_cosine_is_refused(tmp_path, minilm):
+    """reorganize(similarity_threshold=-1) and (2) were taken without a word (trial)."""
+    tree = CTree.open(str(tmp_path / "t.db"), judge="embedding", embed_fn=minilm)
+    tree.add([{"role": "user", "content": "My dog is called Rex."}, {"role": "assistant", "content": "Nice."}])
+    for bad in (-1, 0, 2, "0.5", float("nan")):
+        with pytest.raises(ValueError, match="similarity_threshold is a cosine similarity"):
+            tree.reorganize(similarity_threshold=bad)
+    assert tree.reorganize(similarity_threshold=1)["merged"] == 0
+    tree.vdb.close()

@@ -340,6 +340,10 @@ class CTree(TreeReading):
         exchanges. Returns ``merged``, ``pruned``, ``skipped``, ``vetoed``, ``duration_secs``…
         ``should_stop()``, asked between steps, ends it early (``cancelled``: True); what
         finished before is committed whole, nothing half-done is."""
+        if not isinstance(similarity_threshold, (int, float)) or not 0 < similarity_threshold <= 1:
+            # a cosine: -1 merged everything, 2 nothing, both silently (a trial)
+            raise ValueError(f"similarity_threshold is a cosine similarity in (0, 1], e.g. 0.55; "
+                             f"got {similarity_threshold!r}")
         self._refuse_if_read_only("reorganise it")
         embedder = as_embedder(embed_fn) or self.embed_fn
         return Reorganizer(self.structure, self.judges, self.summaries, self.balancer, embedder, self.events.emit,
