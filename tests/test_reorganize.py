@@ -105,6 +105,41 @@ def test_a_merge_never_leaves_a_group_of_one(tmp_path, minilm):
     assert reopened.snapshot() == before
 
 
+THEMES = ["my tomato seedlings in the garden", "training for the October marathon", "filing my income tax receipts",
+          "learning jazz piano chords", "baking sourdough bread at home", "my cat Luna at the vet",
+          "Kubernetes cluster CPU limits"]
+
+
+def test_a_merge_never_leaves_a_group_of_one_on_the_active_path_either(tmp_path, minilm):
+    # no topic of the active path is merged (axiom 2), but its groups lose their other
+    # parts to merges: a chain of three groups, each named as the current topic, stood
+    # over it after a /reorganize (a trial's 3,000-exchange session)
+    talk = [(f"Note {i}: more about {THEMES[(i // 3) % len(THEMES)]}, detail {i * 7 % 31}.",
+             f"Sure, more on {THEMES[(i // 3) % len(THEMES)]}.") for i in range(90)]
+    tree = build(tmp_path, minilm, talk, max_children=4)
+    before = tree.snapshot()
+    current = tree.active_path()[-1]
+    seen = []
+    tree.events.subscribe(lambda e: seen.append(e) if type(e).__name__ == "ReorganizeProgress" else None)
+    res = tree.reorganize(similarity_threshold=0.5)
+    check_invariants(tree)
+    assert res["merged"] >= 10 and lone_groups(tree, off_path=False) == [], tree.render_tree()
+    # the progress count reaches the end of each round's pairs, merged or not (it stopped
+    # at 601/4,394 in the trial: only approved pairs were counted)
+    judged = [(e.done, e.total) for e in seen if e.phase == "judged"]
+    rounds = [e for e in seen if e.phase == "compared"]
+    assert rounds and len([d for d, t in judged if d == t]) == len(rounds)
+    assert tree.active_path()[-1] is current  # the topic being written to stays put
+    tree.undo_reorganize()
+    assert tree.snapshot() == before
+    tree.reorganize(similarity_threshold=0.5)
+    tree.add(ex("One more note on Kubernetes cluster CPU limits.", "Noted."))
+    check_invariants(tree)
+    tree.vdb.close()
+    reopened = CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm)
+    assert reopened.snapshot() == tree.snapshot() and lone_groups(reopened, off_path=False) == []
+
+
 def test_the_fan_out_never_makes_a_group_of_one(tmp_path, minilm):
     # a group of three cut after its first part kept that part alone: chains of eight
     # groups named "Income Tax Deadline" over one topic of that name

@@ -260,6 +260,8 @@ class Reorganizer:
             if self._stop():
                 res.cancelled = True
                 return 0  # nothing of this round applied yet: the tree is as the last round left it
+            if k % 50 == 0:  # every 50 pairs, whatever became of them (it stopped at 601/4,394)
+                self.emit(ev.ReorganizeProgress("judged", k, len(pairs)))
             a, b = find(frozen[i]), find(frozen[j])
             if a is b:
                 continue  # already one topic
@@ -283,8 +285,7 @@ class Reorganizer:
                 continue
             approved.append((older, newer, sim, judge, why))
             into[newer.node_id] = older
-            if k % 50 == 0:
-                self.emit(ev.ReorganizeProgress("judged", k + 1, len(pairs)))
+        self.emit(ev.ReorganizeProgress("judged", len(pairs), len(pairs)))
         return self._apply(approved, find, res, state)
 
     def _apply(self, approved, find, res: ReorganizeResult, state: _RunState) -> int:
@@ -333,9 +334,11 @@ class Reorganizer:
             groups = dict(left)
             for start in [*left.values(), *grown]:
                 groups.update((g.node_id, g) for g in model.get_ancestors(start, include_self=False) if g.is_group)
-            # a group left with one part gives way to it (off the active path: axiom 2)
-            for group in left.values():
-                if group in live and group not in path and len(group.children) == 1:
+            # a group left with one part gives way to it, on the active path too: no topic
+            # is merged there (axiom 2), but the path's groups lose their other parts, and a
+            # chain of one-part groups each named as its part grew above the current topic
+            for group in list(groups.values()):
+                if group in live and group.parent is not None and len(group.children) == 1:
                     model.dissolve(group)
                     live.discard(group)
                     del groups[group.node_id]
