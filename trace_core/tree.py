@@ -277,7 +277,8 @@ class CTree(TreeReading):
     def open(cls, path: str, api_key: str | None = None, base_url: str | None = None, model: str = "gpt-4o-mini",
              embed_fn: EmbedFnLike = None, judge: str = "auto", max_children: int = 5, *, read_only: bool = False,
              **kwargs: Any) -> "CTree":
-        """Open (or create) a session file and restore its tree exactly.
+        """Open (or create) a session file and restore its tree exactly. ``max_children``
+        is a new file's bound: an existing file keeps the one it was built with.
 
         The tree holds the file's writer lock until ``tree.vdb.close()``: a second writer
         gets ``SessionLockedError``. ``read_only=True`` takes no lock, never writes, and
