@@ -40,7 +40,7 @@ from .scenario_runner import ScenarioController
 from .session_commands import SessionCommands, human_size
 from .session_view import SessionView, read_only_reason
 from .typeahead import typeahead_lines
-from .widgets import AssistantMessage, EventLog, MemoryTree, Notice, PromptInput, UserMessage
+from .widgets import AssistantMessage, ChatScroll, EventLog, MemoryTree, Notice, PromptInput, UserMessage
 
 __all__ = ["NexusApp", "NoSession", "Cancelled", "Outgoing", "CommandProvider", "SessionProvider",
            "human_size", "read_only_reason", "server_problem"]  # names older code imports from here
@@ -125,7 +125,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False)
         with Horizontal(id="main"):
-            yield VerticalScroll(id="chat")
+            yield ChatScroll(id="chat")
             yield MemoryTree(id="tree")
             yield NodeInspector(id="inspector")
         yield EventLog(level=self.config.section("ui").log_level, id="log")

@@ -11,7 +11,7 @@ import unicodedata
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, RichLog, Static, TextArea
@@ -467,6 +467,68 @@ class EventLog(RichLog):
         for lv, text in self.history[-2000:]:
             if self.LEVELS.index(lv) >= self.LEVELS.index(level):
                 self._line(lv, text)
+
+
+class ChatScroll(VerticalScroll):
+    """The chat. A resize keeps the reading place: the message at the top of the view
+    stays there, at the same share of its height (the same line number pointed at
+    another message once every message wrapped anew: a trial, reading back in a long
+    session). Following the end needs nothing: the anchor keeps it there."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._place: tuple[Widget, float] | None = None  # (message, share of it above the view)
+        self._restoring = False
+
+    @property
+    def following(self) -> bool:
+        return self.is_anchored and not self._anchor_released
+
+    def reading_place(self) -> tuple[Widget, float] | None:
+        """The message at the top of the view, and how far into it the view starts."""
+        y = self.scroll_y
+        kids = [w for w in self.children if w.display]
+        lo, hi = 0, len(kids)
+        while lo < hi:  # the first message whose bottom is below the view's top
+            mid = (lo + hi) // 2
+            r = kids[mid].virtual_region
+            if r.y + r.height > y:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo == len(kids):
+            return None
+        r = kids[lo].virtual_region
+        return kids[lo], (y - r.y) / r.height if r.height else 0.0
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if not self._restoring:
+            # read now, in the layout the user sees: by the time a Resize arrives, the
+            # messages are laid out at the new width already
+            self._place = None if self.following else self.reading_place()
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._place is not None and not self.following:
+            self._restoring = True
+            self.call_after_refresh(self._restore, 4)
+
+    def _restore(self, passes: int) -> None:
+        """Scroll back to the reading place; again after the next refresh while the
+        messages are still settling at the new width (Markdown wraps after the first)."""
+        place = self._place
+        if place is None or place[0].parent is not self or self.following:
+            self._restoring = False
+            return
+        widget, share = place
+        r = widget.virtual_region
+        y = r.y + round(share * r.height)
+        if y == round(self.scroll_y) or passes <= 1:
+            self.scroll_to(y=y, animate=False, immediate=True)
+            self._restoring = False
+            return
+        self.scroll_to(y=y, animate=False, immediate=True)
+        self.call_after_refresh(self._restore, passes - 1)
 
 
 # the memory tree pane lives in its own module (snapshots, in-place updates, marks)

@@ -932,6 +932,48 @@ async def test_page_up_and_down_scroll_the_chat_while_typing(server, tmp_path, m
         assert chat.scroll_y == at  # the tree's key, not the chat's
 
 
+def top_of_view(chat) -> tuple[object, int]:
+    """The message at the top of the chat's view, and how many of its lines are above it."""
+    y = chat.scroll_y
+    for w in chat.children:
+        r = w.virtual_region
+        if r.y + r.height > y:
+            return w, y - r.y
+    return None, 0
+
+
+async def test_a_resize_keeps_the_reading_place_in_the_chat(server, tmp_path, minilm, data_dir):
+    """Reading back, a narrower or wider terminal keeps the message at the top of the
+    view there: the same line number pointed at another message once every message
+    wrapped anew (a trial, in a long session). Following the end, the chat stays at it."""
+    from textual.containers import VerticalScroll
+
+    server.respond(chat_reply("\n\n".join(f"Paragraph {i} of a long answer that wraps at narrow widths, "
+                                           "for sure." for i in range(6))))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(140, 30)) as pilot:
+        await ready(app, pilot)
+        chat = app.query_one("#chat", VerticalScroll)
+        for k in range(8):
+            app.query_one("#prompt").value = f"question {k}"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda k=k: app.turn is None and len(app.session.tree.exchanges) == k + 1)
+        await pilot.pause(0.2)
+        await pilot.resize_terminal(100, 30)  # following the end: still at it
+        await pilot.pause(0.3)
+        assert chat.scroll_y >= chat.max_scroll_y - 1
+        await pilot.press("pageup", "pageup", "pageup")
+        await pilot.pause(0.2)
+        place, above = top_of_view(chat)
+        assert place is not None and chat.scroll_y < chat.max_scroll_y - 20
+        for size in ((70, 30), (140, 30)):
+            await pilot.resize_terminal(*size)
+            await pilot.pause(0.3)
+            now, lines = top_of_view(chat)
+            assert now is place, size
+            assert abs(lines - above) <= 2
+
+
 async def test_log_lines_written_while_the_log_is_hidden_fill_its_width_when_shown(server, tmp_path, minilm,
                                                                                   data_dir):
     """Ctrl+L hides the log, a line is logged, Ctrl+L shows it: the line wrapped at about
