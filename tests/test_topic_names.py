@@ -110,10 +110,15 @@ def test_changing_the_subject_names_the_new_subject_not_the_change():
         "Let’s talk about jazz records for a bit.": ("Jazz", "Records"),
         "Quick question: can I use rye flour in my sourdough?": ("Rye", "Flour", "Sourdough"),
         "Assistant: the best tyres for a 1967 Mustang?": ("Mustang",),
+        # and what flags a message as worth keeping ("Important Sister Porto", a trial)
+        "Important: my sister Ana lives in Porto.": ("Sister", "Ana", "Porto"),
+        "Please remember: my dentist appointment is on Tuesday.": ("Dentist", "Appointment"),
+        "Reminder - the boiler service is due, FYI.": ("Boiler", "Service"),
     }
     for user, wanted in cases.items():
         name = extractive_name(exchange_sides([(user, "Sure.")]))
-        for word in ("Switching", "Subjects", "Let", "Talk", "Quick", "Assistant"):
+        for word in ("Switching", "Subjects", "Let", "Talk", "Quick", "Assistant", "Important", "Please",
+                     "Remember", "Reminder", "FYI"):
             assert word not in name.split(), (user, name)
         assert any(w in name for w in wanted), (user, name)
 

@@ -48,8 +48,10 @@ STOPWORDS = FUNCTION_WORDS | frozenset(
     "tip tips advice idea ideas suggestion suggestions question questions recommend "
     "today tonight tomorrow yesterday week weeks month months year years "
     # and what a user changes the subject with ("Switching subjects: …", "Quick question…",
-    # "Let's talk about…"), and the role labels a small model echoes ("Assistant: …")
-    "let talk talking switch switching subject subjects topic quick assistant user".split()
+    # "Let's talk about…"), the role labels a small model echoes ("Assistant: …"), and
+    # what flags a message as one to keep ("Important: my sister…" named "Important Sister Porto")
+    "let talk talking switch switching subject subjects topic quick assistant user "
+    "important remember reminder please fyi".split()
 )
 
 _TOKEN = re.compile(r"[^\W_][\w'\-]*")
