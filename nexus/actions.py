@@ -8,6 +8,7 @@ from textual.containers import VerticalScroll
 from trace_core.textutil import without_marks
 
 from .inspector import NodeInspector
+from .scrolling import scroll_a_page
 from .treepane import MemoryTree
 from .widgets import SELECTABLE, AssistantMessage, EventLog, PastExchangeView, code_blocks, message_text
 
@@ -105,11 +106,9 @@ class KeyActions:
         chat = self.query_one("#chat", VerticalScroll)
         if up:
             chat.release_anchor()  # reading up: new text no longer pulls the chat down
-            chat.scroll_page_up(animate=False)
-        else:
-            chat.scroll_page_down(animate=False)
-            if chat.scroll_y >= chat.max_scroll_y:
-                self.follow_chat()  # back at the end: follow new text again
+        scroll_a_page(chat, up)
+        if not up and chat.scroll_y >= chat.max_scroll_y:
+            self.follow_chat()  # back at the end: follow new text again
 
     def follow_chat(self) -> None:
         """Back at the chat's end, and kept there as replies stream in: reading up (a

@@ -27,6 +27,7 @@ from trace_core.synthesizer import clip_text
 
 from . import heap
 from .failures import ReportsFailures, background
+from .scrolling import scroll_a_page
 from .text import counted
 from .treesnap import TopicRow, TreeSnapshot, find_topics, snapshot_unlocked, take_snapshot, try_lock
 
@@ -170,7 +171,7 @@ class MemoryTree(ReportsFailures, Tree):
         lines and nothing reached the rest by keyboard); else the pane, a page."""
         inspector = self._open_inspector()
         if inspector is not None:
-            getattr(inspector, f"scroll_page_{way}")(animate=False)
+            scroll_a_page(inspector, way == "up")
         else:
             getattr(super(), f"action_page_{way}")()
 

@@ -10,6 +10,7 @@ import unicodedata
 
 from rich.text import Text
 from textual import events
+from textual.actions import SkipAction
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
@@ -21,6 +22,7 @@ from trace_core.textutil import marks, without_marks
 from .completion import Completer
 from .keys import PROMPT_KEYS, key_for
 from .prompt_history import PromptHistory
+from .scrolling import scroll_a_page
 from .text import safe, visible_markdown
 
 THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
@@ -483,6 +485,17 @@ class ChatScroll(VerticalScroll):
     @property
     def following(self) -> bool:
         return self.is_anchored and not self._anchor_released
+
+    def action_page_up(self) -> None:
+        if not self.allow_vertical_scroll:
+            raise SkipAction()
+        self.release_anchor()
+        scroll_a_page(self, up=True)
+
+    def action_page_down(self) -> None:
+        if not self.allow_vertical_scroll:
+            raise SkipAction()
+        scroll_a_page(self, up=False)
 
     def reading_place(self) -> tuple[Widget, float] | None:
         """The message at the top of the view, and how far into it the view starts."""

@@ -923,6 +923,17 @@ async def test_page_up_and_down_scroll_the_chat_while_typing(server, tmp_path, m
         await pilot.press("pageup", "pagedown", "pagedown", "pagedown")
         await pilot.pause(0.2)
         assert chat.scroll_y >= chat.max_scroll_y - 1
+        # key repeat: a burst of PageUps handled before any refresh moves a page each
+        # (eight moved two pages in a trial: each counted from the same place)
+        page = chat.scrollable_content_region.height
+        for _ in range(3):
+            app.action_page_chat_up()
+        await pilot.pause(0.2)
+        assert chat.scroll_y <= chat.max_scroll_y - 3 * page
+        for _ in range(3):
+            app.action_page_chat_down()
+        await pilot.pause(0.2)
+        assert chat.scroll_y >= chat.max_scroll_y - 1
         assert app.query_one("#prompt").text == "half a thought"
         app.query_one("#tree").focus()
         await pilot.pause(0.1)
