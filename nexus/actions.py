@@ -10,7 +10,7 @@ from trace_core.textutil import without_marks
 from .inspector import NodeInspector
 from .scrolling import scroll_a_page
 from .treepane import MemoryTree
-from .widgets import SELECTABLE, AssistantMessage, EventLog, PastExchangeView, code_blocks, message_text
+from .widgets import SELECTABLE, AssistantMessage, EventLog, PastExchangeView, UserMessage, code_blocks, message_text
 
 
 class KeyActions:
@@ -131,11 +131,23 @@ class KeyActions:
                 self.action_focus_input()
                 return
             i = max(0, min(len(items) - 1, items.index(focused) + step))
+        elif step > 0:  # nothing selected: the input is past the newest message already
+            self.action_focus_input()  # (Ctrl+↓ there selected #0, and typing was lost: a trial)
+            return
         else:
-            i = len(items) - 1 if step < 0 else 0
+            i = len(items) - 1
         items[i].can_focus = True
         items[i].focus()
         items[i].scroll_visible(animate=False)
+
+    def on_key(self, event) -> None:
+        """A character typed with a message selected (Ctrl+↑/↓, a click) goes on in the
+        input, as from the tree pane: it was lost."""
+        if isinstance(self.focused, (AssistantMessage, PastExchangeView, UserMessage)) and event.is_printable \
+                and event.character:
+            event.stop()
+            event.prevent_default()
+            self.tree_typed(MemoryTree.Typed(event.character))
 
     def action_select_previous(self) -> None:
         self._select(-1)

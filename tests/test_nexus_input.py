@@ -898,6 +898,33 @@ async def test_a_stored_exchange_shown_on_open_can_be_selected_and_copied(server
         assert app.focused is app.query_one("#prompt")
 
 
+async def test_ctrl_down_at_the_input_and_typing_on_a_selected_message_lose_nothing(server, tmp_path, minilm,
+                                                                                       data_dir):
+    """Ctrl+↓ in the input selected the oldest message, and the next keys typed were lost;
+    a character typed with a message selected goes on in the input (a trial)."""
+    from nexus.widgets import PastExchangeView
+    from trace_core import CTree
+
+    path = tmp_path / "old.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    for q, a in (("What is a roux?", "Flour cooked in fat."), ("And a béchamel?", "A roux with milk.")):
+        tree.add([{"role": "user", "content": q}, {"role": "assistant", "content": a}])
+    tree.vdb.close()
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: len(list(app.query(PastExchangeView))) == 2)
+        prompt = app.query_one("#prompt", PromptInput)
+        await pilot.press("ctrl+down", "h", "i")
+        assert app.focused is prompt and prompt.text == "hi"
+        await pilot.press("ctrl+up")
+        assert isinstance(app.focused, PastExchangeView)
+        await pilot.press(" ", "t", "h", "e", "r", "e")
+        assert app.focused is prompt and prompt.text == "hi there"
+        await pilot.press("ctrl+up", "ctrl+up", "ctrl+down", "ctrl+down", "ctrl+down", "!")
+        assert app.focused is prompt and prompt.text == "hi there!"
+
+
 async def test_page_up_and_down_scroll_the_chat_while_typing(server, tmp_path, minilm, data_dir):
     """PageUp/PageDown with the input focused scroll the chat (they only moved the input's
     cursor: reading back needed Ctrl+↑ first); the text typed stays; back at the end the
