@@ -87,6 +87,7 @@ class ChatSession:
         self.read_only = False  # opened read-only: another process writes the session
         self.read_only_reason = ""  # why, in words (set by whoever opened it read-only)
         self.held_elsewhere = False  # read-only because another process writes it (it may close it)
+        self.file_id: tuple[int, int] | None = None  # the file opened (the other process may rename or delete it)
         web = config.section("web")
         # --no-web (web.enabled = false) means never search: nothing in the session turns it on
         self.web_allowed = web.enabled
@@ -109,6 +110,7 @@ class ChatSession:
                           judge=mem.judge, max_children=mem.max_children, llm_timeout=30,
                           read_only=read_only)
         self.read_only = read_only
+        self.file_id = sessions.file_id(self.path)
         tree.on_event(self.emit)
         self.tree = tree
         self.settings = SessionSettings.load(tree.vdb)

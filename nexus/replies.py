@@ -114,10 +114,25 @@ class Replies:
         """(UI thread) A session read-only because another Nexus wrote it, which has closed
         it since, is opened again to write; True when it is (a message sent meanwhile waits
         in the outbox). A file that cannot be written stays as it is."""
-        if self.session is None or not self.session.held_elsewhere or not sessions.writer_free(self.session_path):
+        session = self.session
+        if session is None or not session.held_elsewhere:
             return False
+        now = sessions.where_now(self.session_path, session.file_id)
+        if now is None:  # reopening wrote the message into a new, empty file of that name (a trial)
+            session.held_elsewhere = False
+            session.read_only_reason = (f"{self.session_path.stem} was deleted in the other window (or moved "
+                                        "away): this window shows what it held and stores nothing. /new starts "
+                                        "a new session, /open NAME opens another.")
+            return False
+        if not sessions.writer_free(now):
+            return False
+        announce = "The other Nexus has closed this session: it is open here to write now."
+        if now != self.session_path:
+            announce = (f"The other Nexus renamed this session to {now.stem} and has closed it: it is open here "
+                        "to write now.")
+            self.session_path = now
         old = self.detach_session()  # from now on messages queue until the session is open again
-        self.reopen_session(old, "The other Nexus has closed this session: it is open here to write now.")
+        self.reopen_session(old, announce)
         return True
 
     def refuse_read_only(self, text: str) -> None:

@@ -248,6 +248,24 @@ def _inode(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
+def file_id(path: Path) -> tuple[int, int] | None:
+    """What names the session file itself (a rename keeps it, a new file has another)."""
+    return _inode(path)
+
+
+def where_now(session: Path, ident: tuple[int, int] | None) -> Path | None:
+    """Where the session file opened as ``ident`` is now: at ``session`` still, under
+    another name in its folder (renamed by another Nexus), or None (deleted, or replaced
+    by another file of the same name)."""
+    if ident is None or _inode(session) == ident:
+        return session
+    try:
+        names = [p for p in session.parent.iterdir() if p.suffix == ".db"]
+    except OSError:
+        return None
+    return next((p for p in names if _inode(p) == ident), None)
+
+
 def _inodes_of_sessions(folder: Path) -> set[tuple[int, int]]:
     try:
         names = [p for p in folder.iterdir() if p.name.endswith(SESSION_FILE_ENDINGS)]

@@ -177,3 +177,55 @@ async def test_delete_of_a_session_open_elsewhere_is_refused_before_it_asks(serv
         holder.stdin.write("\n")
         holder.stdin.flush()
         holder.wait(10)
+
+
+def release(holder: subprocess.Popen) -> None:
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    assert holder.stdout.readline().strip() == "RELEASED"
+    holder.wait(10)
+
+
+@pytest.mark.parametrize("fate", ["deleted", "renamed"])
+async def test_a_read_only_window_follows_a_rename_and_never_refills_a_deleted_session(server, tmp_path, minilm,
+                                                                                        data_dir, fate):
+    """The other Nexus deleted (or renamed) the session this window reads, then closed it:
+    the next message reopened it "to write" as a new, empty file of the old name, and the
+    conversation on screen was gone (a trial). A renamed session is followed to its new
+    name; a deleted one stores nothing and the message goes back to the input."""
+    from nexus import sessions
+
+    server.respond(chat_reply("Noted."))
+    path = tmp_path / "shared.db"
+    holder = start_holder(path)
+    try:
+        app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await ready(app, pilot)
+            assert app.session.read_only and app.session.held_elsewhere
+            release(holder)
+            if fate == "deleted":
+                sessions.delete(path)
+            else:
+                sessions.move(path, tmp_path / "bikes.db")
+            await type_and_send(pilot, app, "Remember that I sold it.")
+            if fate == "deleted":
+                await wait_for(pilot, lambda: "shared was deleted in the other window" in notices(app))
+                assert app.query_one("#prompt").text == "Remember that I sold it."
+                assert not path.exists() and app.session.read_only
+                await type_and_send(pilot, app, "Still there?")
+                await wait_for(pilot, lambda: notices(app).count("shared was deleted in the other window") == 2)
+                assert not path.exists()
+            else:
+                await wait_for(pilot, lambda: "renamed this session to bikes" in notices(app))
+                await wait_for(pilot, lambda: app.session is not None and not app.session.read_only
+                               and len(app.session.tree.exchanges) == 2)
+                assert app.session_path == tmp_path / "bikes.db" and not path.exists()
+    finally:
+        if holder.poll() is None:
+            release(holder)
+    if fate == "renamed":
+        tree = CTree.open(str(tmp_path / "bikes.db"), judge="embedding", embed_fn=minilm, read_only=True)
+        assert [x.user for x in tree.exchanges] == ["My bicycle is a green Peugeot from 1982.",
+                                                    "Remember that I sold it."]
+        tree.vdb.close()
