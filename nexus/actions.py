@@ -65,6 +65,13 @@ class KeyActions:
         if panes and panes.first().styles.inline.has_rule("max_width"):  # set by Ctrl+←/→
             panes.first().styles.max_width = self._widest_side(screen_width)
 
+    def fit_prompt(self, screen_height: int) -> None:
+        """The input grows with its lines up to a third of the terminal, 12 rows at most:
+        at 18 rows its 12 left the chat 2, and a refusal's words were cut (a trial)."""
+        prompts = self.query("#prompt")
+        if prompts:
+            prompts.first().styles.max_height = max(3, min(12, screen_height // 3))
+
     def action_grow_side(self) -> None:
         self._side_width(4)
 

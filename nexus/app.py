@@ -218,6 +218,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
     def on_resize(self, event) -> None:
         self.update_header(event.size.width)  # the app's own size is the old one still, here
         self.fit_side(event.size.width)
+        self.fit_prompt(event.size.height)
 
     # --- messages from workers -----------------------------------------------------------
 

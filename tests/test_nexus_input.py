@@ -925,6 +925,22 @@ async def test_ctrl_down_at_the_input_and_typing_on_a_selected_message_lose_noth
         assert app.focused is prompt and prompt.text == "hi there!"
 
 
+async def test_a_long_draft_leaves_a_small_terminal_its_chat(server, tmp_path, minilm, data_dir):
+    """At 60×18 a long draft's input took 12 rows and left the chat 2: a refusal's own
+    words were cut off (a trial). The input takes a third of a small terminal at most."""
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(60, 18)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        prompt.value = "\n".join(f"line {i}" for i in range(30))
+        await pilot.pause(0.2)
+        assert 3 <= prompt.outer_size.height <= 6
+        assert app.query_one("#chat").size.height >= 8
+        await pilot.resize_terminal(100, 45)
+        await pilot.pause(0.2)
+        assert prompt.outer_size.height == 12  # the usual bound in a big one
+
+
 async def test_page_up_and_down_scroll_the_chat_while_typing(server, tmp_path, minilm, data_dir):
     """PageUp/PageDown with the input focused scroll the chat (they only moved the input's
     cursor: reading back needed Ctrl+↑ first); the text typed stays; back at the end the
