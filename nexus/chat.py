@@ -143,6 +143,12 @@ class ChatSession:
         if self.tree is not None and self.tree.vdb is not None:
             self.tree.vdb.close()
 
+    def give_up_memory_model(self) -> None:
+        """Leaving: the exchange being filed is placed by the embedding judge at once
+        instead of waiting for a slow memory model (it waited 30 s, and was lost)."""
+        if self.tree is not None:
+            self.tree.give_up_llm()
+
     # --- models -----------------------------------------------------------------------------
 
     def use_server(self) -> None:

@@ -116,6 +116,7 @@ class Lifecycle:
         if self._leaving:
             return
         self._leaving = True
+        self.give_up_memory_model()
         self.save_draft()
         if self.turn is not None and not self.turn.settled.is_set():
             # a stalled server can hold this for seconds: say why nothing seems to happen
@@ -135,6 +136,7 @@ class Lifecycle:
         typed last, the reply in flight (its worker stores it without this loop), the
         queued messages; then, on SIGHUP, the dead terminal is swapped for /dev/null."""
         self._leaving = True
+        self.give_up_memory_model()
         self.save_draft()  # first: a few bytes, and what the user typed last
         self.settle_reply()
         self.store_outbox()
@@ -142,6 +144,13 @@ class Lifecycle:
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
+
+    def give_up_memory_model(self) -> None:
+        """No way out waits for the memory model: the exchange being filed is placed by
+        the embedding judge (a slow one held /quit 22-29 s, and a closed terminal lost the
+        reply: a trial)."""
+        if self.session is not None:
+            self.session.give_up_memory_model()
 
     def close_on_signal(self) -> None:
         if self.session is not None:
@@ -158,6 +167,7 @@ class Lifecycle:
     async def on_unmount(self) -> None:
         # every way out waits for the reply in flight to be stored (and stores what is queued)
         self._leaving = True
+        self.give_up_memory_model()
         self.save_draft()
         await self.settle_reply_async()
         await asyncio.to_thread(self.store_unsent, *self.take_outbox())

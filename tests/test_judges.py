@@ -116,6 +116,33 @@ def test_server_down_every_add_still_succeeds(minilm):
     assert f"127.0.0.1:{port}" in decided(seen)[0].reason and "cannot reach" in decided(seen)[0].reason
 
 
+def test_a_given_up_memory_model_is_not_waited_for(server, minilm):
+    """give_up_llm(): an add() waiting for a slow LLM judge stores its exchange at once,
+    placed by the embedding judge, and later decisions make no LLM call (an app closing
+    waited 30 s for the placement and ended before storing: a trial)."""
+    import threading
+    import time
+
+    server.respond(lambda req: Reply('{"action": "continue"}', delay=20.0))
+    tree = llm_tree(server, minilm, llm_timeout=30)
+    seen = events_of(tree)
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (tree.add(ex("My locker code is 4711.")), done.set()), daemon=True)
+    worker.start()
+    while not server.chat_requests():
+        time.sleep(0.02)
+    assert not done.wait(0.3)  # waiting for the model
+    started = time.monotonic()
+    tree.give_up_llm()
+    assert done.wait(2) and time.monotonic() - started < 1
+    asked = len(server.chat_requests())
+    tree.add(ex("And my bike lock is 1982."))
+    check_invariants(tree)
+    assert len(tree.exchanges) == 2 and len(server.chat_requests()) == asked
+    assert [d.judge for d in decided(seen)] == ["embedding"] * 2
+    assert "given up" in decided(seen)[0].reason
+
+
 @pytest.mark.parametrize("status", [400, 500])  # llama-cpp-python's server really answers 500
 def test_json_schema_refused_then_json_object_is_used_and_remembered(server, status):
     server.state.reject_formats = {"json_schema"}  # like llama-cpp-python's server

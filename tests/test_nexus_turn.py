@@ -550,6 +550,36 @@ async def test_quitting_before_the_first_token_keeps_the_message_unanswered(serv
     tree.vdb.close()
 
 
+async def test_quitting_while_a_slow_memory_model_files_the_exchange_stores_it_at_once(server, tmp_path, minilm,
+                                                                                       data_dir):
+    """The reply was on screen and the LLM judge was still deciding where to file it:
+    Ctrl+Q waited for the memory model's 30 s timeout, and a closed terminal (1 s) lost
+    the reply (a trial). Leaving gives the memory model up: the embedding judge files it."""
+    from trace_core import CTree
+
+    def respond(req):
+        if req.get("response_format"):
+            return Reply('{"action": "continue"}', delay=25.0)  # a memory model that never answers in time
+        return Reply("Your locker code is noted.")
+
+    server.respond(respond)
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path, {("memory", "judge"): "llm"}), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My locker code is 4711.")
+        await wait_for(pilot, lambda: any(r.body and r.body.get("response_format") for r in server.state.requests))
+        assert app.session.tree.exchanges == []  # still being filed
+        started = time.monotonic()
+        await pilot.press("ctrl+q")
+    assert time.monotonic() - started < 5
+    tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
+    assert [(x.user, x.assistant) for x in tree.exchanges] == [("My locker code is 4711.",
+                                                                 "Your locker code is noted.")]
+    assert load_kept(tree.vdb) == []
+    tree.vdb.close()
+
+
 async def test_quitting_mid_reply_says_what_it_waits_for(server, tmp_path, minilm, data_dir):
     """A stalled server can hold the way out for seconds (11 s with a stopped bundled
     model, in a trial): the chat says why nothing seems to happen."""

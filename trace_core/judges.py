@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -350,9 +351,39 @@ class Judges:
     llm: LLMJudge | None = None
     on_llm_failure: Callable[[str, str], None] = lambda task, problem: None
 
+    given_up: threading.Event = field(default_factory=threading.Event)  # give_up_llm(): no more waiting
+
     def __post_init__(self) -> None:
         if self.mode not in ("embedding", "llm", "auto"):
             raise ValueError(f"judge must be 'llm', 'embedding' or 'auto', not {self.mode!r}")
+
+    GIVEN_UP = "not waited for: the memory model was given up (the app is closing)"
+
+    def _asked(self, call: Callable):
+        """``call()`` (an LLM request), unless the LLM was given up before or during it:
+        then ``LLMError`` at once and the caller falls back to the embedding judge. An app
+        closing stored nothing while add() waited up to the LLM's timeout (30 s) for a
+        placement; the process ended first, and the reply was lost (a trial)."""
+        if self.given_up.is_set():
+            raise LLMError(self.GIVEN_UP)
+        done = threading.Event()
+        box: dict = {}
+
+        def run() -> None:
+            try:
+                box["value"] = call()
+            except BaseException as exc:  # handed to the caller as it is
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="llm-judge", daemon=True).start()
+        while not done.wait(0.05):
+            if self.given_up.is_set():
+                raise LLMError(self.GIVEN_UP)  # the request runs on and its answer is dropped
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
 
     @property
     def uses_llm(self) -> bool:
@@ -366,7 +397,7 @@ class Judges:
             fallback.reason += " (clear-cut: no LLM call)"
             return fallback
         try:
-            return self.llm.place(ctx)
+            return self._asked(lambda: self.llm.place(ctx))
         except LLMError as exc:
             self.on_llm_failure("placement", exc.problem)
             fallback.reason = f"LLM failed ({exc.problem}); {fallback.reason}"
@@ -377,7 +408,7 @@ class Judges:
         # for the doubtful placements, where they change the tree
         if self.mode == "llm" and self.llm is not None:
             try:
-                return llm_call()
+                return self._asked(llm_call)
             except LLMError as exc:
                 self.on_llm_failure(task, exc.problem)
         return fallback()
@@ -401,7 +432,7 @@ class Judges:
         """``(approve, reason, judge)``."""
         if self.uses_llm:
             try:
-                ok, why = self.llm.approve_merge(a, b)
+                ok, why = self._asked(lambda: self.llm.approve_merge(a, b))
                 return ok, why, "llm"
             except LLMError as exc:
                 self.on_llm_failure("merge veto", exc.problem)

@@ -295,6 +295,13 @@ class CTree(TreeReading):
         if self._vdb is not None and self._vdb.read_only:
             raise ReadOnlySessionError(self._vdb.path, action)
 
+    def give_up_llm(self) -> None:
+        """Wait no more for the memory model: a call in flight and every later one fall
+        back to the embedding judge at once, so an ``add()`` under way stores its exchange
+        in milliseconds. For an app that is closing (its ``add()`` waited up to the LLM's
+        timeout for a placement, and the process ended first)."""
+        self.judges.given_up.set()
+
     def verify_embedder(self) -> None:
         """Refuse (``EmbedderMismatchError``) an embedder other than the one the session
         file was built with."""
