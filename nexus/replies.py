@@ -197,7 +197,12 @@ class Replies:
             return False
         why = ("waiting — /ingest is using the vision model; sent when the text model is back"
                if self.vision_busy else "waiting — the bundled model is starting again; sent when it is back"
-               if self.model_restarting else "queued — sent when the reply before it ends" if self.turn is not None
+               if self.model_restarting
+               # the reply is in, and the memory model decides where to file it (a slow one took
+               # 19 s, under "when the reply before it ends" below a finished reply: a trial)
+               else "queued — sent once the last exchange is filed in memory (the memory model is placing it)"
+               if self.turn is not None and self.turn.outcome == "answered"
+               else "queued — sent when the reply before it ends" if self.turn is not None
                else "waiting — no session is open: sent in the one /new or /open opens" if self.session_unopenable
                else "queued — sent when the session is open" if self.session is None
                else "queued — sent when the embedding model has loaded")
@@ -262,6 +267,8 @@ class Replies:
         if e.empty:
             self.log_line("the model answered nothing: not stored; the message is kept for resend", "warning")
             self.local_model_lost()  # an empty answer from a server that died as it began
+        elif self.outbox:
+            self.mark_outbox()  # what the queued messages wait for now: the filing
 
     async def on_reply_failed_message(self, message: M.ReplyFailedMessage) -> None:
         e = message.event

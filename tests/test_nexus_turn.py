@@ -580,6 +580,33 @@ async def test_quitting_while_a_slow_memory_model_files_the_exchange_stores_it_a
     tree.vdb.close()
 
 
+async def test_a_message_queued_while_the_memory_model_files_the_last_exchange_says_so(server, tmp_path, minilm,
+                                                                                      data_dir):
+    """The reply had finished, yet the next message said "sent when the reply before it
+    ends" for 19 s while a slow memory model placed the exchange (a trial): it says what
+    it waits for."""
+    from nexus.widgets import UserMessage
+
+    def respond(req):
+        if req.get("response_format"):
+            return Reply('{"action": "continue"}', delay=1.5)
+        return Reply("Noted.")
+
+    server.respond(respond)
+    app = NexusApp(make_config(server.base_url, tmp_path, {("memory", "judge"): "llm"}), tmp_path / "s.db",
+                   embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My locker code is 4711.")
+        await wait_for(pilot, lambda: any(r.body and r.body.get("response_format") for r in server.state.requests))
+        await type_and_send(pilot, app, "And my bike lock is 1982.")
+        queued = app.query(UserMessage).last()
+        await pilot.pause(0.1)
+        assert "sent once the last exchange is filed in memory" in queued.state
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+        assert queued.state == ""
+
+
 async def test_quitting_mid_reply_says_what_it_waits_for(server, tmp_path, minilm, data_dir):
     """A stalled server can hold the way out for seconds (11 s with a stopped bundled
     model, in a trial): the chat says why nothing seems to happen."""
