@@ -79,7 +79,8 @@ def take_the_terminal():
     text, each Enter a newline) for the app to send; from here on ICRNL is off, so an
     Enter typed during the imports stays Enter, and ECHO is off: the keys are the app's,
     not the shell screen's (they stayed there after a quit, the prompt glued to them). The
-    undo restores the terminal as it was."""
+    undo restores the terminal as it was. IXON is off too: with it on, the terminal takes
+    a Ctrl+Q typed during the imports as flow control, and the app never saw the quit."""
     try:
         import termios
     except ImportError:  # not a POSIX terminal
@@ -89,7 +90,7 @@ def take_the_terminal():
         if not sys.stdin.isatty():
             return "", lambda: None
         before = termios.tcgetattr(fd)
-        now = [before[0] & ~termios.ICRNL, before[1], before[2], before[3] & ~termios.ECHO, *before[4:6],
+        now = [before[0] & ~(termios.ICRNL | termios.IXON), before[1], before[2], before[3] & ~termios.ECHO, *before[4:6],
                list(before[6])]
         peek = [*now[:3], now[3] & ~termios.ICANON, *now[4:6], list(now[6])]  # an unended line is readable too
         peek[6][termios.VMIN], peek[6][termios.VTIME] = 0, 0

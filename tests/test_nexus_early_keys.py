@@ -104,6 +104,29 @@ def test_a_message_sent_before_nexus_runs_is_sent_once_it_does(tmp_path):
     assert stored_user_messages(session) == [first]
     # the terminal is handed back as it was: Enter is a newline again for the shell
     assert " icrnl" in (tmp_path / "stty.txt").read_text() and "-icrnl" not in (tmp_path / "stty.txt").read_text()
+    assert " ixon" in (tmp_path / "stty.txt").read_text() and "-ixon" not in (tmp_path / "stty.txt").read_text()
+
+
+def test_ctrl_q_pressed_before_the_first_screen_quits(tmp_path):
+    """Ctrl+Q pressed while Python imports was taken by the terminal as flow control
+    (IXON): the app came up and stayed (a trial). Ctrl+C did quit."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    with ScriptedServer() as srv:
+        srv.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                    else Reply("Hello to you."))
+        name = f"nexus-early-q-{os.getpid()}"
+        launch(tmp_path, srv, name, after=f"; echo done > {tmp_path / 'exited.txt'}")
+        try:
+            time.sleep(0.25)  # Python runs: the type-ahead is read; Textual is not imported yet
+            tmux("send-keys", "-t", name, "C-q")
+            assert "Message, or /help" not in screen(name), "pressed too late to test anything"
+            end = time.time() + 60
+            while not (tmp_path / "exited.txt").exists():
+                assert time.time() < end, "Ctrl+Q before the first screen did not quit:\n" + screen(name)
+                time.sleep(0.2)
+        finally:
+            tmux("kill-session", "-t", name)
 
 
 def test_keys_typed_during_start_are_not_glued_to_the_saved_draft(tmp_path):
