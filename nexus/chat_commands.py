@@ -106,7 +106,10 @@ class ChatCommands:
         text = "" if args == ["--clear"] else self.last_command.raw
         problem = session.system_prompt_problem(text)
         if problem:  # the text goes back to the input to shorten (it was gone: a trial)
-            self.chat_notice(f"System prompt not set: {problem}. It is back in the input to shorten.", "warning")
+            # selected (one key clears it), and Ctrl+Z brings it back: one Backspace lost 2,700
+            # words to a trial that did not know
+            self.chat_notice(f"System prompt not set: {problem}. It is back in the input to shorten, selected: "
+                             "a key typed replaces it, and Ctrl+Z brings it back.", "warning")
             self.return_to_input(f"/system {text}")
             return
         session.set_system_prompt(text)

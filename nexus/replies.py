@@ -78,7 +78,8 @@ class Replies:
 
     def say_not_sent(self, why: str, back: bool) -> None:
         """A refused message: where it went, and the /edit it belongs to, if any."""
-        where = (" It is back in the input, selected: type to replace it, or Backspace to clear it." if back else
+        where = (" It is back in the input, selected: type to replace it, or Backspace to clear it (Ctrl+Z "
+                 "brings it back)." if back else
                  " You were typing in the input: ↑ there brings it back.")
         still = (f" Still editing #{self.editing}: Enter sends it in place of the old exchange."
                  if back and self.editing is not None else "")

@@ -924,6 +924,14 @@ async def test_a_system_prompt_too_big_for_the_context_is_refused_and_named_when
         assert app.session.settings.system == ""
         # the text is back in the input to shorten (it was gone: a trial)
         await wait_for(pilot, lambda: app.query_one("#prompt").value.strip() == ("/system " + big).strip())
+        # selected: one Backspace clears it, and Ctrl+Z brings it back (the notice says so:
+        # a trial lost 2,700 words to one key)
+        assert "Ctrl+Z brings it back" in notices(app)
+        await pilot.press("backspace")
+        assert app.query_one("#prompt").value == ""
+        await pilot.press("ctrl+z")
+        assert app.query_one("#prompt").value.strip() == ("/system " + big).strip()
+        app.query_one("#prompt").value = ""
         await type_and_send(pilot, app, "/system --clear extra")
         await wait_for(pilot, lambda: "Usage: /system [text|--clear]" in notices(app))
         assert app.session.settings.system == ""
