@@ -17,6 +17,9 @@ from .failures import background
 log = logging.getLogger("nexus")
 
 
+KEY_REFUSED = "it refused the API key"
+
+
 def server_models(base_url: str, api_key: str, timeout: float = 2.0) -> tuple[str | None, list[str]]:
     """``GET {base_url}/models``: (why it fails, in words, or None; the model ids listed).
 
@@ -33,6 +36,8 @@ def server_models(base_url: str, api_key: str, timeout: float = 2.0) -> tuple[st
         with urllib.request.urlopen(req, timeout=timeout) as r:
             status, body = r.status, r.read(4_000_000)
     except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):  # it answers: the key is what is wrong ("no model server" said otherwise)
+            return f"{KEY_REFUSED} (HTTP {exc.code} to GET /models)", []
         problem = f"it answered HTTP {exc.code} to GET /models"
         if exc.code == 404:  # a base URL without its /v1 (http://127.0.0.1:1234): say where the API is
             from trace_core.llm import api_at_v1
@@ -78,6 +83,13 @@ class Lifecycle:
                 self.ui(self.name_listed_model, ids[0])
             return
         self.post_event(ev.Notice(f"model server: {problem}", "warning"))
+        if problem.startswith(KEY_REFUSED):
+            self.ui(self.name_listed_model, "API key refused", True)
+            self.ui(self.chat_notice, f"The model server at {shown_url(self.config.base_url)} answers, but {problem}.\n"
+                    "Set the key in OPENAI_API_KEY (the environment, or a .env file where you start Nexus) or "
+                    "as api_key in nexus.toml's [server] section, then restart Nexus. You can type meanwhile: "
+                    "a message that cannot be sent is kept.", "warning")
+            return
         self.ui(self.name_listed_model, "", False)
         self.ui(self.chat_notice, f"No model server answers at {shown_url(self.config.base_url)}: {problem}.\n"
                 "Start LM Studio's server (Developer tab, port 1234) and load a model, point Nexus at another "

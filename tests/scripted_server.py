@@ -53,6 +53,7 @@ class ServerState:
     load_delay: dict[str, float] = field(default_factory=dict)  # key -> seconds a load takes (a slow swap)
     # llama-cpp-python's /extras/tokenize/count: tokens a character, or None (no such route)
     tokens_per_char: float | None = None
+    required_key: str | None = None  # other bearer keys get HTTP 401, as from a server with a key set
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -98,10 +99,19 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout test)
 
+    def _key_refused(self) -> bool:
+        key = self.state.required_key
+        if key is None or self.headers.get("Authorization") == f"Bearer {key}":
+            return False
+        self._send(401, {"error": {"message": "Invalid API key", "type": "invalid_request_error"}})
+        return True
+
     def do_GET(self) -> None:
         st = self.state
         with st.lock:
             st.requests.append(Recorded("GET", self.path, None))
+        if self._key_refused():
+            return
         if self.path.rstrip("/") == "/v1/models":
             return self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in st.models]})
         if self.path.rstrip("/") == "/api/v1/models":
@@ -122,6 +132,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         with st.lock:
             st.requests.append(Recorded("POST", self.path, body))
+        if self._key_refused():
+            return
         path = self.path.rstrip("/")
         if path == "/v1/chat/completions":
             return self._chat(body or {})

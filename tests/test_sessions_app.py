@@ -678,6 +678,21 @@ async def test_the_title_says_no_model_server_rather_than_auto(tmp_path, minilm,
         assert "auto" not in app.sub_title
 
 
+async def test_a_refused_api_key_at_start_is_said_as_such_not_as_no_server(server, tmp_path, minilm, data_dir):
+    """A server that answers 401 to GET /models was "No model server answers … Start LM
+    Studio's server", titled "no model server" (a trial): it is the key."""
+    server.state.required_key = "sk-right"
+    app = NexusApp(make_config(server.base_url, tmp_path, {("models", "chat"): ""}), tmp_path / "s.db",
+                   embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: "refused the API key" in notices(app))
+        said = notices(app)
+        assert "answers, but it refused the API key (HTTP 401" in said and "OPENAI_API_KEY" in said
+        assert "No model server answers" not in said and "Start LM Studio" not in said
+        await wait_for(pilot, lambda: "API key refused" in app.sub_title)
+        assert "no model server" not in app.sub_title and "sk-test" not in said
+
+
 async def test_a_base_url_without_its_v1_names_the_url_to_use(server, tmp_path, minilm, data_dir):
     """``--base-url http://127.0.0.1:PORT`` (the API is at /v1): the start-up warning and a
     failed send say where the API is (were "HTTP 404 to GET /models" and "does not know
