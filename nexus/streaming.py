@@ -46,6 +46,7 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
 
     threading.Thread(target=produce, name=f"reply-{turn.id}", daemon=True).start()
     finish = None
+    thought = False  # reasoning came (a model can spend its whole max_tokens on it)
     while True:
         if turn.cancelled.is_set():
             return None
@@ -68,9 +69,10 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
                 continue
             delta = choice.delta.content if choice.delta else None
             # LM Studio / llama.cpp's reasoning format: shown live, folded, never stored
-            thought = getattr(choice.delta, "reasoning_content", None) if choice.delta else None
-            if thought:
-                emit(ev.ReasoningChunk(thought, turn.id))
+            reasoning = getattr(choice.delta, "reasoning_content", None) if choice.delta else None
+            if reasoning:
+                thought = True
+                emit(ev.ReasoningChunk(reasoning, turn.id))
             if delta:
                 turn.partial += delta
                 emit(ev.ReplyChunk(delta, turn.id))
@@ -80,10 +82,14 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
             if finish is None:
                 # said without the protocol's field name ("no finish_reason" read as jargon, a trial)
                 raise ReplyError("the reply stream ended before the server finished it (the connection "
-                                 "dropped, or the server could not fit the prompt in the model's context); "
+                                 "dropped, the server could not fit the prompt in the model's context, or "
+                                 "it sent something that is no reply); "
                                  + ("the partial text is not stored" if turn.partial else "no text came"))
             if finish == "length" and not strip_think(turn.partial):
                 limit = sampling.get("max_tokens") or 0
+                if thought or "<think>" in turn.partial:  # "context is full" said of a model that only thought
+                    raise ReplyError(f"the model spent its whole max_tokens limit{f' ({limit})' if limit else ''} "
+                                     "thinking and gave no answer; /set max_tokens raises it")
                 if 0 < limit <= TINY_MAX_TOKENS:  # /set max_tokens 1 read as a full context (trial)
                     raise ReplyError(f"the max_tokens limit ({limit}) ended the reply before its first word; "
                                      "/set max_tokens raises it")

@@ -30,6 +30,7 @@ class Reply:
     content_type: str = "text/html; charset=utf-8"  # of ``body``
     drop: bool = False  # stream the pieces, then close without finish_reason and [DONE]
     finish: str = "stop"  # the finish_reason of the last chunk ("length": cut at max_tokens)
+    error_event: str | None = None  # after the pieces, an {"error": …} event in the stream (a failing upstream)
 
 
 @dataclass
@@ -219,6 +220,11 @@ class _Handler(BaseHTTPRequestHandler):
                     time.sleep(reply.chunk_delay)
                 self.wfile.write(_chunk({"content": piece}, model))
                 self.wfile.flush()
+            if reply.error_event is not None:
+                self.wfile.write(f"data: {json.dumps({'error': {'message': reply.error_event}})}\n\n".encode())
+                self.wfile.flush()
+                self.close_connection = True
+                return
             if reply.drop:  # a connection lost mid-reply: no finish_reason, no [DONE]
                 self.close_connection = True
                 return

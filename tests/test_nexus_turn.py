@@ -498,6 +498,31 @@ async def test_a_reply_with_a_lone_surrogate_is_shown_and_kept_and_the_app_runs_
             assert "ends here" in app.session.tree.exchanges[0].assistant
 
 
+async def test_a_model_that_only_thought_and_an_error_mid_stream_are_said_as_such(server, tmp_path, minilm,
+                                                                                   data_dir):
+    """A reasoning model that spent max_tokens thinking was "the model's context is full"
+    (the prompt was 96 tokens), and an error event mid-stream was "APIError: upstream
+    exploded mid stream" (a trial)."""
+    server.respond(chat_only(lambda req: Reply("", reasoning=["Let me think", " about bees."], finish="length")))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/set max_tokens 500")
+        await type_and_send(pilot, app, "Tell me about bees")
+        await wait_for(pilot, lambda: app.turn is None and app.session.kept == ["Tell me about bees"])
+        said = notices(app)
+        assert "the model spent its whole max_tokens limit (500) thinking and gave no answer; /set max_tokens " \
+               "raises it" in said and "context is full" not in said, said
+        server.respond(chat_only(lambda req: Reply("Bees are", error_event="upstream exploded mid stream")))
+        await type_and_send(pilot, app, "/drop")
+        await type_and_send(pilot, app, "And wasps?")
+        await wait_for(pilot, lambda: "upstream exploded mid stream" in notices(app))
+        said = notices(app)
+        assert f"the model server at {server.base_url} reported an error during the reply: upstream exploded " \
+               "mid stream" in said and "APIError" not in said, said
+        assert not app.session.tree.exchanges
+
+
 async def test_a_reply_cut_before_its_first_word_names_the_limit(server, tmp_path, minilm, data_dir):
     """/set max_tokens 1: every reply read "(no answer — Ctrl+R to retry)", with no word
     of the limit that caused it (trial)."""

@@ -112,6 +112,8 @@ def describe_error(exc: BaseException, base_url: str) -> str:
         return f"the model server at {base_url} does not know that model or path"
     if isinstance(exc, openai.APIStatusError):
         return f"the model server at {base_url} answered HTTP {exc.status_code}"
+    if isinstance(exc, openai.APIError):  # an error event in the middle of a stream ("APIError: …" said)
+        return f"the model server at {base_url} reported an error during the reply: {getattr(exc, 'message', exc)}"
     if isinstance(exc, json.JSONDecodeError):  # a streamed chunk that is not JSON
         return f"the model server at {base_url} sent a broken reply (not valid JSON: {exc.msg})"
     return f"{type(exc).__name__}: {exc}"
