@@ -93,6 +93,9 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.running_queued = False  # a command from the outbox runs: the rest was typed after it
         self.unsent_notice: Notice | None = None  # "N messages above got no answer…", counted down by Ctrl+R
         self.resend_note: Notice | None = None  # "N more messages wait…", after the last Ctrl+R
+        # a failure's "Your message is kept — press Ctrl+R" note, by message: said again once the
+        # message is answered or dropped (it stayed, stale, over the answer: a trial)
+        self.failure_notes: dict[str, tuple[Notice, str]] = {}
         self.vision_busy = False  # /ingest holds the vision model: messages wait
         self.model_restarting = False  # the bundled server died and starts again: messages wait
         self.listed_model = ""  # the first model the server lists (the start-up probe)

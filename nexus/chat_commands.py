@@ -248,6 +248,8 @@ class ChatCommands:
                 shown.set_state("dropped — not sent, not in memory")
         self.chat_notice(f"Dropped {quoted(text, 80)}: it is not sent, and nothing of it is in memory "
                          "(↑ in the input still finds it).")
+        if text not in session.kept:
+            self.settle_failure_note(text, "Dropped since with /drop.")
         self.recount_unsent()
 
     def cmd_clear(self, args: list[str]) -> None:

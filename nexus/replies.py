@@ -290,8 +290,11 @@ class Replies:
             self.log_line(f"reply failed: {e.problem}", "error")
             return
         if e.kept:
-            self.chat_notice(f"No reply: {e.problem.rstrip('.')}. Your message is kept — press {self.resend_key()} to send "
-                             "it again.", "error")
+            said = f"No reply: {e.problem.rstrip('.')}."
+            note = self.chat_notice(f"{said} Your message is kept — press {self.resend_key()} to send it again.",
+                                    "error")
+            if note is not None:
+                self.failure_notes[e.user] = (note, said)
         else:  # refused before sending: nothing failed at the server
             was_edit = self.turn is not None and self.turn.id == e.turn and self.turn.replace
             back = self.give_back(e.turn, e.user)
@@ -361,6 +364,9 @@ class Replies:
             else:
                 self.remove_unanswered(bubble)
         self.recount_unsent()
+        if answered:
+            for text in [t for t in self.failure_notes if t not in s.kept]:
+                self.settle_failure_note(text, "Sent again since, and answered.")
         note = self.resend_note
         if answered and note is not None and note.is_attached:
             left = len(s.kept)
@@ -370,6 +376,12 @@ class Replies:
             else:
                 note.remove()
                 self.resend_note = None
+
+    def settle_failure_note(self, text: str, since: str) -> None:
+        """A failure's note no longer offers Ctrl+R for a message that is answered or dropped."""
+        note, said = self.failure_notes.pop(text, (None, ""))
+        if note is not None and note.is_attached:
+            note.say(f"{said} {since}")
 
     def mark_replaced_above(self, asked: UserMessage | None, index: int) -> None:
         """Dim what the chat still shows above ``asked`` (None: anywhere) of exchange
@@ -456,13 +468,14 @@ class Replies:
     def unsent_note(self, n: int) -> str:
         key = self.resend_key()  # as the "(no answer — Ctrl+R …)" note
         what = "1 message" if n == 1 else f"{n} messages"
-        which = "it" if n == 1 else "the first (again for the next)"
         # no claim of when: it is also said after /rename, for a message that failed in this run
         said = f"{what} above {'has' if n == 1 else 'have'} no answer yet"
         if self.session is not None and self.session.read_only:  # Ctrl+R would only say "read-only" (a trial)
             return f"{said}: this session is open read-only here, so {'it waits' if n == 1 else 'they wait'} " \
                    "for the Nexus that writes it."
-        return f"{said}: press {key} to send {which}."
+        # no claim of which goes first: a failure since goes before these (it said "the first": trial)
+        return f"{said}: press {key} to send it." if n == 1 else \
+            f"{said}: {key} sends them again, one each time."
 
     def recount_unsent(self) -> None:
         """A kept message was sent again: the note over them counts the ones left, and goes
@@ -470,8 +483,15 @@ class Replies:
         notice = self.unsent_notice
         if notice is None or not notice.is_attached:
             return
-        # the session's count, not the bubbles': one message can be shown twice (trial: "2 above")
-        left = len(self.session.kept) if self.session is not None else 0
+        # the kept messages shown *above* the note, each counted once (one message can be shown
+        # twice: "2 above", a trial); a failure since, shown below it, is not "above" (trial)
+        kept = list(self.session.kept) if self.session is not None else []
+        chat = list(notice.parent.children) if notice.parent is not None else []
+        left = 0
+        for widget in chat[: chat.index(notice)] if notice in chat else []:
+            if isinstance(widget, UserMessage) and widget.state == UNSENT_STATE and widget.text in kept:
+                kept.remove(widget.text)
+                left += 1
         if left:
             notice.say(self.unsent_note(left))
         else:

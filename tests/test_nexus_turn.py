@@ -632,6 +632,48 @@ async def test_a_message_queued_while_the_memory_model_files_the_last_exchange_s
         assert queued.state == ""
 
 
+async def test_the_notes_about_unanswered_messages_stay_true_after_a_new_failure(server, tmp_path, minilm, data_dir):
+    """Three messages kept from last time, then a fourth fails: the note over the three
+    said "4 messages above … send the first" (the 4th is below it, and Ctrl+R sends the
+    newest failure); the failure's "press Ctrl+R" stayed over its answer, and after /drop
+    (a trial). Each note now says what is so."""
+    import json
+
+    from nexus.chat import UNSENT_KEY
+    from nexus.widgets import Notice
+    from trace_core import CTree
+
+    path = tmp_path / "s.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    tree.vdb.set_meta(UNSENT_KEY, json.dumps(["First?", "Second?", "Third?"]))
+    tree.vdb.close()
+    server.respond(chat_only(lambda req: Reply("", status=500, body="upstream exploded")))
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 60)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: "3 messages above have no answer yet" in notices(app))
+        await type_and_send(pilot, app, "Fourth?")
+        await wait_for(pilot, lambda: "Your message is kept" in notices(app) and app.turn is None)
+        await pilot.pause(0.2)
+        said = notices(app)
+        assert "3 messages above have no answer yet: Ctrl+R sends them again, one each time." in said, said
+        assert "4 messages above" not in said
+        server.respond(chat_reply("Four."))
+        await pilot.press("ctrl+r")  # the newest failure goes first
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert app.session.tree.exchanges[0].user == "Fourth?"
+        await pilot.pause(0.2)
+        failure = next(n for n in app.query(Notice) if "upstream exploded" in n.plain)
+        assert "Sent again since, and answered." in failure.plain and "press Ctrl+R" not in failure.plain
+        server.respond(chat_only(lambda req: Reply("", status=500, body="down again")))
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: "down again" in notices(app) and app.turn is None)
+        await type_and_send(pilot, app, "/drop")
+        await wait_for(pilot, lambda: "Dropped" in notices(app))
+        failure = next(n for n in app.query(Notice) if "down again" in n.plain)
+        assert "Dropped since with /drop." in failure.plain and "press Ctrl+R" not in failure.plain
+
+
 async def test_quitting_mid_reply_says_what_it_waits_for(server, tmp_path, minilm, data_dir):
     """A stalled server can hold the way out for seconds (11 s with a stopped bundled
     model, in a trial): the chat says why nothing seems to happen."""

@@ -396,8 +396,8 @@ async def test_opening_a_session_with_unanswered_messages_says_so_without_claimi
                 in notices(app))
         await type_and_send(pilot, app, "/open three")
         await wait_for(pilot, lambda: "3 messages above" in notices(app))
-        assert ("3 messages above have no answer yet: press Ctrl+R to send the "
-                "first (again for the next)." in notices(app))
+        assert ("3 messages above have no answer yet: Ctrl+R sends them again, one each time."
+                in notices(app))
         assert "Nexus closed" not in notices(app) and "message(s)" not in notices(app)
 
 
