@@ -207,6 +207,9 @@ class AssistantMessage(Vertical):
         self._thoughts: Static | None = None
         self._started = time.monotonic()
         self._timer = None
+        self._pending: list[str] = []  # chunks not drawn yet (drawn in batches: _flush)
+        self._flush_timer = None
+        self.draws = 0  # batches drawn while streaming
 
     def compose(self):
         yield self.waiting
@@ -231,11 +234,24 @@ class AssistantMessage(Vertical):
         self.waiting.display = False
 
     async def write(self, chunk: str) -> None:
+        """Chunks are drawn in batches, the longer the reply the fewer: each draw parses
+        the reply's last block again, so a chunk at a time cost the square of its length
+        (a 2,000-line reply held the screen 81 s: a trial)."""
         self.stop_waiting()
         self.text += chunk
+        self._pending.append(safe(chunk))
+        if self._flush_timer is None:
+            self._flush_timer = self.set_timer(min(2.0, max(0.05, len(self.text) / 200_000)), self._flush)
+
+    async def _flush(self) -> None:
+        self._flush_timer = None
+        if not self._pending:
+            return
+        text, self._pending = "".join(self._pending), []
         if self._stream is None:
             self._stream = Markdown.get_stream(self.body)
-        await self._stream.write(safe(chunk))
+        self.draws += 1
+        await self._stream.write(text)
 
     async def think(self, chunk: str) -> None:
         """Streamed reasoning (``reasoning_content``): live in the folded section."""
@@ -251,6 +267,10 @@ class AssistantMessage(Vertical):
 
     async def finish(self, text: str, note: str = "", sources=()) -> None:
         self.stop_waiting()
+        if self._flush_timer is not None:  # the whole text is drawn below
+            self._flush_timer.stop()
+            self._flush_timer = None
+        self._pending = []
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None

@@ -674,6 +674,26 @@ async def test_the_notes_about_unanswered_messages_stay_true_after_a_new_failure
         assert "Dropped since with /drop." in failure.plain and "press Ctrl+R" not in failure.plain
 
 
+async def test_a_huge_fast_reply_is_drawn_in_batches_and_stored(server, tmp_path, minilm, data_dir):
+    """A server that ignores max_tokens sent 2,000 lines in under a second: drawn a chunk
+    at a time, each draw parsing the reply's last block again, it held the screen 81 s
+    and Ctrl+Q 68 s (a trial). Chunks are drawn in batches (stored in 1.4 s here, against
+    none within 10 minutes before)."""
+    from nexus.widgets import AssistantMessage
+
+    lines = [f"Line {i} of a very long reply that goes on and on.\n" for i in range(2000)]
+    server.respond(chat_only(lambda req: Reply("", chunks=lines)))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Go on")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1, timeout=120)
+        reply = app.query(AssistantMessage).last()
+        assert app.session.tree.exchanges[0].assistant == "".join(lines).strip()
+        assert reply.draws <= 100  # not one per chunk
+        assert "Line 1999 of a very long reply" in reply.body.source
+
+
 async def test_quitting_mid_reply_says_what_it_waits_for(server, tmp_path, minilm, data_dir):
     """A stalled server can hold the way out for seconds (11 s with a stopped bundled
     model, in a trial): the chat says why nothing seems to happen."""
