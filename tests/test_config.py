@@ -290,3 +290,15 @@ async def test_a_settings_note_is_said_in_the_app_too(server, tmp_path, minilm, 
         await ready(app, pilot)
         assert "Settings: " in notices(app) and ".env: line 1 is not NAME=value; ignored." in notices(app)
         assert "line 1 is not NAME=value" in log_text(app)
+
+
+def test_env_example_lists_every_variable_nexus_reads():
+    """.env.example said it lists the variables, and lacked six (a trial), and said TRACE
+    reads it, which the README says it does not."""
+    from nexus.config import ENV_MAP
+    from nexus.httpguard import TOKEN_ENV
+
+    text = (Path(__file__).parent.parent / ".env.example").read_text(encoding="utf-8")
+    for name in [*ENV_MAP, TOKEN_ENV, "NEXUS_DATA_DIR"]:
+        assert name in text, name
+    assert "TRACE, the library,\n# reads no .env" in text
