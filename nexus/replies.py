@@ -464,6 +464,7 @@ class Replies:
             chat.mount(shown)
             shown.set_state(UNSENT_STATE)
         self.unsent_notice = self.chat_notice(self.unsent_note(len(texts)), "warning")
+        self.keep_in_sight()
 
     def unsent_note(self, n: int) -> str:
         key = self.resend_key()  # as the "(no answer — Ctrl+R …)" note

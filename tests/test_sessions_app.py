@@ -663,6 +663,35 @@ async def test_first_run_without_a_server_says_so_and_offers_local(tmp_path, min
         assert f"127.0.0.1:{port}" in said and "nexus --local" in said and "connection refused" in said
 
 
+async def test_the_no_server_warning_stays_in_sight_below_unanswered_messages(tmp_path, minilm, data_dir):
+    """Eleven messages kept from last time were shown after the start-up warning, which
+    ended above the first screen, unseen (a trial)."""
+    import json
+
+    from scripted_server import ScriptedServer
+
+    from nexus.chat import UNSENT_KEY
+    from nexus.widgets import Notice
+
+    srv = ScriptedServer()
+    port = srv.port
+    srv.httpd.server_close()  # nothing listens there
+    path = tmp_path / "s.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    tree.vdb.set_meta(UNSENT_KEY, json.dumps([f"Message {i}?" for i in range(11)]))
+    tree.vdb.close()
+    app = NexusApp(make_config(f"http://127.0.0.1:{port}/v1", tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: "No model server answers" in notices(app)
+                       and "11 messages above have no answer yet" in notices(app))
+        await pilot.pause(0.3)
+        chat = app.query_one("#chat")
+        warning = next(n for n in app.query(Notice) if "No model server answers" in n.plain)
+        assert chat.children[-1] is warning
+        assert warning.region.y >= 0 and warning.region.height > 0  # on the screen
+
+
 async def test_the_title_says_no_model_server_rather_than_auto(tmp_path, minilm, data_dir):
     """No model set and no server answering: the title said "auto" as if a model were in use."""
     from scripted_server import ScriptedServer
