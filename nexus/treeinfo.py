@@ -233,15 +233,13 @@ def _status(tree: CTree, index: int, synth) -> str:
         from trace_core.synthesis.selection import Supersessions
     except ImportError:
         return "unknown"
-    params = getattr(synth, "params", None)
-    similarity = getattr(params, "supersede_similarity", None)
-    finder = _finders.get(tree)
-    if finder is None or (similarity is not None and finder.similarity != similarity):
-        if similarity is None:
-            from trace_core.synthesis.params import SynthesisParams
+    from trace_core.synthesis.params import SynthesisParams
 
-            similarity = SynthesisParams().supersede_similarity
-        finder = _finders[tree] = Supersessions(similarity)
+    params = getattr(synth, "params", None) or SynthesisParams()
+    similarity, shared = params.supersede_similarity, params.supersede_shared_similarity
+    finder = _finders.get(tree)
+    if finder is None or (finder.similarity, finder.shared_similarity) != (similarity, min(shared, similarity)):
+        finder = _finders[tree] = Supersessions(similarity, shared)
     xs = tree.exchange_view()
     lookup = getattr(synth, "message_vector_lookup", None)
     try:

@@ -143,6 +143,30 @@ def test_newer_fact_supersedes_older(tmp_path, minilm):
     assert {x.index: x.status for x in synth.last_report.exchanges}[2] == "current"
 
 
+def test_a_plain_correction_that_names_the_subject_supersedes(tmp_path, minilm):
+    """ "Actually, my deadline moved to Friday." was no update of "My project deadline is
+    Wednesday the 10th." (cosine 0.52, under 0.65; a trial): a correction naming a rarer
+    word of the fact it corrects counts from 0.45. One that names nothing of it does not."""
+    from trace_core.synthesis.selection import Supersessions
+
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
+    tree.add(ex("My project deadline is Wednesday the 10th.", "Noted: Wednesday the 10th."))
+    tree.add(ex("I work as a bicycle mechanic.", "A good trade."))
+    tree.add(ex("Actually, my deadline moved to Friday.", "Noted: Friday."))
+    tree.add(ex("Actually, I prefer tea to coffee.", "Tea it is."))
+    synth = PromptSynthesizer(ctree=tree)
+    q = "When is my project deadline?"
+    prompt = synth.synthesize_prompt(q, minilm.embed(q), None, [])
+    lines = [line for line in prompt.splitlines() if line.startswith("- ")]
+    assert "[superseded]" in next(line for line in lines if "Wednesday the 10th" in line)
+    assert "[current]" in next(line for line in lines if "moved to Friday" in line)
+    assert synth.last_report.supersessions == [(0, 2)]
+    # the one threshold alone (the rule before) finds no update here
+    strict = Supersessions(0.65).find([0, 1], tree.exchange_view(), tree.exchange_vector,
+                                      message_vector=synth.message_vector_lookup())
+    assert strict == {}
+
+
 def test_archived_exchanges_never_appear(cross_tree, minilm):
     cross_tree.archive([cross_tree.exchanges[0]])
     synth = PromptSynthesizer(ctree=cross_tree)

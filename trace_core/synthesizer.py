@@ -88,7 +88,7 @@ class PromptSynthesizer:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-bm25")
         self._closed = False
         self._finder = CandidateFinder(self.vdb, self.word_stats, self.params, self._pool)
-        self._supersessions = Supersessions(self.params.supersede_similarity)
+        self._supersessions = Supersessions(self.params.supersede_similarity, self.params.supersede_shared_similarity)
         ctree.on_close(self.close)
 
     @property

@@ -28,6 +28,8 @@ class SynthesisParams:
     # asks what the query asks is answered by the next one), beside the neighbour share
     answer_weight: float = 0.2
     supersede_similarity: float = 0.65  # cosine from which a later update supersedes
+    # ... or from this one when the correction names a rarer word of the fact it corrects
+    supersede_shared_similarity: float = 0.45
     group_depth: int | None = 1  # entries are grouped under their ancestor at this depth
     # evidence of relevance: a message is a candidate only from this cosine (MiniLM puts
     # unrelated sentences at 0.0-0.27) or with a shared content word (BM25)

@@ -4,12 +4,14 @@ earlier exchanges a later one updated (newer supersedes older)."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from .. import prompts
 from ..nodes import MessageNode
+from ..textutil import STOPWORDS, words
 from ..tokens import count_tokens
 from .rendering import ARCHIVED, BlockLayout
 
@@ -25,15 +27,27 @@ UPDATE_CUES = re.compile(
 )
 
 
+def subject_words(text: str) -> frozenset[str]:
+    """The words a correction and the fact it corrects can share: no stop words, four
+    letters at least."""
+    return frozenset(w for w in words(text) if len(w) >= 4 and w not in STOPWORDS)
+
+
 class Supersessions:
     """Which exchanges were corrected by a later one: an exchange that reads as a
     correction (a cue such as "no longer" or "Actually,"), is live, and is similar
     (cosine ≥ ``similarity``). Which exchanges read as updates is cached (exchanges never change
     text)."""
 
-    def __init__(self, similarity: float) -> None:
+    def __init__(self, similarity: float, shared_similarity: float | None = None) -> None:
         self.similarity = similarity
+        # from this cosine when the correction names a subject word of the older exchange
+        # ("Actually, my deadline moved to Friday" and "My project deadline is Wednesday":
+        # 0.52, under 0.65, in a trial); None: the one threshold
+        self.shared_similarity = similarity if shared_similarity is None else min(shared_similarity, similarity)
         self.cues = np.zeros(0, dtype=bool)  # by exchange index: reads as an update
+        self._words: list[frozenset[str]] = []  # by exchange index: its subject words
+        self._df: Counter[str] = Counter()  # in how many exchanges each word is
 
     def update_cues(self, exchanges: Sequence[MessageNode]) -> np.ndarray:
         """Which exchanges read as updates (a view: new exchanges are read once)."""
@@ -41,7 +55,18 @@ class Supersessions:
         if n > len(self.cues):
             new = [bool(UPDATE_CUES.search(f"{x.user} {x.assistant}")) for x in exchanges[len(self.cues):n]]
             self.cues = np.concatenate([self.cues, np.array(new, dtype=bool)])
+        if self.shared_similarity < self.similarity and n > len(self._words):
+            for x in exchanges[len(self._words):n]:
+                w = subject_words(f"{x.user} {x.assistant}")
+                self._words.append(w)
+                self._df.update(w)
         return self.cues[:n]
+
+    def _shares_a_subject(self, old: MessageNode, cue_text: str, n: int) -> bool:
+        """The correction names a word of the older exchange that few exchanges use (the
+        speakers' names, in a transcript, are in every one)."""
+        rare = max(3, n // 20)
+        return any(self._df[w] <= rare for w in subject_words(cue_text) & self._words[old.index])
 
     def find(self, candidates: list[int], exchanges: Sequence[MessageNode],
              vector_of: Callable[[int], np.ndarray], updates: set[int] | None = None,
@@ -70,6 +95,14 @@ class Supersessions:
         later = np.array(upd)[None, :] > np.array(olds)[:, None]
         for a, b in zip(*np.nonzero(later & (sims >= self.similarity))):
             newer.setdefault(olds[int(a)], []).append(upd[int(b)])
+        if self.shared_similarity < self.similarity:  # closer pairs that share a subject word
+            n = len(exchanges)
+            for a, b in zip(*np.nonzero(later & (sims >= self.shared_similarity) & (sims < self.similarity))):
+                j = upd[int(b)]
+                cue_text = " ".join(m.get("content") or "" for m in exchanges[j].messages
+                                    if UPDATE_CUES.search(m.get("content") or ""))
+                if self._shares_a_subject(exchanges[olds[int(a)]], cue_text, n):
+                    newer.setdefault(olds[int(a)], []).append(j)
         return newer
 
     @staticmethod
