@@ -309,6 +309,15 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             self.chat_notice(f"/{parsed.command.name} failed: {exc}", "error")
             self.log_line(f"/{parsed.command.name} failed: {type(exc).__name__}: {exc}", "error")
 
+    def refused_read_only(self, command: str) -> bool:
+        """``command`` refused at once in a read-only window, in the words /set and /system
+        use: /rename closed the session and opened it again to find out (its banner said
+        twice), and /reorganize called it a failure (a trial)."""
+        if self.session is None or not self.session.read_only:
+            return False
+        self.chat_notice(f"{command}: {self.read_only_words(None)}", "warning")
+        return True
+
     def read_only_words(self, exc: Exception) -> str:
         """Why a change was refused in a read-only window, in the session's own words."""
         reason = self.session.read_only_reason if self.session is not None else ""

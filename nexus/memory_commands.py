@@ -102,7 +102,7 @@ class MemoryCommands:
         if args:
             raise C.UsageError(usage)
         self.need_session()
-        if self.refused_while_busy():
+        if self.refused_read_only("/reorganize") or self.refused_while_busy():
             return
         self.cancel_long.clear()
         self.show_progress("reorganize", "/reorganize: starting… (Esc cancels)")
@@ -131,6 +131,8 @@ class MemoryCommands:
     def cmd_undo(self, args: list[str]) -> None:
         if args:
             raise C.UsageError(C.BY_NAME["undo-reorganize"].usage)
+        if self.refused_read_only("/undo-reorganize"):
+            return
         self.undo_worker()
 
     @background(group="memory", exclusive=True)

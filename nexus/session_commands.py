@@ -79,7 +79,7 @@ class SessionCommands:
         if not args:
             raise C.UsageError(C.BY_NAME["rename"].usage)
         self.need_session()
-        if self.refused_while_busy():
+        if self.refused_read_only("Not renamed") or self.refused_while_busy():
             return
         try:  # a refused name is said at once: the session is not closed and opened again for it
             sessions.rename_target(self.session_path, " ".join(args))

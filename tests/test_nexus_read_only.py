@@ -115,6 +115,16 @@ async def test_a_read_only_window_writes_once_the_other_nexus_has_closed(server,
             await type_and_send(pilot, app, "/system Answer briefly.")
             await wait_for(pilot, lambda: "/system: This session is open in another Nexus" in notices(app))
             assert "Nothing was changed." in notices(app) and "ReadOnlySessionError" not in log_text(app)
+            # refused at once, in the same words: /rename reopened the session to find out (its
+            # banner said again) and /reorganize "failed" (a trial)
+            before = app.session
+            for command, said in (("/rename bikes", "Not renamed: This session is open in another Nexus"),
+                                  ("/reorganize", "/reorganize: This session is open in another Nexus"),
+                                  ("/undo-reorganize", "/undo-reorganize: This session is open in another Nexus")):
+                await type_and_send(pilot, app, command)
+                await wait_for(pilot, lambda said=said: said in notices(app))
+            assert app.session is before and "failed" not in notices(app)  # not closed and opened again
+            assert app.session.read_only and path.exists()
             holder.stdin.write("\n")
             holder.stdin.flush()
             assert holder.stdout.readline().strip() == "RELEASED"
