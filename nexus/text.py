@@ -50,3 +50,39 @@ def quoted(text: str, limit: int = 0) -> str:
     if limit and len(text) > limit:
         text = text[: limit - 1].rstrip() + "…"
     return f'"{text}"'
+
+
+def _extends(c: str) -> bool:
+    """A code point drawn onto the one before it: a combining mark, a variation selector,
+    a skin tone, an emoji tag."""
+    import unicodedata
+
+    o = ord(c)
+    return (unicodedata.category(c) in ("Mn", "Me") or 0xFE00 <= o <= 0xFE0F or 0x1F3FB <= o <= 0x1F3FF
+            or 0xE0020 <= o <= 0xE007F)
+
+
+def _regional(c: str) -> bool:
+    return 0x1F1E6 <= ord(c) <= 0x1F1FF
+
+
+def cluster_start(text: str, end: int) -> int:
+    """Where the character a user sees, ending at ``end``, begins: a letter with its
+    accents, an emoji with its joined parts (🐈‍⬛ is three code points), a flag (two).
+    An approximation of Unicode's grapheme clusters, enough for Backspace."""
+    if end <= 0:
+        return 0
+    k = end - 1
+    while k > 0 and _extends(text[k]):
+        k -= 1
+    while k >= 2 and text[k - 1] == "\u200d":  # X + joiner + Y: one character
+        k -= 2
+        while k > 0 and _extends(text[k]):
+            k -= 1
+    if _regional(text[k]):  # flags pair regional indicators from the left
+        run = k
+        while run > 0 and _regional(text[run - 1]):
+            run -= 1
+        if (k - run) % 2 == 1:
+            k -= 1
+    return k

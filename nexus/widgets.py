@@ -23,7 +23,7 @@ from .completion import Completer
 from .keys import PROMPT_KEYS, key_for
 from .prompt_history import PromptHistory
 from .scrolling import scroll_a_page
-from .text import safe, visible_markdown
+from .text import cluster_start, safe, visible_markdown
 
 THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
 CODE = re.compile(r"```[^\n]*\n(.*?)```", re.S)
@@ -367,6 +367,17 @@ class PromptInput(TextArea):
             event.prevent_default()
             start, end = self.selection
             self._replace_via_keyboard(event.character, start, end)
+
+    def action_delete_left(self) -> None:
+        """Backspace takes the character the user sees: an emoji of joined parts, a flag,
+        a letter with its accent. One code point at a time left a lone joiner in the
+        draft ("a🐈‍b" from "a🐈‍⬛b": a trial)."""
+        start, end = self.selection
+        if self.read_only or start != end or start[1] == 0:
+            super().action_delete_left()
+            return
+        row, col = start
+        self._delete_via_keyboard((row, cluster_start(self.document.get_line(row), col)), start)
 
     def check_consume_key(self, key: str, character: str | None) -> bool:
         return is_format_character(character) and not self.read_only or super().check_consume_key(key, character)

@@ -941,6 +941,32 @@ async def test_a_long_draft_leaves_a_small_terminal_its_chat(server, tmp_path, m
         assert prompt.outer_size.height == 12  # the usual bound in a big one
 
 
+async def test_backspace_takes_the_character_the_user_sees(server, tmp_path, minilm, data_dir):
+    """One code point at a time left a lone joiner in the draft: "a🐈‍b" from "a🐈‍⬛b"
+    (a trial). An emoji of joined parts, a flag and an accented letter go whole."""
+    from nexus.text import cluster_start
+
+    assert cluster_start("a🐈\u200d⬛b", 4) == 1 and cluster_start("x🇫🇷🇩🇪", 5) == 3
+    assert cluster_start("cafe\u0301!", 5) == 3 and cluster_start("👍🏽", 2) == 0
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        prompt.value = "a🐈\u200d⬛b 🇫🇷 café"
+        prompt.move_cursor((0, 4))  # after the black cat
+        await pilot.press("backspace")
+        assert prompt.text == "ab 🇫🇷 café"
+        prompt.move_cursor((0, 5))  # after the flag
+        await pilot.press("backspace")
+        assert prompt.text == "ab  café"
+        prompt.value = "cafe\u0301"
+        prompt.move_cursor((0, 5))
+        await pilot.press("backspace")
+        assert prompt.text == "caf"
+        await pilot.press("backspace")  # plain letters: one each, as before
+        assert prompt.text == "ca"
+
+
 async def test_page_up_and_down_scroll_the_chat_while_typing(server, tmp_path, minilm, data_dir):
     """PageUp/PageDown with the input focused scroll the chat (they only moved the input's
     cursor: reading back needed Ctrl+↑ first); the text typed stays; back at the end the
