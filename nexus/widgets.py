@@ -396,6 +396,13 @@ class PromptInput(TextArea):
     def action_newline(self) -> None:
         start, end = self.selection
         self.replace("\n", start, end, maintain_selection_offset=False)
+        # the input grows to its bound first: the new line was scrolled to before it had
+        # room, and the cursor sat under the bottom border until the next key (a trial)
+        self.call_after_refresh(self.scroll_cursor_visible)
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        await super()._on_paste(event)
+        self.call_after_refresh(self.scroll_cursor_visible)
 
     def action_cursor_up(self, select: bool = False) -> None:
         if not select and self.cursor_at_first_line:

@@ -967,6 +967,21 @@ async def test_backspace_takes_the_character_the_user_sees(server, tmp_path, min
         assert prompt.text == "ca"
 
 
+async def test_the_line_typed_on_stays_in_sight_when_the_input_is_full(server, tmp_path, minilm, data_dir):
+    """At its largest, a new line (Ctrl+J) was scrolled to before the input had room for
+    it: the cursor sat under the bottom border until the next key (a trial)."""
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        for i in range(1, 16):
+            await pilot.press(*f"line {i}", "ctrl+j")
+            await pilot.pause(0.05)
+            row = prompt.cursor_location[0]
+            top = round(prompt.scroll_offset.y)
+            assert top <= row < top + prompt.scrollable_content_region.height, (i, row, top)
+
+
 async def test_page_up_and_down_scroll_the_chat_while_typing(server, tmp_path, minilm, data_dir):
     """PageUp/PageDown with the input focused scroll the chat (they only moved the input's
     cursor: reading back needed Ctrl+↑ first); the text typed stays; back at the end the
