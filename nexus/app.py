@@ -95,7 +95,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.resend_note: Notice | None = None  # "N more messages wait…", after the last Ctrl+R
         # a failure's "Your message is kept — press Ctrl+R" note, by message: said again once the
         # message is answered or dropped (it stayed, stale, over the answer: a trial)
-        self.failure_notes: dict[str, tuple[Notice, str]] = {}
+        self.failure_notes: dict[str, list[tuple[Notice, str]]] = {}
         self.server_notice: Notice | None = None  # the start-up probe's warning, if any
         self.vision_busy = False  # /ingest holds the vision model: messages wait
         self.model_restarting = False  # the bundled server died and starts again: messages wait

@@ -293,8 +293,15 @@ class Replies:
             said = f"No reply: {e.problem.rstrip('.')}."
             note = self.chat_notice(f"{said} Your message is kept — press {self.resend_key()} to send it again.",
                                     "error")
-            if note is not None:
-                self.failure_notes[e.user] = (note, said)
+            if note is not None:  # each failure of it: all are said again when it is answered or dropped
+                self.failure_notes.setdefault(e.user, []).append((note, said))
+            resend = self.resend_note
+            if resend is not None and resend.is_attached and self.session is not None and e.user in self.session.kept:
+                # it said "sends the next once this one is answered": this one failed, and goes first again
+                left = len(self.session.kept) - 1
+                if left:
+                    resend.say(f"{counted(left, 'more message')} {'waits' if left == 1 else 'wait'} without an "
+                               f"answer: {self.resend_key()} sends this one again first (/drop forgets it).")
         else:  # refused before sending: nothing failed at the server
             was_edit = self.turn is not None and self.turn.id == e.turn and self.turn.replace
             back = self.give_back(e.turn, e.user)
@@ -379,9 +386,9 @@ class Replies:
 
     def settle_failure_note(self, text: str, since: str) -> None:
         """A failure's note no longer offers Ctrl+R for a message that is answered or dropped."""
-        note, said = self.failure_notes.pop(text, (None, ""))
-        if note is not None and note.is_attached:
-            note.say(f"{said} {since}")
+        for note, said in self.failure_notes.pop(text, []):
+            if note.is_attached:
+                note.say(f"{said} {since}")
 
     def mark_replaced_above(self, asked: UserMessage | None, index: int) -> None:
         """Dim what the chat still shows above ``asked`` (None: anywhere) of exchange

@@ -668,10 +668,16 @@ async def test_the_notes_about_unanswered_messages_stay_true_after_a_new_failure
         server.respond(chat_only(lambda req: Reply("", status=500, body="down again")))
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: "down again" in notices(app) and app.turn is None)
+        # the note of this Ctrl+R said "sends the next once this one is answered": it failed,
+        # and Ctrl+R sends it again first (a re-trial)
+        assert "2 more messages wait without an answer: Ctrl+R sends this one again first" in notices(app)
+        await pilot.press("ctrl+r")  # the same message fails a second time: two notes of it
+        await wait_for(pilot, lambda: notices(app).count("down again") == 2 and app.turn is None)
         await type_and_send(pilot, app, "/drop")
         await wait_for(pilot, lambda: "Dropped" in notices(app))
-        failure = next(n for n in app.query(Notice) if "down again" in n.plain)
-        assert "Dropped since with /drop." in failure.plain and "press Ctrl+R" not in failure.plain
+        failures = [n for n in app.query(Notice) if "down again" in n.plain]
+        assert len(failures) == 2
+        assert all("Dropped since with /drop." in n.plain and "press Ctrl+R" not in n.plain for n in failures)
 
 
 async def test_a_huge_fast_reply_is_drawn_in_batches_and_stored(server, tmp_path, minilm, data_dir):
