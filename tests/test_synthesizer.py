@@ -165,6 +165,12 @@ def test_a_plain_correction_that_names_the_subject_supersedes(tmp_path, minilm):
     strict = Supersessions(0.65).find([0, 1], tree.exchange_view(), tree.exchange_vector,
                                       message_vector=synth.message_vector_lookup())
     assert strict == {}
+    # asking about the deadline since does not undo it: the word is counted up to the
+    # correction (it flipped back to "not superseded" after a few questions: a re-trial)
+    for k in range(6):
+        tree.add(ex(f"When is my project deadline, again ({k})?", "Friday."))
+    prompt = synth.synthesize_prompt(q, minilm.embed(q), None, [])
+    assert (0, 2) in synth.last_report.supersessions
 
 
 def test_archived_exchanges_never_appear(cross_tree, minilm):

@@ -4,7 +4,6 @@ earlier exchanges a later one updated (newer supersedes older)."""
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -47,7 +46,6 @@ class Supersessions:
         self.shared_similarity = similarity if shared_similarity is None else min(shared_similarity, similarity)
         self.cues = np.zeros(0, dtype=bool)  # by exchange index: reads as an update
         self._words: list[frozenset[str]] = []  # by exchange index: its subject words
-        self._df: Counter[str] = Counter()  # in how many exchanges each word is
 
     def update_cues(self, exchanges: Sequence[MessageNode]) -> np.ndarray:
         """Which exchanges read as updates (a view: new exchanges are read once)."""
@@ -56,17 +54,18 @@ class Supersessions:
             new = [bool(UPDATE_CUES.search(f"{x.user} {x.assistant}")) for x in exchanges[len(self.cues):n]]
             self.cues = np.concatenate([self.cues, np.array(new, dtype=bool)])
         if self.shared_similarity < self.similarity and n > len(self._words):
-            for x in exchanges[len(self._words):n]:
-                w = subject_words(f"{x.user} {x.assistant}")
-                self._words.append(w)
-                self._df.update(w)
+            self._words += [subject_words(f"{x.user} {x.assistant}") for x in exchanges[len(self._words):n]]
         return self.cues[:n]
 
-    def _shares_a_subject(self, old: MessageNode, cue_text: str, n: int) -> bool:
-        """The correction names a word of the older exchange that few exchanges use (the
-        speakers' names, in a transcript, are in every one)."""
-        rare = max(3, n // 20)
-        return any(self._df[w] <= rare for w in subject_words(cue_text) & self._words[old.index])
+    def _shares_a_subject(self, old: MessageNode, update: int, cue_text: str) -> bool:
+        """The correction names a word of the older exchange that few exchanges used up to
+        it (the speakers' names, in a transcript, are in every one). Counted up to the
+        correction, not to now: asking about the deadline since must not undo it (a trial)."""
+        shared = subject_words(cue_text) & self._words[old.index]
+        if not shared:
+            return False
+        rare = max(3, (update + 1) // 20)
+        return any(sum(w in self._words[k] for k in range(update + 1)) <= rare for w in shared)
 
     def find(self, candidates: list[int], exchanges: Sequence[MessageNode],
              vector_of: Callable[[int], np.ndarray], updates: set[int] | None = None,
@@ -96,12 +95,11 @@ class Supersessions:
         for a, b in zip(*np.nonzero(later & (sims >= self.similarity))):
             newer.setdefault(olds[int(a)], []).append(upd[int(b)])
         if self.shared_similarity < self.similarity:  # closer pairs that share a subject word
-            n = len(exchanges)
             for a, b in zip(*np.nonzero(later & (sims >= self.shared_similarity) & (sims < self.similarity))):
                 j = upd[int(b)]
                 cue_text = " ".join(m.get("content") or "" for m in exchanges[j].messages
                                     if UPDATE_CUES.search(m.get("content") or ""))
-                if self._shares_a_subject(exchanges[olds[int(a)]], cue_text, n):
+                if self._shares_a_subject(exchanges[olds[int(a)]], j, cue_text):
                     newer.setdefault(olds[int(a)], []).append(j)
         return newer
 
