@@ -291,8 +291,11 @@ class Replies:
             return
         if e.kept:
             said = f"No reply: {e.problem.rstrip('.')}."
-            note = self.chat_notice(f"{said} Your message is kept — press {self.resend_key()} to send it again.",
-                                    "error")
+            how = f"press {self.resend_key()} to send it again."
+            if "refused the API key" in e.problem:  # Ctrl+R alone cannot help (a re-trial)
+                how = (f"set the key (OPENAI_API_KEY in the environment or .env, or api_key in nexus.toml's "
+                       f"[server]) and restart Nexus; then {self.resend_key()} sends it.")
+            note = self.chat_notice(f"{said} Your message is kept — {how}", "error")
             if note is not None:  # each failure of it: all are said again when it is answered or dropped
                 self.failure_notes.setdefault(e.user, []).append((note, said))
             resend = self.resend_note

@@ -720,6 +720,12 @@ async def test_a_refused_api_key_at_start_is_said_as_such_not_as_no_server(serve
         assert "No model server answers" not in said and "Start LM Studio" not in said
         await wait_for(pilot, lambda: "API key refused" in app.sub_title)
         assert "no model server" not in app.sub_title and "sk-test" not in said
+        # a message sent meanwhile says what would make Ctrl+R work, not only "press Ctrl+R"
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Hello?")
+        await wait_for(pilot, lambda: "No reply:" in notices(app))
+        assert "refused the API key. Your message is kept — set the key (OPENAI_API_KEY" in notices(app)
+        assert app.session.kept == ["Hello?"]
 
 
 async def test_a_base_url_without_its_v1_names_the_url_to_use(server, tmp_path, minilm, data_dir):
