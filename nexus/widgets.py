@@ -400,8 +400,8 @@ class PromptInput(TextArea):
         # room, and the cursor sat under the bottom border until the next key (a trial)
         self.call_after_refresh(self.scroll_cursor_visible)
 
-    async def _on_paste(self, event: events.Paste) -> None:
-        await super()._on_paste(event)
+    def _on_paste(self, event: events.Paste) -> None:
+        # TextArea's own handler inserts the text (Textual calls each class's in turn)
         self.call_after_refresh(self.scroll_cursor_visible)
 
     def action_cursor_up(self, select: bool = False) -> None:

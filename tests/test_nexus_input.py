@@ -980,6 +980,16 @@ async def test_the_line_typed_on_stays_in_sight_when_the_input_is_full(server, t
             row = prompt.cursor_location[0]
             top = round(prompt.scroll_offset.y)
             assert top <= row < top + prompt.scrollable_content_region.height, (i, row, top)
+        from textual import events
+
+        prompt.value = ""
+        await pilot.pause(0.1)
+        pasted = "".join(f"pasted {i}\n" for i in range(15))
+        app.post_message(events.Paste(pasted))  # as the driver posts a bracketed paste
+        await pilot.pause(0.2)
+        assert prompt.text == pasted  # once
+        row, top = prompt.cursor_location[0], round(prompt.scroll_offset.y)
+        assert top <= row < top + prompt.scrollable_content_region.height, (row, top)
 
 
 async def test_page_up_and_down_scroll_the_chat_while_typing(server, tmp_path, minilm, data_dir):
