@@ -2,7 +2,7 @@
 reply's connectives."""
 
 from trace_core.judges import EmbeddingJudge
-from trace_core.textutil import exchange_sides, extractive_name
+from trace_core.textutil import exchange_sides, extractive_name, salient_words
 
 USER = "My sister Ingrid keeps bees near Trondheim."
 REPLY = (
@@ -145,3 +145,21 @@ def test_a_path_a_url_or_a_command_names_nothing():
     name = extractive_name(image)
     assert "Bicycle" in name and not {"Ingest", "Tmp", "HA-files", "Png"} & set(name.split())
     assert extractive_name("why does this link fail: https://example.com/api/v2/items?page=2") == "Link Fail"
+
+
+def test_a_long_run_without_spaces_is_named_in_linear_time():
+    """The path rule's regex (\\S*/\\S*) took quadratic time on a run without spaces: a
+    200,000-character paste held add() for 52 s and a shared server's every client (a
+    trial). Doubling the run no longer quadruples the time."""
+    import time
+
+    def took(n: int) -> float:
+        best = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            salient_words("x" * n + " sourdough starter")
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    assert took(200_000) < 0.5  # 0.003 s here; quadratic took 5 s at 100,000
+    assert salient_words("/ingest /tmp/hA-files/red.png the red picture") == ["red", "picture"]
