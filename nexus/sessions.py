@@ -309,7 +309,7 @@ def _unused(session: Path):
         from trace_core.locking import LockBusy, WriterLock
     except ImportError:  # an engine without the writer lock
         return None
-    lock = WriterLock(f"{session}.lock")
+    lock = WriterLock(f"{os.path.realpath(session)}.lock")  # the one a writer holds (trace_core.store)
     try:
         lock.acquire()
     except LockBusy as busy:

@@ -150,6 +150,29 @@ def test_a_killed_writer_leaves_no_stale_lock(tmp_path):
     assert stored(path) == [(0, "before the crash"), (1, "after the crash")]
 
 
+def test_a_symlink_to_a_session_is_the_same_session_to_the_lock(tmp_path):
+    """The lock was "<path as given>.lock": a writer through a symlink got a lock of its
+    own, two processes wrote one file, and it no longer opened, nor could be repaired (a
+    trial). The lock is the real file's."""
+    from nexus import sessions
+
+    real = tmp_path / "real.db"
+    link = tmp_path / "link.db"
+    a = Child(str(real))
+    try:
+        assert a.ask("open") == "OPEN 0"
+        assert a.ask("add through the real name").startswith("ACK 0")
+        link.symlink_to(real)
+        with pytest.raises(SessionLockedError, match=f"pid {a.proc.pid}"):
+            CTree.open(str(link), judge="embedding", embed_fn=HashEmbedder())
+        assert sessions.in_use_by(link) is not None  # /delete and /rename see the writer too
+    finally:
+        a.stop()
+    tree = CTree.open(str(link), judge="embedding", embed_fn=HashEmbedder())
+    tree.vdb.close()
+    assert stored(str(real)) == [(0, "through the real name")]
+
+
 def test_same_process_second_writer_refused_until_closed(tmp_path, hash_embed):
     path = str(tmp_path / "one.db")
     first = VectorDatabase(path)

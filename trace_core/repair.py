@@ -122,7 +122,7 @@ def salvage(path: str) -> SalvageReport:
                 raise SessionFileError(path, "cannot be repaired: it is not a SQLite database")
     except OSError as exc:
         raise SessionFileError(path, f"cannot be read ({exc.strerror})") from exc
-    lock = WriterLock(path + ".lock")
+    lock = WriterLock(os.path.realpath(path) + ".lock")  # the writer's lock, whichever name reached the file
     try:
         lock.acquire()
     except LockBusy as busy:

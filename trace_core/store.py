@@ -141,7 +141,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
             gc.collect()  # an unreachable, unclosed database still holds it: let it go
             if holder() is not None:
                 raise SessionLockedError(self.path, os.getpid())
-        self._writer = WriterLock(self.path + ".lock")
+        self._writer = WriterLock(key + ".lock")  # the real file's: a symlink to it had a lock of its own
         try:
             self._writer.acquire()
         except LockBusy as busy:
