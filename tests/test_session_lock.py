@@ -290,3 +290,25 @@ def test_a_file_we_may_not_write_is_refused_by_name_and_opens_read_only(hash_emb
         assert digest(path) == before and sorted(os.listdir(folder)) == ["theirs.db"]
     finally:
         shutil.rmtree(folder)
+
+
+def test_a_json_export_never_replaces_a_session_file_or_a_folder(tmp_path, hash_embed):
+    """tree.save("s.db"), a slip for "s.json", replaced the tree's own open session: the
+    exchange added after it returned normally and was gone at the next open (a trial).
+    Saved over a folder, the error named a temporary file."""
+    path = str(tmp_path / "s.db")
+    tree = CTree.open(path, judge="embedding", embed_fn=hash_embed)
+    tree.add([{"role": "user", "content": "My sister lives in Lisbon."}, {"role": "assistant", "content": "Noted."}])
+    other = CTree.open(str(tmp_path / "other.db"), judge="embedding", embed_fn=hash_embed)
+    for target in (path, str(tmp_path / "other.db")):
+        with pytest.raises(SessionFileError, match="is a SQLite database"):
+            tree.save(target)
+    with pytest.raises(SessionFileError, match="is a folder"):
+        tree.save(str(tmp_path))
+    tree.add([{"role": "user", "content": "I like trains."}, {"role": "assistant", "content": "Noted."}])
+    tree.save(str(tmp_path / "s.json"))  # a JSON file is fine, and may be written again
+    tree.save(str(tmp_path / "s.json"))
+    tree.vdb.close()
+    other.vdb.close()
+    assert [text for _, text in stored(path)] == ["My sister lives in Lisbon.", "I like trains."]
+    assert len(CTree.load(str(tmp_path / "s.json"), embed_fn=hash_embed).exchanges) == 2

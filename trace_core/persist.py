@@ -14,6 +14,7 @@ from .embedders import Embedder, exchange_vector, normalise
 from .model import TreeModel
 from .nodes import MessageNode, Node, TopicNode
 from .rows import BrokenRowsError, NodeRow
+from .schema import SQLITE_HEADER
 from .store import ConversationVector, SessionFileError, VectorDatabase, message_id
 from .summaries import Summaries
 
@@ -245,6 +246,22 @@ def _node_json(node: Node) -> dict:
     return d
 
 
+def refuse_export_target(filepath: str) -> None:
+    """A JSON export never replaces a database (a session file: a slip of "s.db" for
+    "s.json" replaced the tree's own open session, and the exchanges added after it were
+    lost: a trial) nor a folder (it said a temporary file's name)."""
+    if os.path.isdir(filepath):
+        raise SessionFileError(filepath, "is a folder: give the export a file name, e.g. export.json")
+    try:
+        with open(filepath, "rb") as fh:
+            head = fh.read(16)
+    except OSError:
+        return  # no such file (or none we may read): the write says what is wrong
+    if head == SQLITE_HEADER:
+        raise SessionFileError(filepath, "is a SQLite database (a session file?): an export would replace it; "
+                               "save to another name, e.g. export.json")
+
+
 def tree_to_json(model: TreeModel, filepath: str, save_conversation: bool, max_children: int, model_name: str,
                  embedder_name: str | None) -> None:
     data = {
@@ -259,6 +276,7 @@ def tree_to_json(model: TreeModel, filepath: str, save_conversation: bool, max_c
     }
     if save_conversation:
         data["conversation"] = model.conversation
+    refuse_export_target(filepath)
     directory = os.path.dirname(os.path.abspath(filepath))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
