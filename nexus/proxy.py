@@ -19,6 +19,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from trace_core.llm import shown_url
+
 from .chat import strip_think
 from .memory_service import MemoryService, SessionNameError, served_problem
 
@@ -182,7 +184,8 @@ class MemoryProxy:
     def __init__(self, pool: SessionPool, upstream: str, upstream_key: str | None = None,
                  timeout: float = 120.0, budget_tokens: int | None = None) -> None:
         self.pool = pool
-        self.upstream = upstream.rstrip("/")
+        self.upstream = upstream.rstrip("/")  # what requests go to (httpx uses a user:password in it)
+        self.shown = shown_url(self.upstream)  # what clients and the log are told: never the password
         self.upstream_key = upstream_key
         self.timeout = timeout
         self.budget_tokens = budget_tokens
@@ -231,7 +234,7 @@ class MemoryProxy:
         try:
             r = await self.client.get(self.upstream + path, headers=self._headers())
         except httpx.HTTPError as exc:
-            return _error(502, f"the upstream {self.upstream} did not answer: {type(exc).__name__}", "upstream_error")
+            return _error(502, f"the upstream {self.shown} did not answer: {type(exc).__name__}", "upstream_error")
         return Response(r.content, status_code=r.status_code,
                         media_type=r.headers.get("content-type", "application/json"))
 
@@ -289,7 +292,7 @@ class MemoryProxy:
             upstream = await self.client.send(req, stream=True)
         except httpx.HTTPError as exc:
             log.warning("session %s: upstream unreachable (%s)", svc.name, type(exc).__name__)
-            return _error(502, f"the upstream {self.upstream} did not answer: {type(exc).__name__}", "upstream_error")
+            return _error(502, f"the upstream {self.shown} did not answer: {type(exc).__name__}", "upstream_error")
         ctype = upstream.headers.get("content-type", "application/json")
         log.debug("session %s: upstream headers after %.3f s (%.3f s since the request)", svc.name,
                   time.perf_counter() - t_up, time.perf_counter() - started)
@@ -385,8 +388,9 @@ def check_upstream(upstream: str, key: str | None) -> str:
     import httpx
 
     hint = "the base URL ends in /v1 (LM Studio: http://127.0.0.1:1234/v1, Ollama: http://127.0.0.1:11434/v1)"
+    url, upstream = upstream, shown_url(upstream)
     try:
-        r = httpx.get(upstream.rstrip("/") + "/models", timeout=5,
+        r = httpx.get(url.rstrip("/") + "/models", timeout=5,
                       headers={"Authorization": f"Bearer {key}"} if key else None)
     except httpx.HTTPError as exc:
         return f"{upstream} does not answer yet ({type(exc).__name__}); requests fail until it does"
@@ -435,7 +439,7 @@ def run(config, upstream: str, port: int = 8788, host: str = "127.0.0.1", sessio
         return 2
     proxy = MemoryProxy(pool, upstream, config.api_key, config.section("server").timeout)
     quiet_logging()
-    print(f"nexus proxy: http://{host}:{port}/v1 → {upstream}, session {first.name!r}"
+    print(f"nexus proxy: http://{host}:{port}/v1 → {shown_url(upstream)}, session {first.name!r}"
           + (" (bearer token required)" if token else ""), file=sys.stderr)
     problem = check_upstream(upstream, config.api_key)
     if problem:  # a warning, not a refusal: the model server may start after the proxy

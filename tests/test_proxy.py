@@ -475,6 +475,19 @@ def test_upstream_url_is_checked_in_words(server):
     assert check_upstream(server.base_url, "k") == ""
     assert "ends in /v1" in check_upstream(server.root_url, "k")  # /models without /v1: 404
     assert "does not answer yet" in check_upstream("http://127.0.0.1:9/v1", None)
+    said = check_upstream("http://alice:hunter2pass@127.0.0.1:9/v1", None)
+    assert "does not answer yet" in said and "hunter2pass" not in said
+
+
+def test_an_upstream_password_never_reaches_clients_or_the_log(data_dir, minilm):
+    """--upstream http://alice:hunter2pass@…: the start line and every client's 502 said
+    the password (a trial); httpx does use it, so it is a real way to give one."""
+    with running_proxy(make_pool(minilm), "http://alice:hunter2pass@127.0.0.1:9/v1") as url:
+        for path in ("/models", "/chat/completions"):
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            r = httpx.post(url + path, json=body) if path != "/models" else httpx.get(url + path)
+            assert r.status_code == 502 and "did not answer" in r.text
+            assert "hunter2pass" not in r.text and "alice" not in r.text
 
 
 @pytest.mark.parametrize("argv, said", [
