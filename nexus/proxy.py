@@ -131,7 +131,7 @@ class SessionPool:
     def __init__(self, opener, default: str, max_open: int = 16, idle_seconds: float = 600.0,
                  clock=time.monotonic) -> None:
         self._opener = opener  # name -> MemoryService (raises SessionNameError/SessionFileError)
-        self.default = default
+        self.default = default[:-3] if default.endswith(".db") and len(default) > 3 else default
         self.max_open = max_open
         self.idle_seconds = idle_seconds  # longer than any request: one in flight is never closed under it
         self._clock = clock
@@ -139,15 +139,21 @@ class SessionPool:
         self._used: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def cached(self, name: str | None) -> MemoryService | None:
+    def _key(self, name: str | None) -> str:
+        """One key per session file: "family.db" is "family" (as ``session_path`` reads
+        it), or the second was refused as open for writing by the first (a trial)."""
         key = (name or self.default).strip()
+        return key[:-3] if key.endswith(".db") and len(key) > 3 else key
+
+    def cached(self, name: str | None) -> MemoryService | None:
+        key = self._key(name)
         svc = self._services.get(key)
         if svc is not None:
             self._used[key] = self._clock()
         return svc
 
     def get(self, name: str | None) -> MemoryService:
-        key = (name or self.default).strip()
+        key = self._key(name)
         with self._lock:
             svc = self._services.get(key)
             if svc is None:

@@ -7,6 +7,17 @@ import os
 import sys
 
 
+def port_number(text: str) -> int:
+    """A TCP port, 1-65535 (70000 reached bind() and ended in a traceback: a trial)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is no port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is no port: ports run from 1 to 65535")
+    return port
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="nexus", description="TRACE memory for other clients.")
     sub = ap.add_subparsers(dest="mode", required=True)
@@ -14,7 +25,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
                        description="Serve a session's memory as an MCP server: tools recall, remember, search, "
                                    "tree, stats. Stdio unless --http is given.")
     m.add_argument("--session", help="session name in the sessions folder (default: 'default')")
-    m.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP at http://HOST:PORT/mcp")
+    m.add_argument("--http", type=port_number, metavar="PORT", help="serve streamable HTTP at http://HOST:PORT/mcp")
     m.add_argument("--host", default="127.0.0.1", help="with --http: address to bind (default 127.0.0.1; "
                                                        "any other needs --token)")
     m.add_argument("--token", help="with --http: bearer token clients must send (or $NEXUS_TOKEN)")
@@ -23,7 +34,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
                                    "to --upstream; each completed exchange is remembered.")
     p.add_argument("--upstream", required=True, help="the model server's OpenAI base URL, e.g. "
                                                      "http://127.0.0.1:1234/v1 (LM Studio)")
-    p.add_argument("--port", type=int, default=8788, help="port to serve on (default 8788)")
+    p.add_argument("--port", type=port_number, default=8788, help="port to serve on (default 8788)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; any other needs --token)")
     p.add_argument("--session", help="default session name (default: 'default'); a request's "
                                      "X-Nexus-Session header picks another")

@@ -502,6 +502,18 @@ def test_bad_arguments_stop_the_server_at_start_in_words(data_dir, capsys, argv,
     assert said in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv", [["mcp", "--http", "70000"], ["mcp", "--http", "-5"],
+                                  ["proxy", "--upstream", "http://127.0.0.1:9/v1", "--port", "70000"],
+                                  ["proxy", "--upstream", "http://127.0.0.1:9/v1", "--port", "x"]])
+def test_a_port_out_of_range_is_said_in_words(data_dir, capsys, argv):
+    """--port 70000 reached bind(): a traceback ending in OverflowError (a trial)."""
+    with pytest.raises(SystemExit) as stop:
+        serve_cli.main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert ("no port" in err) and "Traceback" not in err
+
+
 def test_the_proxy_log_keeps_the_engines_events_out():
     """The engine's events name topics after the messages' words ("topic='Sister Live
     Quânider'" reached the proxy's stderr, found in a trial); the README promises no
@@ -551,3 +563,14 @@ def test_the_pool_closes_sessions_left_idle_when_it_is_full():
     assert pool.cached("a") is None  # opened again when named again
     pool.close()
     assert all(s.closed for s in opened.values())
+
+
+def test_a_session_named_with_its_db_ending_is_the_same_session():
+    """X-Nexus-Session: family.db after family was refused with 409 "open for writing in
+    this process": one file, two keys (a trial)."""
+    from nexus.proxy import SessionPool
+
+    opened: list[str] = []
+    pool = SessionPool(lambda name: opened.append(name) or object(), "p1.db")
+    assert pool.get("family") is pool.get("family.db") is pool.get(" family.db ")
+    assert pool.get(None) is pool.get("p1") and opened == ["family", "p1"]
