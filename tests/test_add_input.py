@@ -97,3 +97,21 @@ def test_a_timestamp_that_is_no_date_and_a_reply_before_its_question_are_refused
     tree.add(ok, timestamp="2024-05-02")
     assert [x.timestamp[:10] for x in tree.exchanges] == ["2024-05-01", "2024-05-02"]
     tree.vdb.close()
+
+
+def test_basic_and_week_iso_dates_are_stored_in_the_extended_form(tmp_path, minilm):
+    """"20231013T100000" and "2023-W41-1" were stored as given: the memory block showed
+    "[20231013T1]", and "What did I do on October 13, 2023?" found nothing (a trial)."""
+    from trace_core import CTree, PromptSynthesizer
+
+    tree = CTree(judge="embedding", embed_fn=minilm)
+    tree.add([{"role": "user", "content": "I repainted the garden shed green."},
+              {"role": "assistant", "content": "Nice."}], timestamp="20231013T100000")
+    tree.add([{"role": "user", "content": "I planted tulips along the fence."},
+              {"role": "assistant", "content": "Lovely."}], timestamp="2023-W41-1")
+    tree.add([{"role": "user", "content": "My cat knocked a vase over."},
+              {"role": "assistant", "content": "Oh no."}], timestamp="2023-10-20T09:00")
+    assert [x.timestamp for x in tree.exchanges] == ["2023-10-13T10:00:00", "2023-10-09T00:00:00", "2023-10-20T09:00"]
+    q = "What did I do on October 13, 2023?"
+    block = PromptSynthesizer(ctree=tree).synthesize_prompt(q, minilm.embed(q), None, [])
+    assert "[2023-10-13]" in block and "repainted the garden shed" in block and "20231013T1" not in block

@@ -45,6 +45,9 @@ def validate_exchange(messages: object) -> list[dict]:
     return out
 
 
+_EXTENDED_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:$|[T ])")  # what dates and date lines read
+
+
 def validate_timestamp(timestamp: object) -> str | None:
     """``add()``'s timestamp: None (now) or an ISO 8601 date and time, as given; else
     ``ValueError`` ("not a date" was stored, and shown to the model as a date line)."""
@@ -56,8 +59,12 @@ def validate_timestamp(timestamp: object) -> str | None:
     from datetime import datetime
 
     try:
-        datetime.fromisoformat(timestamp)
+        parsed = datetime.fromisoformat(timestamp)
     except ValueError:
         raise ValueError(f"timestamp {timestamp[:40]!r} is not an ISO 8601 date and time "
                          "(such as '2024-05-01T10:00:00')") from None
+    if not _EXTENDED_DATE.match(timestamp):
+        # the basic and week forms ("20231013T100000", "2023-W41-1") were stored as given:
+        # shown as "[20231013T1]" and never found by a question naming the day (a trial)
+        return parsed.isoformat()
     return timestamp
