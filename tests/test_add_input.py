@@ -115,3 +115,24 @@ def test_basic_and_week_iso_dates_are_stored_in_the_extended_form(tmp_path, mini
     q = "What did I do on October 13, 2023?"
     block = PromptSynthesizer(ctree=tree).synthesize_prompt(q, minilm.embed(q), None, [])
     assert "[2023-10-13]" in block and "repainted the garden shed" in block and "20231013T1" not in block
+
+
+def test_a_message_vector_of_another_size_is_refused_before_it_is_stored(tmp_path, minilm):
+    """One 3-number vector through VectorDatabase.add_conversation_message was accepted,
+    and every synthesis and search of the session failed from then on, after a reopen
+    too (a trial)."""
+    from trace_core import ConversationVector, PromptSynthesizer
+
+    path = str(tmp_path / "v.db")
+    tree = CTree.open(path, judge="embedding", embed_fn=minilm)
+    tree.add([{"role": "user", "content": "My bike is a green Peugeot."}, {"role": "assistant", "content": "Nice."}])
+    for bad in ([0.1] * 3, [], [[0.1] * 384]):
+        with pytest.raises(ValueError, match="nothing was stored"):
+            tree.vdb.add_conversation_message(ConversationVector("ext-2", 6, "user", "bad", bad,
+                                                                "2024-01-01T00:00:00", "ROOT"))
+    tree.vdb.close()
+    tree = CTree.open(path, judge="embedding", embed_fn=minilm)
+    q = "What bike do I have?"
+    assert "Peugeot" in PromptSynthesizer(ctree=tree).synthesize_prompt(q, minilm.embed(q), None, [])
+    assert tree.vdb.search_conversation(minilm.embed(q), top_k=3)
+    tree.vdb.close()

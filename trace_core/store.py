@@ -260,9 +260,24 @@ class VectorDatabase(TopicSummaries, TreeTables):
 
     # --- conversation vectors -------------------------------------------------------
 
+    def _vector_dim(self) -> int | None:
+        """The dimension this store's message vectors have (None: no vector yet)."""
+        dim = self.get_meta("embed_dim")
+        if dim:
+            return int(dim)
+        row = self.con.execute("SELECT embedding FROM conversation_vectors LIMIT 1").fetchone()
+        return len(_vec(row[0])) if row else None
+
     def add_conversation_message(self, cv: ConversationVector) -> None:
         emb = np.asarray(cv.embedding, dtype=np.float32)
         with self._lock:
+            # checked before anything is written: one vector of another size was stored, and
+            # every search and synthesis of the session failed from then on (a trial)
+            dim = self._vector_dim()
+            if emb.ndim != 1 or emb.size == 0 or (dim is not None and emb.shape[0] != dim):
+                size = "x".join(map(str, emb.shape)) or "0"
+                raise ValueError(f"message {cv.message_id!r}: its vector has shape {size}, this store's vectors "
+                                 f"have {dim} dimensions; nothing was stored")
             old = self.con.execute("SELECT rowid FROM conversation_vectors WHERE message_id=?",
                                    (cv.message_id,)).fetchone()
             if old:  # by rowid, never a scan (the FTS row goes with it: schema 7's triggers)
