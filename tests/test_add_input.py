@@ -136,3 +136,13 @@ def test_a_message_vector_of_another_size_is_refused_before_it_is_stored(tmp_pat
     assert "Peugeot" in PromptSynthesizer(ctree=tree).synthesize_prompt(q, minilm.embed(q), None, [])
     assert tree.vdb.search_conversation(minilm.embed(q), top_k=3)
     tree.vdb.close()
+
+
+@pytest.mark.parametrize("bad", [{"judge": "embeddings"}, {"max_children": 1}])
+def test_open_with_a_bad_argument_makes_no_file(tmp_path, minilm, bad):
+    """CTree.open('new.db', judge='embeddings') raised, and left a 118 KB session file
+    behind (a trial): the arguments are checked first."""
+    path = tmp_path / "new.db"
+    with pytest.raises(ValueError):
+        CTree.open(str(path), embed_fn=minilm, **bad)
+    assert not path.exists() and list(tmp_path.iterdir()) == []

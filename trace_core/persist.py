@@ -357,9 +357,9 @@ def read_json(filepath: str) -> JsonTree:
 def open_session(cls, path: str, read_only: bool, max_children: int = 5, **kwargs):
     """``CTree.open``: the session file (created if missing), its tree restored exactly,
     its stored fan-out bound kept; a refused file keeps no lock."""
+    tree = cls(max_children=max_children, **kwargs)  # bad arguments refused before a file is made
     db = VectorDatabase(path, read_only=read_only)
     try:
-        tree = cls(max_children=max_children, **kwargs)
         if has_tree(db):
             stored_max = stored_max_children(db)
             if stored_max:
