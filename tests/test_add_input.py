@@ -146,3 +146,22 @@ def test_open_with_a_bad_argument_makes_no_file(tmp_path, minilm, bad):
     with pytest.raises(ValueError):
         CTree.open(str(path), embed_fn=minilm, **bad)
     assert not path.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_add_after_close_is_refused_in_words_and_changes_nothing(tmp_path, minilm):
+    """After close(), add() raised sqlite's "Cannot operate on a closed database" and the
+    tree in memory grew by one each time: a later save() exported exchanges never stored
+    (a trial)."""
+    from trace_core import SessionFileError
+
+    path = str(tmp_path / "c.db")
+    tree = CTree.open(path, judge="embedding", embed_fn=minilm)
+    tree.add([{"role": "user", "content": "My bike is a green Peugeot."}, {"role": "assistant", "content": "Nice."}])
+    tree.close()
+    for _ in range(2):
+        with pytest.raises(SessionFileError, match="is closed"):
+            tree.add([{"role": "user", "content": "And a red one."}, {"role": "assistant", "content": "Two."}])
+    assert len(tree.exchange_view()) == 1
+    again = CTree.open(path, judge="embedding", embed_fn=minilm)
+    assert [x.user for x in again.exchanges] == ["My bike is a green Peugeot."]
+    again.close()

@@ -226,7 +226,12 @@ class VectorDatabase(TopicSummaries, TreeTables):
             con = getattr(self, "con", None)
             if con is not None:
                 con.close()
+            self._closed = True
             self._release_writer_lock()
+
+    @property
+    def closed(self) -> bool:
+        return getattr(self, "_closed", False)
 
     # --- meta ---------------------------------------------------------------------
 

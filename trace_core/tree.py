@@ -26,7 +26,7 @@ from .placement import Placer
 from .render import render_tree
 from .reorganize import Reorganizer, UndoLog, undo_reorganize
 from .sentence_index import SentenceIndex
-from .store import ConversationVector, ReadOnlySessionError, VectorDatabase, message_id
+from .store import ConversationVector, ReadOnlySessionError, SessionFileError, VectorDatabase, message_id
 from .summaries import Summaries
 from .textutil import DocumentFrequency
 from .tree_view import TreeReading
@@ -170,6 +170,7 @@ class CTree(TreeReading):
         msgs = validate_exchange(messages)
         timestamp = validate_timestamp(timestamp)
         self._refuse_if_read_only("add an exchange")
+        self._refuse_if_closed()
         started = time.perf_counter()
         ts = timestamp or datetime.now(UTC).isoformat(timespec="seconds")
         by_role = {m["role"]: m["content"] for m in msgs}
@@ -182,6 +183,7 @@ class CTree(TreeReading):
         # the tree pane, the inspector and recall wait for the lock (9 s in a trial)
         decided = self.placer.decide(ctx)
         with self._lock:
+            self._refuse_if_closed()  # closed while the judges decided: nothing placed
             index = len(self.structure.exchanges)
             node = MessageNode(index, msgs, ts)
             if self._vdb is not None and index == 0:
@@ -290,6 +292,13 @@ class CTree(TreeReading):
     def read_only(self) -> bool:
         """Opened with ``read_only=True``: reading and searching only."""
         return self._vdb is not None and self._vdb.read_only
+
+    def _refuse_if_closed(self) -> None:
+        """After close(), add() raised sqlite's "Cannot operate on a closed database" and
+        the tree in memory grew all the same (a trial)."""
+        if self._vdb is not None and self._vdb.closed:
+            raise SessionFileError(self._vdb.path, "is closed (tree.close() or tree.vdb.close()): nothing was "
+                                   "added; CTree.open opens it again")
 
     def _refuse_if_read_only(self, action: str) -> None:
         if self._vdb is not None and self._vdb.read_only:
@@ -431,7 +440,8 @@ class CTree(TreeReading):
             if fn is not None:
                 fn()
         if self._vdb is not None:
-            self._vdb.close()
+            with self._lock:  # an add() writing now finishes first
+                self._vdb.close()
 
     def __enter__(self) -> "CTree":
         return self
