@@ -237,6 +237,24 @@ def test_prune_trivial_leaves_archives_and_restores(tmp_path, minilm):
     assert "you're welcome" in prompt
 
 
+def test_restoring_many_archived_exchanges_keeps_the_fan_out_bound(tmp_path, minilm):
+    """Sixteen short exchanges, eleven archived as trivial, all restored into one topic:
+    one split left 7 and 9 exchanges under a bound of 5 (a trial); the bound holds, on
+    disk too."""
+    talk = [("How do I start a sourdough starter?", "Mix flour and water."), ("ok", "Sure."),
+            ("thanks", "You're welcome."), ("What about marathon training?", "Build mileage slowly."),
+            ("cool", "Yes."), ("nice", "Indeed."), ("Sourdough hydration?", "About 75%."), ("ok thanks", "Welcome."),
+            ("great", "Good."), ("yes", "Right."), ("Marathon taper?", "Two weeks."), ("ok", "Sure."),
+            ("thx", "Welcome."), ("lol", "Ha."), ("hm", "Yes?"), ("ok bye", "Bye.")]
+    tree = build(tmp_path, minilm, talk)
+    res = tree.reorganize(prune_trivial_leaves=True)
+    assert res["pruned"] >= 8
+    assert len(tree.restore_archived()) == res["pruned"]
+    check_invariants(tree)
+    tree.vdb.close()
+    check_invariants(CTree.open(tree.vdb.path, judge="embedding", embed_fn=minilm, read_only=True))
+
+
 def test_undo_restores_the_tree_node_for_node(tmp_path, minilm):
     tree = build(tmp_path, minilm, (BREAD + OTHER[:2] + BREAD2 + OTHER[2:] + TRIVIAL) * 2)
     before = tree.snapshot()
