@@ -165,3 +165,21 @@ def test_add_after_close_is_refused_in_words_and_changes_nothing(tmp_path, minil
     again = CTree.open(path, judge="embedding", embed_fn=minilm)
     assert [x.user for x in again.exchanges] == ["My bike is a green Peugeot."]
     again.close()
+
+
+def test_counts_and_budgets_below_zero_are_refused_in_words(tmp_path, minilm):
+    """search_conversation(top_k=-1) returned all hits but one (a slice), and
+    synthesize_prompt(memory_token_budget=-5) was taken silently (a trial)."""
+    from trace_core import PromptSynthesizer
+
+    tree = CTree.open(str(tmp_path / "k.db"), judge="embedding", embed_fn=minilm)
+    tree.add([{"role": "user", "content": "My bike is a green Peugeot."}, {"role": "assistant", "content": "Nice."}])
+    q = minilm.embed("bike")
+    for call in (lambda: tree.vdb.search_conversation(q, top_k=-1),
+                 lambda: tree.vdb.search_topic_summaries(q, top_k=-1),
+                 lambda: PromptSynthesizer(ctree=tree).synthesize_prompt("bike?", q, None, [], memory_token_budget=-5),
+                 lambda: PromptSynthesizer(ctree=tree).synthesize_prompt("bike?", q, None, [], top_k_docs=-1)):
+        with pytest.raises(ValueError, match="whole number ≥ 0"):
+            call()
+    assert tree.vdb.search_conversation(q, top_k=0) == []
+    tree.close()

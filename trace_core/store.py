@@ -39,7 +39,7 @@ from .errors import (
 from .keywords import SCORED_FROM, MessagePostings
 from .locking import LockBusy, WriterLock
 from .schema import APP_ID, MIGRATIONS, SCHEMA_VERSION, SQLITE_HEADER, inspect_session_file
-from .store_topics import TopicSummaries
+from .store_topics import TopicSummaries, check_top_k
 from .store_tree import TreeTables
 from .textutil import query_terms
 from .vectors import VectorIndex
@@ -347,6 +347,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
 
     def search_conversation(self, query_vector: ArrayLike, top_k: int = 2,
                             min_similarity: float = 0.5) -> list[ConversationVector]:
+        check_top_k(top_k)
         hits = self._conv().search(np.asarray(query_vector, dtype=np.float32), top_k, min_similarity)
         rows = self.get_conversation_messages([h[0] for h in hits])
         out = []

@@ -13,6 +13,11 @@ from .textutil import query_terms
 from .vectors import VectorIndex
 
 
+def check_top_k(top_k: object) -> None:
+    """A result count: -1 returned all hits but one (a slice), silently (a trial)."""
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
+        raise ValueError(f"top_k must be a whole number ≥ 0, not {top_k!r}")
+
 class TopicSummaries:
     """Topic summaries: rows, their vector index, BM25 over names and summaries (the FTS
     rows follow the table by schema 7's triggers)."""
@@ -104,6 +109,7 @@ class TopicSummaries:
 
     def search_topic_summaries(self, query_vector: ArrayLike, top_k: int = 3,
                                min_similarity: float = 0.40) -> list[dict]:
+        check_top_k(top_k)
         hits = self._topics().search(np.asarray(query_vector, dtype=np.float32), top_k, min_similarity)
         if not hits:
             return []

@@ -148,6 +148,10 @@ class PromptSynthesizer:
         if isinstance(extra_context, str):
             extra_context = [extra_context]
         budget = self.params.memory_token_budget if memory_token_budget is None else memory_token_budget
+        for name, value in (("memory_token_budget", budget), ("top_k_docs", top_k_docs),
+                            ("top_k_history", top_k_history)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:  # -5 was taken silently
+                raise ValueError(f"{name} must be a whole number ≥ 0, not {value!r}")
         report = RetrievalReport(query=user_query, memory_token_budget=budget)
         memory = self.memory_block(user_query, query_vector, recent_messages or [], top_k_docs, top_k_history,
                                    min_history_similarity, budget, report, exclude=exclude)
