@@ -305,7 +305,9 @@ class MemoryProxy:
         if upstream.status_code != 200 or not stream:
             try:
                 raw = await upstream.aread()
-            except httpx.HTTPError as exc:
+            except httpx.HTTPError as exc:  # logged as every other outcome is (it was not: a trial)
+                log.warning("session %s: chat 502 in %.2f s: the upstream's answer broke off (%s, not remembered)",
+                            svc.name, time.perf_counter() - started, type(exc).__name__)
                 return _error(502, f"the upstream's answer broke off: {type(exc).__name__}", "upstream_error")
             finally:
                 await upstream.aclose()
