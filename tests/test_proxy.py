@@ -300,6 +300,15 @@ class _BrokenStreams:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if not body.get("stream"):  # a JSON answer cut short: fewer bytes than announced
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", "500")
+                    self.end_headers()
+                    self.wfile.write(b'{"choices": [{"message": {"content": "par')
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
@@ -323,11 +332,18 @@ class _BrokenStreams:
         self.httpd.server_close()
 
 
-def test_streams_cut_short_or_failing_are_not_remembered(data_dir, minilm):
+def test_streams_cut_short_or_failing_are_not_remembered(data_dir, minilm, caplog):
     up = _BrokenStreams()
     try:
         with running_proxy(make_pool(minilm), up.base_url) as url:
             c = client(url)
+            # an answer that is not streamed, cut short: 502, and a log line as for any other
+            # outcome (there was none: a trial)
+            with caplog.at_level(logging.INFO, logger="nexus.proxy"):
+                r = httpx.post(url + "/chat/completions", json={"model": "m", "messages": [
+                    {"role": "user", "content": "cut json"}]})
+            assert r.status_code == 502 and "broke off" in r.text
+            assert any("the upstream's answer broke off" in rec.getMessage() for rec in caplog.records)
             s = c.chat.completions.create(model="m", stream=True, messages=[{"role": "user", "content": "cut"}])
             assert "".join(ch.choices[0].delta.content or "" for ch in s if ch.choices) == "partial answer"
             with pytest.raises(openai.APIError, match="ran out of context"):
