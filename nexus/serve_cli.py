@@ -8,13 +8,14 @@ import sys
 
 
 def port_number(text: str) -> int:
-    """A TCP port, 1-65535 (70000 reached bind() and ended in a traceback: a trial)."""
+    """A TCP port, 0-65535, 0 for any free one (70000 reached bind() and ended in a
+    traceback: a trial)."""
     try:
         port = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is no port number") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is no port: ports run from 1 to 65535")
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is no port: ports run from 1 to 65535 (0: any free one)")
     return port
 
 
