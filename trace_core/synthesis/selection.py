@@ -3,6 +3,7 @@ earlier exchanges a later one updated (newer supersedes older)."""
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Sequence
 
@@ -46,6 +47,8 @@ class Supersessions:
         self.shared_similarity = similarity if shared_similarity is None else min(shared_similarity, similarity)
         self.cues = np.zeros(0, dtype=bool)  # by exchange index: reads as an update
         self._words: list[frozenset[str]] = []  # by exchange index: its subject words
+        self._where: dict[str, list[int]] = {}  # word -> the exchanges that use it, in order
+        self._cue_words: dict[int, frozenset[str]] = {}  # update -> the subject words of its cue messages
 
     def update_cues(self, exchanges: Sequence[MessageNode]) -> np.ndarray:
         """Which exchanges read as updates (a view: new exchanges are read once)."""
@@ -54,18 +57,25 @@ class Supersessions:
             new = [bool(UPDATE_CUES.search(f"{x.user} {x.assistant}")) for x in exchanges[len(self.cues):n]]
             self.cues = np.concatenate([self.cues, np.array(new, dtype=bool)])
         if self.shared_similarity < self.similarity and n > len(self._words):
-            self._words += [subject_words(f"{x.user} {x.assistant}") for x in exchanges[len(self._words):n]]
+            for k in range(len(self._words), n):
+                x = exchanges[k]
+                words_k = subject_words(f"{x.user} {x.assistant}")
+                self._words.append(words_k)
+                for w in words_k:
+                    self._where.setdefault(w, []).append(k)
         return self.cues[:n]
 
-    def _shares_a_subject(self, old: MessageNode, update: int, cue_text: str) -> bool:
+    def _shares_a_subject(self, old: MessageNode, update: MessageNode) -> bool:
         """The correction names a word of the older exchange that few exchanges used up to
         it (the speakers' names, in a transcript, are in every one). Counted up to the
         correction, not to now: asking about the deadline since must not undo it (a trial)."""
-        shared = subject_words(cue_text) & self._words[old.index]
-        if not shared:
-            return False
-        rare = max(3, (update + 1) // 20)
-        return any(sum(w in self._words[k] for k in range(update + 1)) <= rare for w in shared)
+        j = update.index
+        cue = self._cue_words.get(j)
+        if cue is None:
+            cue = self._cue_words[j] = subject_words(" ".join(
+                m.get("content") or "" for m in update.messages if UPDATE_CUES.search(m.get("content") or "")))
+        rare = max(3, (j + 1) // 20)
+        return any(bisect.bisect_right(self._where[w], j) <= rare for w in cue & self._words[old.index])
 
     def find(self, candidates: list[int], exchanges: Sequence[MessageNode],
              vector_of: Callable[[int], np.ndarray], updates: set[int] | None = None,
@@ -97,9 +107,7 @@ class Supersessions:
         if self.shared_similarity < self.similarity:  # closer pairs that share a subject word
             for a, b in zip(*np.nonzero(later & (sims >= self.shared_similarity) & (sims < self.similarity))):
                 j = upd[int(b)]
-                cue_text = " ".join(m.get("content") or "" for m in exchanges[j].messages
-                                    if UPDATE_CUES.search(m.get("content") or ""))
-                if self._shares_a_subject(exchanges[olds[int(a)]], j, cue_text):
+                if self._shares_a_subject(exchanges[olds[int(a)]], exchanges[j]):
                     newer.setdefault(olds[int(a)], []).append(j)
         return newer
 
