@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import prompts
+from .abandon import Abandoned, call_abandonable
 from .jsonparse import described
 from .llm import JSONLLM, LLMError
 from .textutil import DocumentFrequency, clean_name, exchange_sides, extractive_name, extractive_summary
@@ -364,26 +365,10 @@ class Judges:
         then ``LLMError`` at once and the caller falls back to the embedding judge. An app
         closing stored nothing while add() waited up to the LLM's timeout (30 s) for a
         placement; the process ended first, and the reply was lost (a trial)."""
-        if self.given_up.is_set():
-            raise LLMError(self.GIVEN_UP)
-        done = threading.Event()
-        box: dict = {}
-
-        def run() -> None:
-            try:
-                box["value"] = call()
-            except BaseException as exc:  # handed to the caller as it is
-                box["error"] = exc
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name="llm-judge", daemon=True).start()
-        while not done.wait(0.05):
-            if self.given_up.is_set():
-                raise LLMError(self.GIVEN_UP)  # the request runs on and its answer is dropped
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
+        try:  # a given-up request runs on, and its answer is dropped
+            return call_abandonable(call, give_up=self.given_up.is_set, name="llm-judge")
+        except Abandoned:
+            raise LLMError(self.GIVEN_UP) from None
 
     @property
     def uses_llm(self) -> bool:
