@@ -210,7 +210,7 @@ def export_refusal(target: Path, session: Path) -> str | None:
     except OSError as exc:
         return f"{target} cannot be used ({exc})"
     own = [*files_of(session), log_path(session), Path(f"{session}.lock")]
-    if resolved in {f.resolve() for f in own} or _inode(resolved) in {_inode(f) for f in own} - {None}:
+    if resolved in {f.resolve() for f in own} or file_id(resolved) in {file_id(f) for f in own} - {None}:
         return f"{target} is a file of the open session; writing onto it would destroy the session"
     try:
         folder = sessions_dir().resolve()
@@ -220,7 +220,7 @@ def export_refusal(target: Path, session: Path) -> str | None:
         if not resolved.exists():
             return f"{target} has the name of a session's file in Nexus's sessions folder; an export is never written there"
         return f"{target} is a session's file in Nexus's sessions folder; writing onto it would destroy that session"
-    if folder is not None and _inode(resolved) in _inodes_of_sessions(folder):
+    if folder is not None and file_id(resolved) in _inodes_of_sessions(folder):
         # a hard link: another name for a session's file (its -shm holds no magic to see)
         return f"{target} is another name (a hard link) for a session's file; writing onto it would destroy that session"
     try:
@@ -239,8 +239,9 @@ def export_refusal(target: Path, session: Path) -> str | None:
     return None
 
 
-def _inode(path: Path) -> tuple[int, int] | None:
-    """The (device, inode) pair naming the file itself, whatever name reaches it."""
+def file_id(path: Path) -> tuple[int, int] | None:
+    """The (device, inode) pair naming the file itself, whatever name reaches it (a rename
+    keeps it, a new file of the same name has another)."""
     try:
         st = path.stat()
     except OSError:
@@ -248,22 +249,17 @@ def _inode(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
-def file_id(path: Path) -> tuple[int, int] | None:
-    """What names the session file itself (a rename keeps it, a new file has another)."""
-    return _inode(path)
-
-
 def where_now(session: Path, ident: tuple[int, int] | None) -> Path | None:
     """Where the session file opened as ``ident`` is now: at ``session`` still, under
     another name in its folder (renamed by another Nexus), or None (deleted, or replaced
     by another file of the same name)."""
-    if ident is None or _inode(session) == ident:
+    if ident is None or file_id(session) == ident:
         return session
     try:
         names = [p for p in session.parent.iterdir() if p.suffix == ".db"]
     except OSError:
         return None
-    return next((p for p in names if _inode(p) == ident), None)
+    return next((p for p in names if file_id(p) == ident), None)
 
 
 def _inodes_of_sessions(folder: Path) -> set[tuple[int, int]]:
@@ -271,7 +267,7 @@ def _inodes_of_sessions(folder: Path) -> set[tuple[int, int]]:
         names = [p for p in folder.iterdir() if p.name.endswith(SESSION_FILE_ENDINGS)]
     except OSError:
         return set()
-    return {i for i in map(_inode, names) if i is not None}
+    return {i for i in map(file_id, names) if i is not None}
 
 
 def replaced_file(target: Path, own_kind: bytes) -> int | None:
