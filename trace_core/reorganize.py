@@ -286,6 +286,9 @@ class Reorganizer:
             approved.append((older, newer, sim, judge, why))
             into[newer.node_id] = older
         self.emit(ev.ReorganizeProgress("judged", len(pairs), len(pairs)))
+        if self._stop():  # asked while the last pair was judged (a given-up LLM answers at once)
+            res.cancelled = True
+            return 0
         return self._apply(approved, find, res, state)
 
     def _apply(self, approved, find, res: ReorganizeResult, state: _RunState) -> int:
