@@ -17,10 +17,11 @@ class LongTasks:
     """NexusApp's long commands: one progress line each, Esc cancels, sessions wait for them."""
 
     def stop_check(self):
-        """(worker thread) A test for "stop now": Esc (``cancel_long``) or the app exiting
-        (Textual cancels every worker on exit; a running thread would hold the exit)."""
+        """(worker thread) A test for "stop now": Esc (``cancel_long``) or the app leaving
+        (Textual cancels every worker on exit, later: a /reorganize whose LLM veto was
+        given up at /quit went on by embeddings and merged meanwhile, in CI)."""
         worker = get_current_worker()
-        return lambda: worker.is_cancelled or self.cancel_long.is_set()
+        return lambda: worker.is_cancelled or self.cancel_long.is_set() or self._leaving
 
     def quit_check(self):
         """(worker thread) A test for "Nexus is closing" (/quit, Ctrl+Q, a signal, the app
