@@ -20,7 +20,7 @@ from textual.widgets import Collapsible, Markdown, RichLog, Static, TextArea
 from trace_core.textutil import marks, without_marks
 
 from .completion import Completer
-from .keys import PROMPT_KEYS, key_for
+from .keys import PROMPT_KEYS
 from .prompt_history import PromptHistory
 from .scrolling import scroll_a_page
 from .text import cluster_start, safe, visible_markdown
@@ -345,20 +345,19 @@ class PromptInput(TextArea):
         return self.prompts.unsent(self.text)
 
     async def _on_key(self, event: events.Key) -> None:
-        # Handled here, in key order: a binding runs only after the event has bubbled up to
-        # the app, so fast typing after Ctrl+J (or a terminal's burst) would land first.
-        keymap = getattr(self.app, "keymap", None)
-        action = None
+        # Every key of the editor is handled here, in key order: a binding runs only after
+        # its key has bubbled up to the app, and the keys behind it were typed first (Ctrl+U
+        # then "/quit" in one burst deleted "/q" and sent "uit"; Backspace took the wrong letter)
         if event.key == "enter":  # TextArea would insert a newline
-            action = self.action_submit
-        elif event.key in key_for("newline", keymap).split(","):
-            action = self.action_newline
-        elif event.key in key_for("complete", keymap).split(","):
-            action = self.action_complete
+            event.stop()
+            event.prevent_default()
+            self.action_submit()
+            return
+        action = self._own_binding(event.key)
         if action is not None:
             event.stop()
             event.prevent_default()
-            action()
+            await self.run_action(action)
         elif is_format_character(event.character) and not self.read_only:
             # TextArea types only what ``str.isprintable`` passes, and it fails the joiners
             # (U+200C/U+200D) of Persian words and emoji sequences (trial: typed "می‌خواهم"
@@ -367,6 +366,18 @@ class PromptInput(TextArea):
             event.prevent_default()
             start, end = self.selection
             self._replace_via_keyboard(event.character, start, end)
+
+    def _own_binding(self, key: str) -> str | None:
+        """The action this editor binds ``key`` to, the user's keymap applied (the app's
+        priority keys never reach it)."""
+        bindings = self._bindings.copy()
+        keymap = getattr(self.app, "keymap", None)  # validated at start, as Textual was given it
+        if keymap:
+            bindings.apply_keymap(keymap)
+        for binding in bindings.key_to_bindings.get(key, ()):
+            if not binding.priority:
+                return binding.action
+        return None
 
     def action_delete_left(self) -> None:
         """Backspace takes the character the user sees: an emoji of joined parts, a flag,

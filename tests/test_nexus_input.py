@@ -1186,3 +1186,29 @@ async def test_an_unanswered_edit_still_replaces_its_exchange_after_a_restart(se
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: app.session.tree.exchanges[-1].user == "My cat is Miso.")
         assert [x.user for x in app.session.tree.exchanges] == ["My dog is Rex.", "My cat is Miso."]
+
+
+async def test_editing_keys_in_a_burst_act_in_the_order_typed(server, tmp_path, minilm, data_dir):
+    """Ctrl+U then "/quit", arriving together (a loaded machine, a fast typist): the
+    editor's own bindings ran only after the key had bubbled up to the app, so "/q" was
+    typed first and Ctrl+U took it with the draft; "uit" was sent (CI, a real terminal)."""
+    from nexus.widgets import PromptInput
+
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        prompt.value = "and a draft"
+        burst = [events.Key("ctrl+u", "\x15"), *(events.Key("slash" if c == "/" else c, c) for c in "/quit")]
+        burst += [events.Key("ctrl+w", "\x17"), *(events.Key(c, c) for c in "help")]
+        for key in burst:  # all queued before the first is read, as the driver does
+            app.post_message(key)
+        await pilot.pause(0.3)
+        assert prompt.value == "/help"
+        # Backspace and the arrows are the editor's bindings too ("ab⌫c" was "bc" or "ac")
+        prompt.value = ""
+        for key in [events.Key("a", "a"), events.Key("b", "b"), events.Key("backspace", "\x7f"),
+                    events.Key("c", "c"), events.Key("left", None), events.Key("x", "x")]:
+            app.post_message(key)
+        await pilot.pause(0.3)
+        assert prompt.value == "axc"
