@@ -80,7 +80,10 @@ def take_the_terminal():
     Enter typed during the imports stays Enter, and ECHO is off: the keys are the app's,
     not the shell screen's (they stayed there after a quit, the prompt glued to them). The
     undo restores the terminal as it was. IXON is off too: with it on, the terminal takes
-    a Ctrl+Q typed during the imports as flow control, and the app never saw the quit."""
+    a Ctrl+Q typed during the imports as flow control, and the app never saw the quit. And
+    ICANON: the terminal's own line editing took a Backspace typed during the imports, and
+    it could not erase what was read here (the emoji before it stayed); raw, the editor
+    gets it and applies it to the whole draft."""
     try:
         import termios
     except ImportError:  # not a POSIX terminal
@@ -90,9 +93,10 @@ def take_the_terminal():
         if not sys.stdin.isatty():
             return "", lambda: None
         before = termios.tcgetattr(fd)
-        now = [before[0] & ~(termios.ICRNL | termios.IXON), before[1], before[2], before[3] & ~termios.ECHO, *before[4:6],
-               list(before[6])]
-        peek = [*now[:3], now[3] & ~termios.ICANON, *now[4:6], list(now[6])]  # an unended line is readable too
+        now = [before[0] & ~(termios.ICRNL | termios.IXON), before[1], before[2],
+               before[3] & ~(termios.ECHO | termios.ICANON), *before[4:6], list(before[6])]
+        now[6][termios.VMIN], now[6][termios.VTIME] = 1, 0
+        peek = [*now[:6], list(now[6])]  # an unended line is readable too
         peek[6][termios.VMIN], peek[6][termios.VTIME] = 0, 0
         termios.tcsetattr(fd, termios.TCSANOW, peek)
         typed = b""

@@ -158,3 +158,39 @@ def test_keys_typed_during_start_are_not_glued_to_the_saved_draft(tmp_path):
             time.sleep(1)
         finally:
             tmux("kill-session", "-t", name)
+
+
+def test_backspace_typed_during_start_edits_the_text_typed_before_it(tmp_path):
+    """Backspace typed while Python imported: the terminal's own line editing took it, and
+    it could erase nothing read before (the emoji before it stayed in the draft, a trial).
+    The keys wait raw now, and the editor applies them to the whole draft."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    with ScriptedServer() as srv:
+        srv.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                    else Reply("Hello to you."))
+        name = f"nexus-early-bs-{os.getpid()}"
+        launch(tmp_path, srv, name, before="&& sleep 0.5 ")
+        try:
+            tmux("send-keys", "-t", name, "-l", "kept word\U0001f408\u200d\u2b1b")  # the shell sleeps
+            # an "x" a time until one is not echoed: the type-ahead has been read (echo off)
+            sent, end = 0, time.time() + 10
+            while True:
+                assert time.time() < end, "the type-ahead was never read:\n" + screen(name)
+                tmux("send-keys", "-t", name, "-l", "x")
+                sent += 1
+                time.sleep(0.1)
+                if screen(name).count("x") < sent:
+                    break
+            assert "Message, or /help" not in screen(name), "typed too late to test anything"
+            tmux("send-keys", "-t", name, *["BSpace"] * (sent + 1))
+            wait_screen(name, "embedder ready", 120)
+            time.sleep(0.5)
+            box = input_box(name)
+            assert "kept word" in box and "x" not in box and "\U0001f408" not in box, box
+            tmux("send-keys", "-t", name, "C-u")
+            tmux("send-keys", "-t", name, "-l", "/quit")
+            tmux("send-keys", "-t", name, "Enter")
+            time.sleep(1)
+        finally:
+            tmux("kill-session", "-t", name)

@@ -1,5 +1,5 @@
 """Keys typed before Nexus ran: lines ended by Enter are messages, the rest is a draft;
-escape sequences and control characters typed into no app edit nothing."""
+Backspace erases; escape sequences and other control characters typed into no app edit nothing."""
 
 from __future__ import annotations
 
@@ -16,4 +16,11 @@ def test_carriage_returns_blank_lines_and_escapes():
     assert typeahead_lines("a\r\n\n  \nb\r") == (["a", "b"], "")
     # an arrow key, a terminal's colour reply and a bell typed before the app ran
     assert typeahead_lines("he\x1b[Allo\x1b]11;rgb:0000/0000/0000\x07\x07 you\n") == (["hello you"], "")
-    assert typeahead_lines("tab\tkept\x7f\n") == (["tab\tkept"], "")
+    assert typeahead_lines("tab\tkept\x00\n") == (["tab\tkept"], "")
+
+
+def test_backspace_erases_what_the_user_sees_before_it():
+    """It was dropped: "kept⌫" stayed "kept", and an emoji before it stayed whole."""
+    assert typeahead_lines("tab\tkept\x7f\n") == (["tab\tkep"], "")
+    assert typeahead_lines("cat \U0001f408\u200d\u2b1b\x7f\x08dog") == ([], "catdog")
+    assert typeahead_lines("\x7fno\nx\x7f\x7fy") == (["no"], "y")  # nothing before it: nothing to erase
