@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 
 def _where_line() -> str:
@@ -59,18 +60,22 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name + ':':<9} {path}")
         return 0
     typed, restore_terminal = take_the_terminal()
+    code = None
     try:
         code = _run(args, typed)
     finally:
-        restore_terminal()
-        wipe_echo(typed)
+        unread = restore_terminal()
+        if code is not None:
+            wipe_echo(typed)
+        else:  # it did not start: what was typed for it is said, kept on screen, not sent
+            say_unsent(typed + unread)
     if code is None:
         return 2
     _exit_now(code)
     return code  # not reached
 
 
-def take_the_terminal():
+def take_the_terminal() -> tuple[str, Callable[[], str]]:
     """What the user typed before Nexus ran, and the undo of what this changes.
 
     Until the app reads the terminal (a second or more of imports), keys wait in the
@@ -87,11 +92,11 @@ def take_the_terminal():
     try:
         import termios
     except ImportError:  # not a POSIX terminal
-        return "", lambda: None
+        return "", lambda: ""
     try:
         fd = sys.stdin.fileno()
         if not sys.stdin.isatty():
-            return "", lambda: None
+            return "", lambda: ""
         before = termios.tcgetattr(fd)
         now = [before[0] & ~(termios.ICRNL | termios.IXON), before[1], before[2],
                before[3] & ~(termios.ECHO | termios.ICANON), *before[4:6], list(before[6])]
@@ -99,24 +104,51 @@ def take_the_terminal():
         peek = [*now[:6], list(now[6])]  # an unended line is readable too
         peek[6][termios.VMIN], peek[6][termios.VTIME] = 0, 0
         termios.tcsetattr(fd, termios.TCSANOW, peek)
-        typed = b""
         try:
-            import os
-
-            while chunk := os.read(fd, 4096):
-                typed += chunk
+            typed = read_pending(fd)
         finally:
             termios.tcsetattr(fd, termios.TCSANOW, now)
     except (OSError, ValueError, termios.error):
-        return "", lambda: None
+        return "", lambda: ""
 
-    def restore() -> None:
+    def restore() -> str:
+        """The terminal as it was; returns the keys typed for Nexus that it never read (it
+        did not start, or was leaving). They are read off here, not left for the shell,
+        which ran them as a command ("echo hi" and Enter typed while a bad setting stopped
+        Nexus)."""
+        unread = b""
         try:
-            termios.tcsetattr(fd, termios.TCSANOW, before)
+            termios.tcsetattr(fd, termios.TCSANOW, peek)
+            unread = read_pending(fd)
         except (OSError, termios.error):  # the terminal is gone
             pass
+        try:
+            termios.tcsetattr(fd, termios.TCSANOW, before)
+        except (OSError, termios.error):
+            pass
+        return unread.decode("utf-8", "replace")
 
     return typed.decode("utf-8", "replace"), restore
+
+
+def read_pending(fd: int) -> bytes:
+    """What waits to be read on ``fd`` (in a mode where a read does not wait)."""
+    import os
+
+    out = b""
+    while chunk := os.read(fd, 4096):
+        out += chunk
+    return out
+
+
+def say_unsent(typed: str) -> None:
+    """Nexus did not start: the messages typed for it are said as not sent, to copy."""
+    from .typeahead import typeahead_lines
+
+    lines, rest = typeahead_lines(typed)
+    text = "\n".join(lines + ([rest] if rest.strip() else []))
+    if text:
+        print(f"nexus: not sent, as Nexus did not start:\n{text}", file=sys.stderr)
 
 
 def wipe_echo(typed: str) -> None:

@@ -194,3 +194,41 @@ def test_backspace_typed_during_start_edits_the_text_typed_before_it(tmp_path):
             time.sleep(1)
         finally:
             tmux("kill-session", "-t", name)
+
+
+def test_keys_typed_for_a_nexus_that_did_not_start_are_not_run_by_the_shell(tmp_path):
+    """A bad setting stopped Nexus after the user had typed a message and Enter: the shell
+    got the keys and ran them as a command. They are read off and said as not sent."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    (tmp_path / "cfg" / "nexus").mkdir(parents=True)
+    config = tmp_path / "cfg" / "nexus" / "nexus.toml"
+    os.mkfifo(config)  # Nexus waits at reading its settings until the test writes them
+    ran = tmp_path / "ran"
+    name = f"nexus-early-fail-{os.getpid()}"
+    tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", "bash --norc --noprofile")
+    try:
+        time.sleep(0.5)
+        command = nexus_command(tmp_path, "http://127.0.0.1:9/v1", tmp_path / "s.db")
+        tmux("send-keys", "-t", name, "-l", f"cd {ROOT} && {command}")
+        tmux("send-keys", "-t", name, "Enter")
+        # a space a time until one is not echoed (the cursor stays): Nexus has the terminal
+        end = time.time() + 30
+        while True:
+            assert time.time() < end, "Nexus never took the terminal:\n" + screen(name)
+            x = tmux("display-message", "-p", "-t", name, "#{cursor_x}")
+            tmux("send-keys", "-t", name, "-l", " ")
+            time.sleep(0.2)
+            if tmux("display-message", "-p", "-t", name, "#{cursor_x}") == x:
+                break
+        tmux("send-keys", "-t", name, "-l", f"touch {ran}")
+        tmux("send-keys", "-t", name, "Enter")
+        time.sleep(0.3)
+        with open(config, "w") as fh:  # now the bad setting: Nexus stops
+            fh.write("[[[\n")
+        wait_screen(name, "not sent, as Nexus did not start", 30)
+        time.sleep(1)
+        assert f"touch {ran}" in screen(name)
+        assert not ran.exists(), "the shell ran what was typed for Nexus"
+    finally:
+        tmux("kill-session", "-t", name)
