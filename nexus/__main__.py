@@ -64,10 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = _run(args, typed)
     finally:
-        unread = restore_terminal()
+        # keys typed after a quit are the shell's (typed ahead for it); those typed for a
+        # Nexus that did not start are not: they are said, kept on screen, not sent
+        unread = restore_terminal(code is None)
         if code is not None:
             wipe_echo(typed)
-        else:  # it did not start: what was typed for it is said, kept on screen, not sent
+        else:
             say_unsent(typed + unread)
     if code is None:
         return 2
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     return code  # not reached
 
 
-def take_the_terminal() -> tuple[str, Callable[[], str]]:
+def take_the_terminal() -> tuple[str, Callable[[bool], str]]:
     """What the user typed before Nexus ran, and the undo of what this changes.
 
     Until the app reads the terminal (a second or more of imports), keys wait in the
@@ -92,11 +94,11 @@ def take_the_terminal() -> tuple[str, Callable[[], str]]:
     try:
         import termios
     except ImportError:  # not a POSIX terminal
-        return "", lambda: ""
+        return "", lambda read_off=False: ""
     try:
         fd = sys.stdin.fileno()
         if not sys.stdin.isatty():
-            return "", lambda: ""
+            return "", lambda read_off=False: ""
         before = termios.tcgetattr(fd)
         now = [before[0] & ~(termios.ICRNL | termios.IXON), before[1], before[2],
                before[3] & ~(termios.ECHO | termios.ICANON), *before[4:6], list(before[6])]
@@ -109,17 +111,17 @@ def take_the_terminal() -> tuple[str, Callable[[], str]]:
         finally:
             termios.tcsetattr(fd, termios.TCSANOW, now)
     except (OSError, ValueError, termios.error):
-        return "", lambda: ""
+        return "", lambda read_off=False: ""
 
-    def restore() -> str:
-        """The terminal as it was; returns the keys typed for Nexus that it never read (it
-        did not start, or was leaving). They are read off here, not left for the shell,
-        which ran them as a command ("echo hi" and Enter typed while a bad setting stopped
-        Nexus)."""
+    def restore(read_off: bool = False) -> str:
+        """The terminal as it was. ``read_off``: the keys not read yet are read off and
+        returned, not left for the shell, which ran them as a command ("touch x" and Enter
+        typed while a bad setting stopped Nexus)."""
         unread = b""
         try:
-            termios.tcsetattr(fd, termios.TCSANOW, peek)
-            unread = read_pending(fd)
+            if read_off:
+                termios.tcsetattr(fd, termios.TCSANOW, peek)
+                unread = read_pending(fd)
         except (OSError, termios.error):  # the terminal is gone
             pass
         try:
