@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     code = None
     try:
         code = _run(args, typed)
+    except KeyboardInterrupt:  # Ctrl+C before the app had the keys: no traceback of the imports
+        print("nexus: stopped with Ctrl+C before it started.", file=sys.stderr)
+        return 130
     finally:
         # keys typed after a quit are the shell's (typed ahead for it); those typed for a
         # Nexus that did not start are not: they are said, kept on screen, not sent

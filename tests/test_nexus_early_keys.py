@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import subprocess
 import time
 from pathlib import Path
 
@@ -230,5 +231,34 @@ def test_keys_typed_for_a_nexus_that_did_not_start_are_not_run_by_the_shell(tmp_
         time.sleep(1)
         assert f"touch {ran}" in screen(name)
         assert not ran.exists(), "the shell ran what was typed for Nexus"
+    finally:
+        tmux("kill-session", "-t", name)
+
+
+def test_ctrl_c_before_the_first_screen_stops_without_a_traceback(tmp_path):
+    """Ctrl+C while Nexus started printed a screenful of the imports' traceback."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    (tmp_path / "cfg" / "nexus").mkdir(parents=True)
+    os.mkfifo(tmp_path / "cfg" / "nexus" / "nexus.toml")  # Nexus waits at reading its settings
+    name = f"nexus-early-cc-{os.getpid()}"
+    command = nexus_command(tmp_path, "http://127.0.0.1:9/v1", tmp_path / "s.db")
+    tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40",
+         f"cd {ROOT} && {command}; echo EXIT=$? > {tmp_path / 'exit.txt'}; sleep 60")
+    try:
+        end = time.time() + 30
+        while "nexus" not in subprocess.run(["pgrep", "-af", str(tmp_path)], capture_output=True,
+                                            text=True).stdout:
+            assert time.time() < end, "Nexus did not start"
+            time.sleep(0.1)
+        time.sleep(1.5)  # at the settings now (or on the way: a Ctrl+C anywhere must read alike)
+        tmux("send-keys", "-t", name, "C-c")
+        end = time.time() + 30
+        while not (tmp_path / "exit.txt").exists():
+            assert time.time() < end, "Ctrl+C did not stop it:\n" + screen(name)
+            time.sleep(0.2)
+        shown = screen(name)
+        assert "stopped with Ctrl+C before it started" in shown and "Traceback" not in shown, shown
+        assert (tmp_path / "exit.txt").read_text().strip() == "EXIT=130"
     finally:
         tmux("kill-session", "-t", name)
