@@ -43,6 +43,9 @@ class Replies:
         text = event.value
         if not text.strip():
             return
+        if self._leaving:  # Enter just before Ctrl+Q, both in one burst: the quit ran first
+            self.keep_while_leaving(text)
+            return
         self.follow_chat()  # what is sent, and its answer, are in sight
         self.uncover_chat()
         editing, self.editing = self.editing, None
@@ -450,10 +453,14 @@ class Replies:
         shown again and sent with Ctrl+R when the session reopens (beside the file, while
         the session was still opening: ``nexus.parked``). Not an exchange: a message
         nobody answered is not memory, and filing it could ask the memory model."""
-        texts = [item.text for item in items if not item.command]  # a command not run yet is not a message
+        return Replies.keep_texts(session, path, [item.text for item in items if not item.command])
+
+    @staticmethod
+    def keep_texts(session: ChatSession | None, path: Path, texts: list[str]) -> int:
+        """``store_unsent`` of these texts (a command not run yet is no message: left out)."""
         if not texts:
             return 0
-        if session is None or session.tree is None:
+        if session is None or session.tree is None or session.tree.vdb.closed:
             if not parked.park(path, texts):
                 return 0
             if path == sessions.no_session_path():
@@ -465,6 +472,17 @@ class Replies:
             return len(texts)
         session.keep_unsent(texts)
         return len(texts)
+
+    def keep_while_leaving(self, text: str) -> None:
+        """A message that reached the app as it left (it was mounted on a chat that was
+        going: a crash, and the message lost). Kept unanswered for Ctrl+R at the next
+        start, not shown; a command is not run."""
+        if text.strip().startswith("/"):
+            message = C.as_message(text)
+            if message is None:
+                return
+            text = message
+        self.keep_texts(self.session, self.session_path, [text])
 
     def show_unsent(self, texts: list[str]) -> None:
         """(UI thread, on open) Messages the session kept unsent: shown under the history."""

@@ -1212,3 +1212,25 @@ async def test_editing_keys_in_a_burst_act_in_the_order_typed(server, tmp_path, 
             app.post_message(key)
         await pilot.pause(0.3)
         assert prompt.value == "axc"
+
+
+async def test_enter_then_ctrl_q_at_once_keeps_the_message(server, tmp_path, minilm, data_dir):
+    """Enter and Ctrl+Q in one burst (keys piled up while Nexus started): the quit ran
+    first, the message reached the app as it went and crashed it (MountError, exit 1),
+    and the message was lost. It is kept unanswered, for Ctrl+R at the next start."""
+    import sqlite3
+
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        app.query_one("#prompt", PromptInput).value = "keep me please"
+        app.post_message(events.Key("enter", "\r"))
+        app.post_message(events.Key("ctrl+q", "\x11"))
+        await wait_for(pilot, lambda: not app.is_running, 20)
+    assert app.return_code == 0
+    con = sqlite3.connect(tmp_path / "s.db")
+    try:
+        unsent = con.execute("SELECT value FROM meta WHERE key='nexus.unsent'").fetchone()
+    finally:
+        con.close()
+    assert unsent is not None and json.loads(unsent[0]) == ["keep me please"]
