@@ -122,6 +122,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.drafts = DraftStore()  # the input's unsent text, across restarts
         self._draft_timer = None
         self._draft_warned = False
+        self._draft_restored = False  # the saved draft is in the input (or one ↑ away) once this is set
         self.scenarios = ScenarioController(self)  # /scenario runs in a scratch session
 
     # --- layout ------------------------------------------------------------------------

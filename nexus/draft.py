@@ -135,6 +135,7 @@ class Drafts:
     def restore_draft(self) -> None:
         """(on mount, after the type-ahead) The draft goes back in the input; when the user
         has already typed something else there, it waits one ↑ away instead."""
+        self._draft_restored = True
         text = self.drafts.load()
         if not text:
             return
@@ -163,6 +164,11 @@ class Drafts:
             text = self.query_one("#prompt").draft
         except NoMatches:  # the widgets are gone (unmounting): the last save stands
             return
+        if not self._draft_restored:  # a way out before the saved draft was put back: it stays,
+            # with what was typed before it (the empty input was saved over it: a trial)
+            old = self.drafts.load()
+            if old.strip() and old.strip() != text.strip():
+                text = f"{old.rstrip()}\n\n{text}" if text.strip() else old
         if not self.drafts.save(text) and not self._draft_warned:
             self._draft_warned = True
             self.log_line(f"the unsent text could not be kept in {self.drafts.path}", "warning")

@@ -149,6 +149,7 @@ class Lifecycle:
                              "first (at most 15 s)…")
         await self.settle_reply_async()
         await asyncio.to_thread(self.store_unsent, *self.take_outbox())
+        self.save_draft()  # again: keys typed just before Ctrl+Q reached the input since
         if self.handle_signals:  # the real process (not a test's app): its end is bounded
             guard_exit(code, self.close_on_signal)
         self.exit(return_code=code)

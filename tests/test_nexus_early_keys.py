@@ -262,3 +262,31 @@ def test_ctrl_c_before_the_first_screen_stops_without_a_traceback(tmp_path):
         assert (tmp_path / "exit.txt").read_text().strip() == "EXIT=130"
     finally:
         tmux("kill-session", "-t", name)
+
+
+def test_ctrl_q_before_the_first_screen_keeps_the_saved_draft(tmp_path):
+    """Ctrl+Q before the saved draft was put back in the input saved the empty input over
+    it: the draft was deleted, and what was typed before the quit with it (a trial)."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    (tmp_path / "data").mkdir()
+    draft = tmp_path / "data" / "draft.txt"
+    draft.write_text("OLD DRAFT", encoding="utf-8")
+    with ScriptedServer() as srv:
+        srv.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                    else Reply("Hello to you."))
+        name = f"nexus-early-draft-{os.getpid()}"
+        launch(tmp_path, srv, name, after=f"; echo done > {tmp_path / 'exited.txt'}")
+        try:
+            time.sleep(0.25)  # Python runs: the type-ahead is read; Textual is not imported yet
+            tmux("send-keys", "-t", name, "-l", "NEW")
+            tmux("send-keys", "-t", name, "C-q")
+            assert "Message, or /help" not in screen(name), "pressed too late to test anything"
+            end = time.time() + 60
+            while not (tmp_path / "exited.txt").exists():
+                assert time.time() < end, "Ctrl+Q did not quit:\n" + screen(name)
+                time.sleep(0.2)
+        finally:
+            tmux("kill-session", "-t", name)
+    kept = draft.read_text(encoding="utf-8") if draft.exists() else ""
+    assert "OLD DRAFT" in kept and "NEW" in kept, kept
