@@ -78,10 +78,20 @@ class PromptHistory:
         except OSError:
             return False
 
+    def _edited(self, shown: str) -> None:
+        """A recalled prompt the user has changed is their draft now: the walk starts
+        again from it (↓ had thrown the new text away, for the draft before ↑: a trial)."""
+        if self._pos is not None and self._pos < len(self.items) and self.items[self._pos] != shown:
+            if self._draft.strip() and self._draft not in self.items:  # the draft before ↑: ↑ finds it
+                self.items.append(self._draft)  # (in this run: it was never sent)
+            self._pos = None
+            self._draft = shown
+
     def previous(self, draft: str) -> str | None:
-        """The prompt before the current one (None at the oldest)."""
+        """The prompt before the current one (None at the oldest); ``draft`` is the input's text."""
         if not self.items:
             return None
+        self._edited(draft)
         if self._pos is None:
             self._draft = draft
             self._pos = len(self.items)
@@ -90,8 +100,10 @@ class PromptHistory:
         self._pos -= 1
         return self.items[self._pos]
 
-    def following(self) -> str | None:
-        """The next newer prompt, then the draft; None when not walking."""
+    def following(self, shown: str) -> str | None:
+        """The next newer prompt, then the draft; None when not walking (``shown``: the
+        input's text; changed, it is the draft, and nothing is newer)."""
+        self._edited(shown)
         if self._pos is None:
             return None
         self._pos += 1

@@ -415,8 +415,14 @@ class PromptInput(TextArea):
         # TextArea's own handler inserts the text (Textual calls each class's in turn)
         self.call_after_refresh(self.scroll_cursor_visible)
 
+    def _cursor_row(self) -> int:
+        """The screen row of the cursor in the text, lines wrapped."""
+        return self.wrapped_document.location_to_offset(self.cursor_location).y
+
+    # ↑/↓ recall prompts from the first or last row on screen, not of the line: on a line
+    # wrapped over rows, ↑ replaced the sentence being typed by an earlier prompt (a trial)
     def action_cursor_up(self, select: bool = False) -> None:
-        if not select and self.cursor_at_first_line:
+        if not select and self._cursor_row() == 0:
             earlier = self.prompts.previous(self.text)
             if earlier is not None:
                 self.value = earlier
@@ -424,8 +430,8 @@ class PromptInput(TextArea):
         super().action_cursor_up(select)
 
     def action_cursor_down(self, select: bool = False) -> None:
-        if not select and self.cursor_at_last_line:
-            later = self.prompts.following()
+        if not select and self._cursor_row() >= self.wrapped_document.height - 1:
+            later = self.prompts.following(self.text)
             if later is not None:
                 self.value = later
             return

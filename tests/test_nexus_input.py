@@ -122,7 +122,7 @@ def test_prompt_history_keeps_a_pasted_document_for_this_run_only(tmp_path):
     pasted = "a long pasted log line\n" * 20_000  # 460 KB
     h.add(pasted)
     h.add("after")
-    assert h.previous("") == "after" and h.previous("") == pasted  # ↑ still finds it now
+    assert h.previous("") == "after" and h.previous("after") == pasted  # ↑ still finds it now
     assert PromptHistory(path).items == ["short", "after"]  # not a copy on disk
     assert path.stat().st_size < 100
 
@@ -1234,3 +1234,45 @@ async def test_enter_then_ctrl_q_at_once_keeps_the_message(server, tmp_path, min
     finally:
         con.close()
     assert unsent is not None and json.loads(unsent[0]) == ["keep me please"]
+
+
+def test_a_recalled_prompt_changed_is_not_thrown_away_by_down(tmp_path):
+    """↑, then typing over the recalled prompt, then ↓: the new text was replaced by the
+    draft from before ↑, with no undo (a trial). The changed text is the draft now; the
+    draft before ↑ is one ↑ away."""
+    h = PromptHistory(tmp_path / "h.jsonl")
+    h.add("older prompt")
+    assert h.previous("my draft") == "older prompt"
+    assert h.following("an important new message") is None  # nothing newer: it stays
+    assert h.previous("an important new message") == "my draft"
+    assert h.previous("my draft") == "older prompt"
+    assert h.following("older prompt") == "my draft"
+    assert h.following("my draft") == "an important new message"
+    # unchanged, the walk goes on as before
+    assert h.previous("x") == "my draft" and h.following("my draft") == "x"
+
+
+async def test_up_on_a_wrapped_line_moves_a_row_before_it_recalls(server, tmp_path, minilm, data_dir):
+    """↑ on the second row of a line wrapped over two recalled an earlier prompt in place
+    of the sentence being typed (a trial at 80 columns)."""
+    from nexus.widgets import PromptInput
+
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        prompt.prompts.add("an earlier prompt")
+        sentence = "a sentence long enough to wrap over two rows of the input at this width, " * 2
+        prompt.value = sentence
+        await pilot.pause(0.1)
+        assert prompt.wrapped_document.height >= 2
+        await pilot.press("up")
+        assert prompt.value == sentence and prompt.cursor_location[0] == 0
+        await pilot.press("down")
+        assert prompt.value == sentence
+        while prompt._cursor_row() > 0:
+            await pilot.press("up")
+        await pilot.press("up")  # from the first row: the earlier prompt
+        assert prompt.value == "an earlier prompt"
+        await pilot.press("down")
+        assert prompt.value == sentence
