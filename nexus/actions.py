@@ -27,12 +27,17 @@ class KeyActions:
         t = self.query_one("#tree")
         t.display = not t.display
 
+    def focus_now(self, widget) -> None:
+        """Focus moved by a key takes the keys right behind it: ``focus()`` waits for the
+        next idle moment, and Ctrl+B then Enter in one burst sent the draft (a trial)."""
+        self.screen.set_focus(widget)
+
     def action_focus_tree(self) -> None:
         """Into the tree pane from the keyboard (shown if hidden): the arrows move, Space
         opens a branch, Enter inspects; Esc comes back to the input."""
         self._on_main_screen()
         self.query_one("#tree").display = True
-        self.query_one(MemoryTree).focus()
+        self.focus_now(self.query_one(MemoryTree))
 
     def action_toggle_log(self) -> None:
         self._on_main_screen()
@@ -96,7 +101,7 @@ class KeyActions:
 
     def action_focus_input(self) -> None:
         self._on_main_screen()
-        self.query_one("#prompt").focus()
+        self.focus_now(self.query_one("#prompt"))
         self.follow_chat()
 
     def action_page_chat_up(self) -> None:
@@ -144,7 +149,7 @@ class KeyActions:
         else:
             i = len(items) - 1
         items[i].can_focus = True
-        items[i].focus()
+        self.focus_now(items[i])
         items[i].scroll_visible(animate=False)
 
     def on_key(self, event) -> None:

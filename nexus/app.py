@@ -352,7 +352,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
     def tree_typed(self, event: MemoryTree.Typed) -> None:
         """Typing in the tree goes on in the input, where the text was meant to go."""
         prompt = self.query_one("#prompt", PromptInput)
-        prompt.focus()
+        self.focus_now(prompt)
         if event.text:
             prompt.insert(event.text)
         elif event.key == "backspace":

@@ -1276,3 +1276,24 @@ async def test_up_on_a_wrapped_line_moves_a_row_before_it_recalls(server, tmp_pa
         assert prompt.value == "an earlier prompt"
         await pilot.press("down")
         assert prompt.value == sentence
+
+
+async def test_keys_right_behind_ctrl_b_go_to_the_tree(server, tmp_path, minilm, data_dir):
+    """Ctrl+B, ↓ and Enter in one burst: the focus moved a moment later, so Enter sent the
+    draft instead of inspecting a topic (a trial)."""
+    from nexus.widgets import MemoryTree, PromptInput
+
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My sister Ana lives in Porto.")
+        await wait_for(pilot, lambda: app.session.tree is not None and len(app.session.tree.exchanges) == 1
+                       and app.turn is None)
+        prompt = app.query_one("#prompt", PromptInput)
+        prompt.value = "should not be sent"
+        for key in (events.Key("ctrl+b", "\x02"), events.Key("down", None), events.Key("enter", "\r")):
+            app.post_message(key)
+        await pilot.pause(0.5)
+        assert isinstance(app.focused, MemoryTree)
+        assert prompt.value == "should not be sent" and len(app.session.tree.exchanges) == 1
