@@ -106,6 +106,10 @@ def take_the_terminal() -> tuple[str, Callable[[bool], str]]:
         now = [before[0] & ~(termios.ICRNL | termios.IXON), before[1], before[2],
                before[3] & ~(termios.ECHO | termios.ICANON), *before[4:6], list(before[6])]
         now[6][termios.VMIN], now[6][termios.VTIME] = 1, 0
+        # Ctrl+Z is the editor's undo, not a suspend of a half-started app; Ctrl+C still
+        # stops it, but no longer flushes what was typed (it is said as not sent)
+        now[6][termios.VSUSP] = bytes([_vdisable(fd)])
+        now[3] |= termios.NOFLSH
         peek = [*now[:6], list(now[6])]  # an unended line is readable too
         peek[6][termios.VMIN], peek[6][termios.VTIME] = 0, 0
         termios.tcsetattr(fd, termios.TCSANOW, peek)
@@ -134,6 +138,17 @@ def take_the_terminal() -> tuple[str, Callable[[bool], str]]:
         return unread.decode("utf-8", "replace")
 
     return typed.decode("utf-8", "replace"), restore
+
+
+def _vdisable(fd: int) -> int:
+    """The value that turns a terminal's special character off (0 on Linux, 255 on BSDs)."""
+    import os
+
+    try:
+        value = os.fpathconf(fd, "PC_VDISABLE")
+    except (OSError, ValueError):
+        return 0
+    return value if 0 <= value < 256 else 0
 
 
 def read_pending(fd: int) -> bytes:

@@ -236,7 +236,8 @@ def test_keys_typed_for_a_nexus_that_did_not_start_are_not_run_by_the_shell(tmp_
 
 
 def test_ctrl_c_before_the_first_screen_stops_without_a_traceback(tmp_path):
-    """Ctrl+C while Nexus started printed a screenful of the imports' traceback."""
+    """Ctrl+C while Nexus started printed a screenful of the imports' traceback, and the
+    terminal threw away what had been typed; Ctrl+Z (the editor's undo) suspended it."""
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
     (tmp_path / "cfg" / "nexus").mkdir(parents=True)
@@ -252,6 +253,9 @@ def test_ctrl_c_before_the_first_screen_stops_without_a_traceback(tmp_path):
             assert time.time() < end, "Nexus did not start"
             time.sleep(0.1)
         time.sleep(1.5)  # at the settings now (or on the way: a Ctrl+C anywhere must read alike)
+        tmux("send-keys", "-t", name, "-l", "half a message")
+        tmux("send-keys", "-t", name, "C-z")  # the editor's undo: no suspend of a half-started app
+        time.sleep(0.3)
         tmux("send-keys", "-t", name, "C-c")
         end = time.time() + 30
         while not (tmp_path / "exit.txt").exists():
@@ -259,6 +263,8 @@ def test_ctrl_c_before_the_first_screen_stops_without_a_traceback(tmp_path):
             time.sleep(0.2)
         shown = screen(name)
         assert "stopped with Ctrl+C before it started" in shown and "Traceback" not in shown, shown
+        assert "Stopped" not in shown  # the shell's word for a suspended job
+        assert shown.index("not sent, as Nexus did not start") < shown.index("half a message"), shown
         assert (tmp_path / "exit.txt").read_text().strip() == "EXIT=130"
     finally:
         tmux("kill-session", "-t", name)
