@@ -415,6 +415,15 @@ class PromptInput(TextArea):
         # TextArea's own handler inserts the text (Textual calls each class's in turn)
         self.call_after_refresh(self.scroll_cursor_visible)
 
+    def action_delete_to_start_of_line(self) -> None:
+        """Ctrl+U clears to the start of the line typed, not of the screen row it wrapped
+        onto (it took the last row of a long sentence only: a trial)."""
+        start, end = self.selection
+        if self.read_only or start != end or end[1] == 0:
+            super().action_delete_to_start_of_line()
+            return
+        self._delete_via_keyboard((end[0], 0), end)
+
     def _cursor_row(self) -> int:
         """The screen row of the cursor in the text, lines wrapped."""
         return self.wrapped_document.location_to_offset(self.cursor_location).y

@@ -1252,7 +1252,7 @@ def test_a_recalled_prompt_changed_is_not_thrown_away_by_down(tmp_path):
     assert h.previous("x") == "my draft" and h.following("my draft") == "x"
 
 
-async def test_up_on_a_wrapped_line_moves_a_row_before_it_recalls(server, tmp_path, minilm, data_dir):
+async def test_up_and_ctrl_u_on_a_wrapped_line(server, tmp_path, minilm, data_dir):
     """↑ on the second row of a line wrapped over two recalled an earlier prompt in place
     of the sentence being typed (a trial at 80 columns)."""
     from nexus.widgets import PromptInput
@@ -1276,6 +1276,10 @@ async def test_up_on_a_wrapped_line_moves_a_row_before_it_recalls(server, tmp_pa
         assert prompt.value == "an earlier prompt"
         await pilot.press("down")
         assert prompt.value == sentence
+        # Ctrl+U clears the whole line typed, not its last row on screen (a trial)
+        prompt.value = "first line\n" + sentence
+        await pilot.press("ctrl+u")
+        assert prompt.value == "first line\n"
 
 
 async def test_keys_right_behind_ctrl_b_go_to_the_tree(server, tmp_path, minilm, data_dir):
