@@ -39,7 +39,7 @@ from .replies import Outgoing, Replies
 from .scenario_runner import ScenarioController
 from .session_commands import SessionCommands, human_size
 from .session_view import SessionView, read_only_reason
-from .typeahead import typeahead_lines
+from .typeahead import read_typeahead
 from .widgets import AssistantMessage, ChatScroll, EventLog, MemoryTree, Notice, PromptInput, UserMessage
 
 __all__ = ["NexusApp", "NoSession", "Cancelled", "Outgoing", "CommandProvider", "SessionProvider",
@@ -188,13 +188,13 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         if not typed:
             return
         prompt = self.query_one("#prompt", PromptInput)
-        lines, rest = typeahead_lines(typed)
-        for line in lines:
+        ahead = read_typeahead(typed)
+        for line in ahead.lines:
             prompt.prompts.add(line)  # ↑ recalls it like any prompt
             self.submitted(PromptInput.Submitted(prompt, line))
-        if rest:
-            prompt.value = rest
-            prompt.move_cursor(prompt.document.end)
+        if ahead.rest:
+            prompt.value = ahead.rest
+            prompt.move_cursor((0, ahead.cursor))  # where the arrows left it: the keys after go there
 
     def update_header(self, width: int | None = None) -> None:
         if self.session is not None and self.session.model:  # the model a session found: the next one's too

@@ -168,3 +168,13 @@ async def test_commands_typed_before_the_first_screen_run_in_the_order_typed(ser
         said = notices(app)
         assert "needs a session" not in said and "on its way" not in said
         assert "sampling:" in said  # /stats ran
+
+
+async def test_keys_typed_after_the_type_ahead_go_where_its_arrows_left_the_cursor(server, tmp_path, minilm,
+                                                                                   data_dir):
+    """"hello wrld" and ← ← ← typed before the first screen, "o" after it: "hello world"."""
+    app = new_app(server, tmp_path, minilm, typeahead="hello wrld\x1b[D\x1b[D\x1b[D")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("o")
+        assert app.query_one("#prompt", PromptInput).text == "hello world"

@@ -3,7 +3,7 @@ Backspace erases; escape sequences and other control characters typed into no ap
 
 from __future__ import annotations
 
-from nexus.typeahead import typeahead_lines
+from nexus.typeahead import read_typeahead, typeahead_lines
 
 
 def test_lines_ended_by_enter_and_the_rest():
@@ -24,3 +24,19 @@ def test_backspace_erases_what_the_user_sees_before_it():
     assert typeahead_lines("tab\tkept\x7f\n") == (["tab\tkep"], "")
     assert typeahead_lines("cat \U0001f408\u200d\u2b1b\x7f\x08dog") == ([], "catdog")
     assert typeahead_lines("\x7fno\nx\x7f\x7fy") == (["no"], "y")  # nothing before it: nothing to erase
+
+
+def test_arrows_home_end_and_delete_edit_the_line_as_the_editor_would():
+    """Typed in the first moments, ←/→ were dropped and the letters after them landed at
+    the end ("hello wrldo !" for "hello world !": a trial)."""
+    ahead = read_typeahead("helo\x7f\x7fllo wrld\x1b[D\x1b[D\x1b[Do\x1b[F !")
+    assert (ahead.lines, ahead.rest, ahead.cursor) == ([], "hello world !", 13)
+    ahead = read_typeahead("bc\x1bOHa\x1b[1~\x1b[C\x1b[C\x1b[3~")  # SS3 Home, CSI 1~ Home, Delete
+    assert (ahead.rest, ahead.cursor) == ("ab", 2)
+    cat = "\U0001f408\u200d\u2b1b"
+    ahead = read_typeahead(f"a{cat}b\x1b[D\x1b[D\x1b[3~")  # Delete takes the emoji whole
+    assert (ahead.rest, ahead.cursor) == ("ab", 1)
+    ahead = read_typeahead(f"a{cat}b\x1b[H\x1b[C\x1b[C")  # → steps over it whole
+    assert ahead.cursor == 4
+    ahead = read_typeahead("one two\x17three\nfirst\x1b[Dx\x15sent\ndraft \x01>")
+    assert (ahead.lines, ahead.rest, ahead.cursor) == (["one three", "sentt"], ">draft ", 1)
