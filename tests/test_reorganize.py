@@ -431,3 +431,22 @@ def test_a_threshold_that_is_no_cosine_is_refused(tmp_path, minilm):
             tree.reorganize(similarity_threshold=bad)
     assert tree.reorganize(similarity_threshold=1)["merged"] == 0
     tree.vdb.close()
+
+
+def test_a_second_reorganize_with_nothing_new_changes_nothing(tmp_path, minilm):
+    """A merged topic over the bound is cut into parts; the next run merged the parts (one
+    subject) and cut them again a level lower: "X · part 1 · part 1 · part 1" and one level
+    deeper each run, idle consolidation included (a trial: depth 4 → 5 → 6 → 7)."""
+    more = [("Can I keep my sourdough starter in the fridge?", "Yes, the starter keeps for a week cold."),
+            ("Why is my sourdough starter not rising?", "Feed the starter with warmer water.")]
+    tree = build(tmp_path, minilm, BREAD + OTHER[:2] + BREAD2 + more + OTHER[2:] + OTHER[:1], max_children=3)
+    first = tree.reorganize(similarity_threshold=0.5)
+    check_invariants(tree)
+    assert first["merged"] >= 1 and any(" · part " in t.topic_name for t in tree.root.iter_topics()), \
+        tree.render_tree()  # the case: a merged topic cut into parts
+    shape = tree.snapshot()
+    for _ in range(2):
+        again = tree.reorganize(similarity_threshold=0.5)
+        check_invariants(tree)
+        assert again["merged"] == 0 and tree.snapshot() == shape, tree.render_tree()
+    assert not any(" · part 1 · part" in t.topic_name for t in tree.root.iter_topics())

@@ -119,6 +119,13 @@ def is_trivial(x: MessageNode) -> bool:
     return _word_count(x.user) < TRIVIAL_WORDS and _word_count(x.assistant) < TRIVIAL_WORDS
 
 
+def _parts_of_one_topic(a: TopicNode, b: TopicNode) -> bool:
+    """Two parts the fan-out cut one topic into (over the bound: "X · part 1", "X · part 2")
+    are one subject already; a merge would only cut them again under the first."""
+    parent = a.parent
+    return parent is not None and parent is b.parent and parent.parent is not None and not parent.is_group
+
+
 def _ancestor_ids(t: TopicNode) -> set[str]:
     ids = set()
     cur = t.parent
@@ -272,6 +279,8 @@ class Reorganizer:
             if a.node_id in _ancestor_ids(b) or b.node_id in _ancestor_ids(a):
                 res.skipped += 1  # a topic never absorbs its own ancestor or descendant
                 continue
+            if _parts_of_one_topic(a, b):
+                continue  # one subject already: merged, they were cut again a level lower, each run
             # axiom 1: the older absorbs the newer
             older, newer = (a, b) if (a.created_index, a.start_index) <= (b.created_index, b.start_index) else (b, a)
             # axiom 4: the veto judges the two branches that matched
