@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .embedders import Embedder, exchange_vector, normalise
+from .fanout import max_children_problem
 from .model import TreeModel
 from .nodes import MessageNode, Node, TopicNode
 from .rows import BrokenRowsError, NodeRow
@@ -304,12 +305,20 @@ class JsonTree:
     current: str
 
 
+def _index(value: object) -> int:
+    """An exchange index of an export: a whole number SQLite can store."""
+    index = int(value)  # type: ignore[call-overload]
+    if not -1 <= index < 2**62:  # -1: a topic with no exchange yet; 10**30 reached SQLite: "Python int too large to convert" (a trial)
+        raise ValueError(f"exchange index {index} out of range")
+    return index
+
+
 def _json_rows(d: dict, parent_id: str | None, path: str, out: JsonTree, archived: bool = False) -> None:
     kind = d.get("type")
     if kind == "topic":
-        start = int(d["start"])
+        start = _index(d["start"])
         out.rows.append(NodeRow(str(d["id"]), parent_id, "topic", str(d["name"]), str(d.get("summary", "")), start,
-                                int(d["end"]), None, int(d.get("created", start)), None, 0))
+                                _index(d["end"]), None, _index(d.get("created", start)), None, 0))
         for c in d.get("children", []):
             _json_rows(c, str(d["id"]), path, out)
         return
@@ -317,7 +326,7 @@ def _json_rows(d: dict, parent_id: str | None, path: str, out: JsonTree, archive
         msgs = d["messages"]
         if not isinstance(msgs, list) or not all(isinstance(m, dict) and "role" in m and "content" in m for m in msgs):
             raise SessionFileError(path, f"exchange {d.get('index')} has malformed messages")
-        index, ts = int(d["index"]), str(d.get("timestamp", ""))
+        index, ts = _index(d["index"]), str(d.get("timestamp", ""))
         out.exchanges[index] = MessageNode(index, msgs, ts)
         pid = d.get("archived_from", "") if archived else parent_id
         out.rows.append(NodeRow(str(d["id"]), pid, "message", None, None, index, index, index, None, ts,
@@ -342,7 +351,11 @@ def read_json(filepath: str) -> JsonTree:
     if int(data.get("version", 0)) > JSON_VERSION:
         raise SessionFileError(filepath, f"was written by a newer TRACE (format {data.get('version')})")
     try:
-        out = JsonTree(int(data.get("max_children", 5)), data.get("model"), [], {},
+        fanout = data.get("max_children", 5)
+        problem = max_children_problem(fanout)
+        if problem:
+            raise SessionFileError(filepath, f"is a damaged TRACE export: its {problem}")
+        out = JsonTree(fanout, data.get("model"), [], {},
                        data.get("conversation") or None, str(data.get("current_node", "root")))
         _json_rows(data["root"], None, filepath, out)
         for m in data.get("archived", []):
@@ -363,6 +376,9 @@ def open_session(cls, path: str, read_only: bool, max_children: int = 5, **kwarg
         if has_tree(db):
             stored_max = stored_max_children(db)
             if stored_max:
+                problem = max_children_problem(stored_max)
+                if problem:
+                    raise SessionFileError(path, f"is damaged: its {problem}")
                 tree.max_children = tree.balancer.max_children = stored_max
         tree.vdb = db
         tree.verify_embedder()

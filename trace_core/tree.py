@@ -16,7 +16,7 @@ from . import events as ev
 from .archive import Archive
 from .embedders import Embedder, EmbedFnLike, as_embedder, exchange_vector
 from .exchange_input import storable, validate_exchange, validate_timestamp
-from .fanout import FanoutBalancer
+from .fanout import FanoutBalancer, max_children_problem
 from .group_names import GroupNames
 from .judges import EmbeddingJudge, Judges, LLMJudge
 from .model import ARROW, ROOT_ID, TreeModel
@@ -57,8 +57,9 @@ class CTree(TreeReading):
         llm_timeout: float = 30.0,
         llm_judge: LLMJudge | None = None,
     ) -> None:
-        if not isinstance(max_children, int) or max_children < 2:
-            raise ValueError("max_children must be an integer ≥ 2")
+        fanout_problem = max_children_problem(max_children)
+        if fanout_problem:
+            raise ValueError(fanout_problem)
         self.max_children = max_children
         self.model = model
         self.auto_save_path = auto_save_path
