@@ -256,6 +256,11 @@ class MemoryTree(ReportsFailures, Tree):
 
     def refresh_tree(self, ctree, injected: dict[str, float] | None = None) -> None:
         """Show ``ctree`` (None: nothing). Cheap when nothing changed."""
+        # another tree: the last reply's scores were the other tree's (an import keeps node
+        # ids, and its topics showed another session's ★ scores: a trial)
+        shown = self._held[0] if self._held is not None else self.ctree
+        if ctree is not shown and injected is None:
+            injected = {}
         if self._held is not None:  # a scenario is on screen: the user's tree waits
             self._held = (ctree, injected if injected is not None else self._held[1])
             return

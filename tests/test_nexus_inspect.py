@@ -943,3 +943,28 @@ async def test_a_scenario_starting_shows_an_empty_scratch_tree_not_the_users(ser
         pane.end_scenario()
         await wait_for(pilot, lambda: f"ROOT ({len(TALK)} exchanges)" in str(pane.root.label), what="back")
         scratch.vdb.close()
+
+
+async def test_another_session_shows_none_of_the_last_reply_s_scores(server, tmp_path, minilm, data_dir,
+                                                                      session_file):
+    """/load of this session's export (the same topic ids) showed the last reply's ★ scores
+    on its topics, though nothing had been answered there (a trial)."""
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply("Feed it more often.", chunk_delay=0.0))
+    app = NexusApp(make_config(server.base_url, tmp_path), session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        pane = app.query_one(MemoryTree)
+        app.query_one("#prompt").value = "My sourdough starter smells odd again, what should I do?"
+        app.query_one("#prompt").focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == len(TALK) + 1, what="reply stored")
+        await wait_for(pilot, lambda: pane.injected, what="injected branches")
+        export = tmp_path / "export.json"
+        await command(pilot, app, f"/save {export}")
+        await wait_for(pilot, lambda: export.exists(), what="the export")
+        await command(pilot, app, f"/load {export}")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path.stem == "export"
+                       and app.session.tree is not None, what="the import opened")
+        await pilot.pause(0.5)
+        assert pane.injected == {} and not any("★" in label for label in pane_labels(pane)), pane_labels(pane)
