@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -184,8 +185,12 @@ class SessionCommands:
 
     def cmd_save(self, args: list[str]) -> None:
         s = self.need_session()
-        # a path with spaces, unquoted, as /ingest takes it and Tab completes it
-        path = Path(" ".join(args)).expanduser() if args else self.session_path.with_suffix(".json")
+        default = self.session_path.with_suffix(".json")
+        try:
+            path = file_in(args, default)
+        except OSError as exc:  # a name too long for the file system, a loop of links
+            self.file_not_written("Not saved", Path(" ".join(args)), exc)
+            return
         problem = sessions.export_refusal(path, self.session_path)
         if problem:
             self.chat_notice(f"Not saved: {problem}. Choose another file (e.g. {self.session_path.stem}.json).",
@@ -292,13 +297,10 @@ class SessionCommands:
         if with_tree:
             args.remove("--tree")
         session = self.need_session()
-        # a path with spaces, unquoted, as /ingest takes it and Tab completes it
-        path = Path(" ".join(args)).expanduser() if args else default_path(self.session_path)
         try:
-            if path.is_dir():
-                path = path / default_path(self.session_path).name
+            path = file_in(args, default_path(self.session_path))
         except OSError as exc:  # a name too long for the file system, a loop of links
-            self.file_not_written("Not exported", path, exc)
+            self.file_not_written("Not exported", Path(" ".join(args)), exc)
             return
         problem = sessions.export_refusal(path, self.session_path)
         if problem:
@@ -324,3 +326,16 @@ class SessionCommands:
             f"Exported {counted(len(session.tree.exchanges), 'exchange')}{also} to {path.resolve()}"
             + (" with the topic outline" if with_tree else "") + folders_made(made), path.resolve()))
 
+
+def file_in(args: list[str], default: Path) -> Path:
+    """The file ``/save`` or ``/export`` writes: the path typed (with spaces, unquoted, as
+    /ingest takes it and Tab completes it), or ``default``'s name inside it when it is a
+    folder, or ends with "/" as a new one does (that wrote a file named as the folder: a
+    trial); ``default`` when nothing is typed."""
+    if not args:
+        return default
+    typed = " ".join(args)
+    path = Path(typed).expanduser()
+    if typed.endswith(("/", os.sep)) or path.is_dir():
+        return path / default.name
+    return path

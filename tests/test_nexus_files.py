@@ -88,3 +88,25 @@ async def test_save_and_export_make_a_missing_folder_and_say_so(server, tmp_path
         await type_and_send(pilot, app, f"/save {saved}")
         # and ends with the path, no full stop glued to it (copied, "….json." named no file)
         await wait_for(pilot, lambda: notices(app).endswith(f"Saved the tree to {saved}"))
+
+
+async def test_save_and_export_into_a_folder_write_their_own_name_there(server, tmp_path, minilm, data_dir):
+    """A new folder typed with its "/" got a file of the folder's name (no extension), and
+    /save refused an existing folder that /export wrote into (a trial): both write the
+    session's file, by its default name, inside the folder."""
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    new, old = tmp_path / "newdir", tmp_path / "with space"
+    old.mkdir()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My cat is called Miso.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, f"/export {new}/")
+        await wait_for(pilot, lambda: "Exported 1 exchange" in notices(app))
+        assert new.is_dir() and [p.suffix for p in new.iterdir()] == [".md"], list(new.iterdir())
+        await type_and_send(pilot, app, f"/save {old}")
+        await wait_for(pilot, lambda: (old / "s.json").exists())
+        await type_and_send(pilot, app, f"/save {new}/")
+        await wait_for(pilot, lambda: (new / "s.json").exists())
+        assert json.loads((new / "s.json").read_text())["format"] == "trace-ctree"
