@@ -62,9 +62,9 @@ class SessionCommands:
         self.switch_session(path, f"New session {path.stem}.{old}")
 
     def cmd_open(self, args: list[str]) -> None:
-        if len(args) != 1:
+        if not args:
             raise C.UsageError(C.BY_NAME["open"].usage)
-        path = self.named_session(args[0])
+        path = self.named_session(" ".join(args))  # "my trip": the name /rename wrote my-trip
         if path is None:
             return
         if self.session is not None and path == self.session_path:
@@ -109,9 +109,9 @@ class SessionCommands:
         self._open(path, f"Renamed {old.stem} to {path.stem}{told}.", shown=pager)
 
     def cmd_delete(self, args: list[str]) -> None:
-        if len(args) != 1:
+        if not args:
             raise C.UsageError(C.BY_NAME["delete"].usage)
-        path = self.named_session(args[0])
+        path = self.named_session(" ".join(args))  # "my trip": the name /rename wrote my-trip
         if path is None:
             return
         if path == self.session_path:

@@ -182,6 +182,14 @@ async def test_open_rename_delete_new_and_sessions(server, tmp_path, minilm, dat
         # redrawn from history, and they were gone — re-trial)
         assert 'No session named "nosuchsession"' in notices(app)
         assert sessions.last_session() == app.session_path
+        # the name as typed to /rename finds it: "/open bike trips" was a bare "Usage" (a trial)
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path.stem != "bike-trips"
+                       and app.session.tree is not None)
+        await type_and_send(pilot, app, "/open bike trips")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path.name == "bike-trips.db"
+                       and app.session.tree is not None)
+        assert "Usage" not in notices(app)
         # the palette lists the sessions to switch to, not the open one
         from nexus.app import SessionProvider
 
