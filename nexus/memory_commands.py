@@ -137,7 +137,12 @@ class MemoryCommands:
 
     @background(group="memory", exclusive=True)
     def undo_worker(self) -> None:
-        self.need_session().tree.undo_reorganize()  # fails: nothing to undo, no session
+        from trace_core.reorganize import UndoError
+
+        try:
+            self.need_session().tree.undo_reorganize()  # fails: nothing to undo, no session
+        except UndoError as exc:  # a refusal, not a fault: no traceback at ERROR in the log (a trial)
+            raise TaskFailed(level="warning") from exc
         self.call_from_thread(self.chat_notice, "The last reorganisation was undone.")
         self.call_from_thread(self.log_line, "reorganisation undone: the tree is as it was before it")
         self.call_from_thread(lambda: self.query_one(MemoryTree).clear_marks())

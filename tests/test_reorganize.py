@@ -450,3 +450,23 @@ def test_a_second_reorganize_with_nothing_new_changes_nothing(tmp_path, minilm):
         check_invariants(tree)
         assert again["merged"] == 0 and tree.snapshot() == shape, tree.render_tree()
     assert not any(" · part 1 · part" in t.topic_name for t in tree.root.iter_topics())
+
+
+def test_merges_an_undo_took_back_are_not_made_again(tmp_path, minilm):
+    """/undo-reorganize, and idle consolidation made the same merges again a minute later
+    (a trial). The pairs an undo took apart stay apart, in the session file too."""
+    tree = build(tmp_path, minilm, BREAD + OTHER[:2] + BREAD2 + OTHER[2:])
+    assert tree.reorganize(similarity_threshold=0.55)["merged"] >= 1
+    tree.undo_reorganize()
+    undone = tree.snapshot()
+    assert tree.reorganize(similarity_threshold=0.55)["merged"] == 0 and tree.snapshot() == undone
+    tree.vdb.close()
+    reopened = CTree.open(str(tmp_path / "r.db"), judge="embedding", embed_fn=minilm)
+    assert reopened.reorganize(similarity_threshold=0.55)["merged"] == 0
+    # a tree without a file keeps them apart for its lifetime
+    mem = CTree(judge="embedding", embed_fn=minilm)
+    for u, a in BREAD + OTHER[:2] + BREAD2 + OTHER[2:]:
+        mem.add(ex(u, a))
+    assert mem.reorganize(similarity_threshold=0.55)["merged"] >= 1
+    mem.undo_reorganize()
+    assert mem.reorganize(similarity_threshold=0.55)["merged"] == 0

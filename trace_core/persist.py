@@ -48,6 +48,9 @@ def stored_max_children(db: VectorDatabase) -> int | None:
     return int(v) if v else None
 
 
+KEPT_APART_KEY = "reorganize.kept_apart"
+
+
 class TreeStore:
     """The tree's side of a ``VectorDatabase``: handed the store, the tree model, the
     summaries (for the vectors topics are indexed under) and the tree's fan-out bound."""
@@ -157,13 +160,27 @@ class TreeStore:
             return None, None
         return op_id, next((p for k, p in self.db.journal_entries(op_id) if k == "before"), None)
 
-    def write_undone(self, op_id: str) -> None:
-        """The tree after an undo, and the journal without the undone operation."""
+    def merges_of(self, op_id: str) -> list[tuple[str, str]]:
+        """A reorganisation's merges: (absorber id, absorbed id)."""
+        return [(p["into"], p["absorbed"]) for k, p in self.db.journal_entries(op_id) if k == "merge"]
+
+    def kept_apart(self) -> set[tuple[str, str]]:
+        """The topic pairs an undo took apart again: no later reorganisation merges them."""
+        raw = self.db.get_meta(KEPT_APART_KEY)
+        try:
+            return {(str(a), str(b)) for a, b in json.loads(raw)} if raw else set()
+        except (ValueError, TypeError):  # an unreadable note keeps nothing apart; the tree is intact
+            return set()
+
+    def write_undone(self, op_id: str, kept_apart: set[tuple[str, str]]) -> None:
+        """The tree after an undo, the journal without the undone operation, and the pairs
+        it took apart (kept apart from now on)."""
         with self.db.transaction():
             for x in self.model.exchanges:
                 self.db.set_exchange_archived(x.node_id, x.archived)
             self.write_structure()
             self.db.journal_delete(op_id)
+            self.db.set_meta(KEPT_APART_KEY, json.dumps(sorted(kept_apart)))
 
     def write_replaced(self, node: MessageNode, first: int, old_ids: list[str], vecs: np.ndarray,
                        renamed: bool = False) -> None:

@@ -99,6 +99,8 @@ class UndoLog:
 
     def __init__(self) -> None:
         self.last: tuple[str, Before] | None = None
+        self.last_merges: list[tuple[str, str]] = []  # (absorber id, absorbed id) of ``last``
+        self.kept_apart: set[tuple[str, str]] = set()  # pairs an undo took apart again
 
 
 @dataclass
@@ -117,6 +119,11 @@ def _word_count(text: str) -> int:
 
 def is_trivial(x: MessageNode) -> bool:
     return _word_count(x.user) < TRIVIAL_WORDS and _word_count(x.assistant) < TRIVIAL_WORDS
+
+
+def _pair(a: str, b: str) -> tuple[str, str]:
+    """Two topic ids, in the order a veto keeps them."""
+    return (a, b) if a <= b else (b, a)
 
 
 def _parts_of_one_topic(a: TopicNode, b: TopicNode) -> bool:
@@ -164,7 +171,8 @@ class Reorganizer:
         model = self.model
         started = time.perf_counter()
         res = ReorganizeResult(op_id=uuid.uuid4().hex[:12])
-        state = _RunState()
+        # merges an undo took back stay undone: an idle run made them again a minute later (a trial)
+        state = _RunState(vetoed={_pair(a, b) for a, b in self._kept_apart()})
         self._stop = should_stop or (lambda: False)
         # merged topics are compared again (their content changed): a few rounds
         for _round in range(max_rounds):
@@ -273,7 +281,7 @@ class Reorganizer:
             if a is b:
                 continue  # already one topic
             src_a, src_b = frozen[i], frozen[j]
-            key = tuple(sorted((src_a.node_id, src_b.node_id)))
+            key = _pair(src_a.node_id, src_b.node_id)
             if kept_apart(a, b):
                 continue  # vetoed, in this round or an earlier one: not asked again
             if a.node_id in _ancestor_ids(b) or b.node_id in _ancestor_ids(a):
@@ -382,8 +390,13 @@ class Reorganizer:
         model.stale.update(t for t in touched if t in live_topics)
         self.summaries.refresh_frozen()
 
+    def _kept_apart(self) -> set[tuple[str, str]]:
+        with self.lock:
+            return self.store.kept_apart() if self.store is not None else set(self.undo.kept_apart)
+
     def _commit(self, before: Before, res: ReorganizeResult) -> None:
         self.undo.last = (res.op_id, before)
+        self.undo.last_merges = [(m.into, m.absorbed) for m in res.merges]
         if self.store is None:
             return
         entries = [("before", before.as_json())] + [("merge", m.__dict__) for m in res.merges]
@@ -408,9 +421,12 @@ def undo_reorganize(model: TreeModel, store: TreeStore | None, undo: UndoLog, lo
                 f"{len(model.exchanges) - before.exchanges} exchange(s) were added after the last "
                 "reorganisation; undoing it now would not restore the tree exactly, so it was not undone"
             )
+        undone = store.merges_of(op_id) if store is not None else undo.last_merges
         model.replace_structure(before.rows, before.current)
         if store is not None:
-            store.write_undone(op_id)
+            store.write_undone(op_id, store.kept_apart() | {_pair(a, b) for a, b in undone})
+        else:
+            undo.kept_apart |= {_pair(a, b) for a, b in undone}
         undo.last = None
         return {"undone": op_id}
 
