@@ -690,12 +690,16 @@ class ChatSession:
         qv = self.tree.embed_fn.embed(query)
         return self.tree.vdb.search_conversation(qv, top_k=top_k, min_similarity=SEARCH_FLOOR)
 
-    def reorganize(self, threshold: float | None = None, prune: bool | None = None, should_stop=None) -> dict:
+    def reorganize(self, threshold: float | None = None, prune: bool | None = None, should_stop=None,
+                   asked: bool = False) -> dict:
+        """``asked``: the user's /reorganize (it may make again what /undo-reorganize took
+        back); an idle run never does."""
         assert self.tree is not None
         mem = self.config.section("memory")
         return self.tree.reorganize(
             similarity_threshold=float(threshold) if threshold is not None else mem.reorganize_threshold,
-            prune_trivial_leaves=mem.prune_trivial if prune is None else bool(prune), should_stop=should_stop)
+            prune_trivial_leaves=mem.prune_trivial if prune is None else bool(prune), should_stop=should_stop,
+            redo_undone=asked)
 
     def stats(self) -> dict:
         assert self.tree is not None

@@ -121,7 +121,7 @@ class ModelSettings:
 class MemorySettings:
     judge: str = field(metadata=_one_of("auto", "embedding", "llm"))
     embed: str
-    max_children: int = field(metadata=_range(2, 1000))  # trace_core.fanout.MAX_CHILDREN_LIMIT
+    max_children: int = field(metadata=_range(2, 10_000))  # trace_core.fanout.MAX_CHILDREN_LIMIT
     memory_token_budget: int = field(metadata=_range(1))
     recent_exchanges: int = field(metadata=_range(0))
     idle_reorganize_seconds: float = field(metadata=_range(0))

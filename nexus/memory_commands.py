@@ -106,16 +106,16 @@ class MemoryCommands:
             return
         self.cancel_long.clear()
         self.show_progress("reorganize", "/reorganize: starting… (Esc cancels)")
-        self.reorganize_worker(threshold, prune)
+        self.reorganize_worker(threshold, prune, asked=True)
 
     @background(group="memory", exclusive=True)
-    def reorganize_worker(self, threshold, prune) -> None:
+    def reorganize_worker(self, threshold, prune, asked: bool = False) -> None:
         try:
             # an LLM merge veto can take as long as the server likes: closing does not wait for
             # it. The round in flight is never applied and rounds are written in one
             # transaction each, so the file stays as before or as after a whole round.
             res = call_abandonable(self.need_session().reorganize, threshold, prune or None, self.stop_check(),
-                                   give_up=self.quit_check(), name="reorganize")
+                                   asked, give_up=self.quit_check(), name="reorganize")
         except Abandoned:
             return
         if res.get("cancelled"):

@@ -89,7 +89,7 @@ def test_int_accepted_for_float(tmp_path):
 @pytest.mark.parametrize("text, words", [
     ("[memory]\njudge = 'oracle'\n", "one of 'auto', 'embedding', 'llm'"),
     ("[memory]\nreorganize_threshold = 7\n", "(0, 1]"),
-    ("[memory]\nmax_children = 1\n", "[2, 1000]"),
+    ("[memory]\nmax_children = 1\n", "[2, 10000]"),
     ("[server]\nbase_url = 'localhost:1234'\n", "http:// or https://"),
     ("[ui]\nlog_level = 'loud'\n", "'debug'"),
 ])

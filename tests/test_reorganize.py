@@ -463,6 +463,8 @@ def test_merges_an_undo_took_back_are_not_made_again(tmp_path, minilm):
     tree.vdb.close()
     reopened = CTree.open(str(tmp_path / "r.db"), judge="embedding", embed_fn=minilm)
     assert reopened.reorganize(similarity_threshold=0.55)["merged"] == 0
+    # asked for again (Nexus: /reorganize typed after the undo, never an idle run), they are made
+    assert reopened.reorganize(similarity_threshold=0.55, redo_undone=True)["merged"] >= 1
     # a tree without a file keeps them apart for its lifetime
     mem = CTree(judge="embedding", embed_fn=minilm)
     for u, a in BREAD + OTHER[:2] + BREAD2 + OTHER[2:]:

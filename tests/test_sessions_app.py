@@ -552,7 +552,7 @@ def big_export(path: Path, n: int) -> None:
                      "end": 5 * t + 4, "created": 5 * t, "children": msgs})
     root = {"type": "topic", "id": "root", "name": "ROOT", "summary": "", "start": 0, "end": n - 1,
             "created": 0, "children": kids}
-    path.write_text(json.dumps({"format": "trace-ctree", "version": 1, "max_children": 5 * n, "model": "m",
+    path.write_text(json.dumps({"format": "trace-ctree", "version": 1, "max_children": max(5, n // 5), "model": "m",
                                 "current_node": f"t{n // 5 - 1}", "root": root, "archived": []}))
 
 

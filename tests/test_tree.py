@@ -230,7 +230,7 @@ def test_json_export_roundtrip(tmp_path, hash_embed):
         # a bound of 10**9 ate all memory and stuck at every start; an index past SQLite's
         # integers said "Python int too large to convert to SQLite INTEGER" (a trial)
         (b'{"format": "trace-ctree", "version": 1, "max_children": 1000000000, "root": {"type": "topic", '
-         b'"id": "root", "name": "ROOT", "start": 0, "end": 0}}', "max_children must be an integer from 2 to 1000"),
+         b'"id": "root", "name": "ROOT", "start": 0, "end": 0}}', "max_children must be an integer from 2 to 10,000"),
         (b'{"format": "trace-ctree", "version": 1, "root": {"type": "topic", "id": "root", "name": "ROOT", '
          b'"start": 1000000000000000000000000000000, "end": 0}}', "out of range"),
     ],
@@ -297,8 +297,8 @@ def test_a_fan_out_bound_past_the_limit_is_refused_in_a_session_file_too(tmp_pat
     tree.add(ex("one"))
     tree.vdb.set_meta("max_children", str(10**9))  # a crafted or damaged file
     tree.vdb.close()
-    with pytest.raises(SessionFileError, match="max_children must be an integer from 2 to 1000"):
+    with pytest.raises(SessionFileError, match="max_children must be an integer from 2 to 10,000"):
         CTree.open(str(path), embed_fn=hash_embed, judge="embedding")
-    with pytest.raises(ValueError, match="from 2 to 1000"):
-        CTree(max_children=1001, embed_fn=hash_embed, judge="embedding")
-    assert CTree(max_children=1000, embed_fn=hash_embed, judge="embedding").max_children == 1000
+    with pytest.raises(ValueError, match="from 2 to 10,000"):
+        CTree(max_children=10_001, embed_fn=hash_embed, judge="embedding")
+    assert CTree(max_children=10_000, embed_fn=hash_embed, judge="embedding").max_children == 10_000

@@ -15,13 +15,13 @@ import numpy as np
 
 from .nodes import GROUP_PREFIX, MessageNode, Node, TopicNode, new_id
 
-MAX_CHILDREN_LIMIT = 1000  # a fan-out past it is no tree (an import with 10⁹ ate all memory)
+MAX_CHILDREN_LIMIT = 10_000  # a fan-out past it is no tree (an import with 10⁹ ate all memory)
 
 
 def max_children_problem(value: object) -> str | None:
     """Why ``value`` is no fan-out bound, or None."""
     if not isinstance(value, int) or isinstance(value, bool) or not 2 <= value <= MAX_CHILDREN_LIMIT:
-        return f"max_children must be an integer from 2 to {MAX_CHILDREN_LIMIT} (it is {value!r})"
+        return f"max_children must be an integer from 2 to {MAX_CHILDREN_LIMIT:,} (it is {value!r})"
     return None
 
 

@@ -163,7 +163,7 @@ class Reorganizer:
         self.lock = lock
 
     def run(self, embed_fn=None, similarity_threshold: float = 0.55, prune_trivial_leaves: bool = False,
-            max_rounds: int = 3, should_stop: Callable[[], bool] | None = None) -> dict:
+            max_rounds: int = 3, should_stop: Callable[[], bool] | None = None, redo_undone: bool = False) -> dict:
         """``embed_fn``: when given (the README's argument), topics are compared by the
         embedding of their name and summary, else by their indexed vectors.
         ``should_stop()`` is asked before each round and between pairs: True drops the
@@ -172,7 +172,7 @@ class Reorganizer:
         started = time.perf_counter()
         res = ReorganizeResult(op_id=uuid.uuid4().hex[:12])
         # merges an undo took back stay undone: an idle run made them again a minute later (a trial)
-        state = _RunState(vetoed={_pair(a, b) for a, b in self._kept_apart()})
+        state = _RunState(vetoed=set() if redo_undone else {_pair(a, b) for a, b in self._kept_apart()})
         self._stop = should_stop or (lambda: False)
         # merged topics are compared again (their content changed): a few rounds
         for _round in range(max_rounds):

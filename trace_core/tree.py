@@ -353,11 +353,14 @@ class CTree(TreeReading):
     # --- consolidation ---------------------------------------------------------------------------
 
     def reorganize(self, embed_fn: EmbedFnLike = None, similarity_threshold: float = 0.55,
-                   prune_trivial_leaves: bool = False, *, should_stop: Callable[[], bool] | None = None) -> dict:
+                   prune_trivial_leaves: bool = False, *, should_stop: Callable[[], bool] | None = None,
+                   redo_undone: bool = False) -> dict:
         """Merge similar frozen topics (the four axioms) and optionally archive trivial
         exchanges. Returns ``merged``, ``pruned``, ``skipped``, ``vetoed``, ``duration_secs``…
         ``should_stop()``, asked between steps, ends it early (``cancelled``: True); what
-        finished before is committed whole, nothing half-done is."""
+        finished before is committed whole, nothing half-done is. The merges an
+        ``undo_reorganize()`` took back are not made again unless ``redo_undone`` (a run
+        the user asked for after the undo, not an idle one)."""
         if not isinstance(similarity_threshold, (int, float)) or not 0 < similarity_threshold <= 1:
             # a cosine: -1 merged everything, 2 nothing, both silently (a trial)
             raise ValueError(f"similarity_threshold is a cosine similarity in (0, 1], e.g. 0.55; "
@@ -366,7 +369,8 @@ class CTree(TreeReading):
         embedder = as_embedder(embed_fn) or self.embed_fn
         return Reorganizer(self.structure, self.judges, self.summaries, self.balancer, embedder, self.events.emit,
                            self._store, self._undo, self._lock).run(embed_fn, similarity_threshold,
-                                                                    prune_trivial_leaves, should_stop=should_stop)
+                                                                    prune_trivial_leaves, should_stop=should_stop,
+                                                                    redo_undone=redo_undone)
 
     def undo_reorganize(self) -> dict:
         """Restore the tree exactly as before the last ``reorganize()``."""
