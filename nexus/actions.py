@@ -94,8 +94,11 @@ class KeyActions:
             return
         if self.scenarios.cancel():
             return  # a running scenario takes Esc before the reply does
-        if self.busy_with_long_command():  # /load, /ingest stop at their next step
+        busy = self.busy_with_long_command()
+        if busy and not self.cancel_long.is_set():  # /load, /ingest, /reorganize stop at their next step
             self.cancel_long.set()
+            # said at once: a veto in flight can take seconds, and Esc seemed lost (a trial)
+            self.chat_notice(f"Cancelling {busy} after its current step…")
         if self.turn is not None:  # that request only, before its first byte too
             self.turn.cancel()
 

@@ -8,6 +8,9 @@ from textual.worker import get_current_worker
 
 from .widgets import Notice
 
+LONG_COMMANDS = {"reorganize_worker": "/reorganize", "undo_worker": "/undo-reorganize",
+                 "undo_retry_worker": "/undo-retry"}  # by worker name: what the user typed
+
 
 class Cancelled(Exception):
     """A long command was cancelled (Esc, or the app exiting)."""
@@ -60,7 +63,8 @@ class LongTasks:
         switch under it."""
         for w in list(self.workers):
             if w.group in ("load", "ingest", "memory") and not w.is_finished:
-                return {"load": "/load", "ingest": "/ingest", "memory": "a memory task"}[w.group]
+                return LONG_COMMANDS.get(w.name) or {"load": "/load", "ingest": "/ingest",
+                                                     "memory": "a memory task"}[w.group]
         return None
 
     def refused_while_busy(self) -> bool:

@@ -968,3 +968,22 @@ async def test_another_session_shows_none_of_the_last_reply_s_scores(server, tmp
                        and app.session.tree is not None, what="the import opened")
         await pilot.pause(0.5)
         assert pane.injected == {} and not any("★" in label for label in pane_labels(pane)), pane_labels(pane)
+
+
+async def test_esc_during_a_slow_reorganize_is_said_at_once(server, tmp_path, minilm, data_dir, session_file):
+    """With the LLM's merge veto taking seconds a pair, Esc seemed lost: nothing was said
+    for 12-14 s, until "Reorganisation cancelled" (a trial)."""
+    server.respond(lambda req: Reply('{"merge": false}', delay=3) if "merge" in str(req.get("response_format") or "")
+                   else Reply('{"action": "continue"}' if req.get("response_format") else "ok"))
+    cfg = make_config(server.base_url, tmp_path)
+    cfg.set("memory", "judge", "auto")
+    app = NexusApp(cfg, session_file, embed_fn=minilm)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await ready(app, pilot)
+        await command(pilot, app, "/reorganize --threshold 0.3")
+        await wait_for(pilot, lambda: any("merge" in str(r.get("response_format") or "")
+                                          for r in server.chat_requests()), what="a veto asked")
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert "Cancelling /reorganize after its current step" in notices(app)
+        await wait_for(pilot, lambda: "Reorganisation cancelled" in notices(app), 30, what="cancelled")

@@ -472,3 +472,18 @@ def test_merges_an_undo_took_back_are_not_made_again(tmp_path, minilm):
     assert mem.reorganize(similarity_threshold=0.55)["merged"] >= 1
     mem.undo_reorganize()
     assert mem.reorganize(similarity_threshold=0.55)["merged"] == 0
+
+
+def test_progress_is_said_while_slow_vetoes_are_judged(tmp_path, minilm, server):
+    """Progress came every 50 pairs: with an LLM veto taking seconds a pair, it read
+    "judged 0/4" for the whole run (a trial). Now every half second as well."""
+    server.respond(lambda req: Reply('{"merge": false}', delay=0.3) if "Topic A" in req["messages"][-1]["content"]
+                   else Reply('{"action": "continue"}'))
+    tree = CTree.open(str(tmp_path / "v.db"), judge="auto", base_url=server.base_url, embed_fn=minilm)
+    for u, a in (BREAD + OTHER[:2] + BREAD2 + OTHER[2:]) * 2:
+        tree.add(ex(u, a))
+    seen = []
+    tree.events.subscribe(lambda e: seen.append(e) if type(e).__name__ == "ReorganizeProgress" else None)
+    res = tree.reorganize(similarity_threshold=0.5)
+    assert res["vetoed"] >= 4
+    assert any(e.phase == "judged" and 0 < e.done < e.total for e in seen), [(e.phase, e.done, e.total) for e in seen]

@@ -271,11 +271,15 @@ class Reorganizer:
             ends = {a.node_id, b.node_id}
             return any({now(x), now(y)} == ends for x, y in state.vetoed)
 
+        progress_at = time.monotonic()
         for k, (i, j, sim) in enumerate(pairs):
             if self._stop():
                 res.cancelled = True
                 return 0  # nothing of this round applied yet: the tree is as the last round left it
-            if k % 50 == 0:  # every 50 pairs, whatever became of them (it stopped at 601/4,394)
+            # every 50 pairs, whatever became of them (it stopped at 601/4,394), or half a
+            # second: an LLM veto takes seconds a pair ("judged 0/4" for 25 s: a trial)
+            if k % 50 == 0 or time.monotonic() - progress_at >= 0.5:
+                progress_at = time.monotonic()
                 self.emit(ev.ReorganizeProgress("judged", k, len(pairs)))
             a, b = find(frozen[i]), find(frozen[j])
             if a is b:
