@@ -54,7 +54,14 @@ class KeyActions:
     def _side_width(self, step: int) -> None:
         self._on_main_screen()
         t = self.query_one("#tree")
-        current = t.outer_size.width  # outer: the width style includes border and padding
+        # the width last set, not yet laid out in a burst (four Ctrl+→ widened it once: a
+        # trial); else the laid-out outer width (the width style includes border and padding)
+        current = t.outer_size.width
+        if t.styles.inline.has_rule("width") and t.styles.width is not None and t.styles.width.is_cells:
+            current = int(t.styles.width.value)
+            bound = t.styles.max_width  # a smaller terminal holds it under its width (fit_side)
+            if bound is not None and bound.is_cells:
+                current = min(current, int(bound.value))
         widest = self._widest_side(self.size.width)
         width = min(max(current + step, self.SIDE_NARROWEST), widest)
         if step > 0 and width < current:  # "wider" never narrows it (at 60 columns it took one off: a trial)
