@@ -42,3 +42,12 @@ def test_a_filler_exchange_is_numbered_by_its_place_in_the_tree(name):
     numbers = [(i, u.rsplit("(#", 1)[1].rstrip(")")) for i, (_l, u, _a) in enumerate(talk) if "(#" in u]
     assert numbers or name == "multihop"
     assert all(str(i) == n for i, n in numbers)
+
+
+@pytest.mark.parametrize("name", sorted(S.CLOSING))
+def test_the_closing_exchange_is_dated_after_the_talk(name, minilm):
+    """A kept scenario's closing exchange was dated today, after a year of 2024 (a trial)."""
+    tree = S._tree("embedding", None, None, minilm, None)
+    S.SCENARIOS[name](tree)
+    stamps = [x.timestamp for x in tree.exchanges]
+    assert stamps[-1] > max(stamps[:-1]) and stamps[-1].startswith("2024-"), stamps[-3:]

@@ -104,10 +104,14 @@ def _tree(judge: str, base_url: str | None, model: str | None, embed_fn, path: s
     return CTree(**kwargs)
 
 
+def _day(i: int) -> str:
+    """The scenarios' date of exchange ``i``: a day each, from 2024-01-01."""
+    return f"2024-{1 + i // 28 % 12:02d}-{1 + i % 28:02d}T10:00:00"
+
+
 def _add_all(tree: CTree, talk: list[Exchange]) -> None:
     for i, (_label, u, a) in enumerate(talk):
-        tree.add([{"role": "user", "content": u}, {"role": "assistant", "content": a}],
-                 timestamp=f"2024-{1 + i // 28 % 12:02d}-{1 + i % 28:02d}T10:00:00")
+        tree.add([{"role": "user", "content": u}, {"role": "assistant", "content": a}], timestamp=_day(i))
 
 
 def _prompt(tree: CTree, query: str) -> tuple[str, PromptSynthesizer]:
@@ -173,7 +177,9 @@ CLOSING = {"drift": ("Let's talk about something else: jazz records.", "Sure, wh
 
 def _close(tree: CTree, name: str) -> None:
     user, assistant = CLOSING[name]
-    tree.add([{"role": "user", "content": user}, {"role": "assistant", "content": assistant}])
+    # the day after the talk's last (it was dated today, after a year of 2024: a trial)
+    tree.add([{"role": "user", "content": user}, {"role": "assistant", "content": assistant}],
+             timestamp=_day(len(tree.exchanges)))
 
 
 def drift_talk() -> list[Exchange]:
