@@ -674,7 +674,8 @@ class ChatSession:
         try:
             return self.tree.index_pending()
         except Exception as exc:  # retrieval still works on message vectors
-            self.emit(ev.Notice(f"sentence index not updated: {exc}", "warning"))
+            if not self.tree.vdb.closed:  # closed by a switch or a quit meanwhile: nothing failed
+                self.emit(ev.Notice(f"sentence index not updated: {exc}", "warning"))
             return 0
 
     def cancel(self, keep: bool = False) -> None:

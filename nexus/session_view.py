@@ -341,7 +341,8 @@ class SessionView:
                     break
                 done += step
         except Exception as exc:  # retrieval still works on message vectors
-            self.post_event(ev.Notice(f"sentence index not updated: {exc}", "warning"))
+            if self.session is session and not session.tree.vdb.closed:  # a switch closed it: nothing failed
+                self.post_event(ev.Notice(f"sentence index not updated: {exc}", "warning"))
         if done:
             # named: a switch can end the work after the next session's first lines
             self.post_event(ev.Notice(f"{session.path.stem}: indexed the sentences of {counted(done, 'earlier exchange')}"))
