@@ -123,6 +123,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self._draft_timer = None
         self._draft_warned = False
         self._draft_restored = False  # the saved draft is in the input (or one ↑ away) once this is set
+        self._draft_before: str | None = None  # the saved draft, when a way out came before it was put back
         self.scenarios = ScenarioController(self)  # /scenario runs in a scratch session
 
     # --- layout ------------------------------------------------------------------------
@@ -251,6 +252,9 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         try:
             chat = self.query_one("#chat")
         except NoMatches:  # shutting down
+            log.info("notice: %s", text)
+            return None
+        if not chat.is_attached:  # going (a quit at the first screen): a mount there crashed Nexus
             log.info("notice: %s", text)
             return None
         notice = Notice(text, level, body)

@@ -135,6 +135,8 @@ class Drafts:
     def restore_draft(self) -> None:
         """(on mount, after the type-ahead) The draft goes back in the input; when the user
         has already typed something else there, it waits one ↑ away instead."""
+        if self._leaving:  # a quit before it ran: save_draft kept the saved draft with the new text
+            return
         self._draft_restored = True
         text = self.drafts.load()
         if not text:
@@ -166,7 +168,9 @@ class Drafts:
             return
         if not self._draft_restored:  # a way out before the saved draft was put back: it stays,
             # with what was typed before it (the empty input was saved over it: a trial)
-            old = self.drafts.load()
+            if self._draft_before is None:  # read once: later saves join it to the input again, not to themselves
+                self._draft_before = self.drafts.load()
+            old = self._draft_before
             if old.strip() and old.strip() != text.strip():
                 text = f"{old.rstrip()}\n\n{text}" if text.strip() else old
         if not self.drafts.save(text) and not self._draft_warned:
