@@ -487,3 +487,18 @@ def test_progress_is_said_while_slow_vetoes_are_judged(tmp_path, minilm, server)
     res = tree.reorganize(similarity_threshold=0.5)
     assert res["vetoed"] >= 4
     assert any(e.phase == "judged" and 0 < e.done < e.total for e in seen), [(e.phase, e.done, e.total) for e in seen]
+
+
+def test_an_undo_keeps_apart_every_two_topics_its_merges_joined(tmp_path, minilm):
+    """The undo kept apart each absorber and what it absorbed, and the next idle run joined
+    the same topics under another of them: B absorbed C where A had absorbed both (a re-trial)."""
+    more = [("Can I keep my sourdough starter in the fridge?", "Yes, the starter keeps for a week cold."),
+            ("Why is my sourdough starter not rising?", "Feed the starter with warmer water.")]
+    talk = BREAD + OTHER[:1] + BREAD2 + OTHER[1:2] + more + OTHER[2:]
+    tree = build(tmp_path, minilm, talk)
+    first = tree.reorganize(similarity_threshold=0.5)
+    joined = {m["into"] for m in first["merges"]}
+    assert first["merged"] >= 2 and len(joined) < first["merged"], first["merges"]  # one topic absorbed two
+    tree.undo_reorganize()
+    undone = tree.snapshot()
+    assert tree.reorganize(similarity_threshold=0.5)["merged"] == 0 and tree.snapshot() == undone

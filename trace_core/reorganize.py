@@ -126,6 +126,25 @@ def _pair(a: str, b: str) -> tuple[str, str]:
     return (a, b) if a <= b else (b, a)
 
 
+def _joined_pairs(merges: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Every two topics the merges put together, not only each absorber with what it
+    absorbed: after an undo, an idle run joined the same topics under another of them (a
+    re-trial)."""
+    parent: dict[str, str] = {}
+
+    def root(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for a, b in merges:
+        parent[root(b)] = root(a)
+    groups: dict[str, list[str]] = {}
+    for x in parent:
+        groups.setdefault(root(x), []).append(x)
+    return {_pair(a, b) for members in groups.values() for i, a in enumerate(members) for b in members[i + 1:]}
+
+
 def _parts_of_one_topic(a: TopicNode, b: TopicNode) -> bool:
     """Two parts the fan-out cut one topic into (over the bound: "X · part 1", "X · part 2")
     are one subject already; a merge would only cut them again under the first."""
@@ -425,12 +444,12 @@ def undo_reorganize(model: TreeModel, store: TreeStore | None, undo: UndoLog, lo
                 f"{len(model.exchanges) - before.exchanges} exchange(s) were added after the last "
                 "reorganisation; undoing it now would not restore the tree exactly, so it was not undone"
             )
-        undone = store.merges_of(op_id) if store is not None else undo.last_merges
+        apart = _joined_pairs(store.merges_of(op_id) if store is not None else undo.last_merges)
         model.replace_structure(before.rows, before.current)
         if store is not None:
-            store.write_undone(op_id, store.kept_apart() | {_pair(a, b) for a, b in undone})
+            store.write_undone(op_id, store.kept_apart() | apart)
         else:
-            undo.kept_apart |= {_pair(a, b) for a, b in undone}
+            undo.kept_apart |= apart
         undo.last = None
         return {"undone": op_id}
 
