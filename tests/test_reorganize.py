@@ -502,3 +502,24 @@ def test_an_undo_keeps_apart_every_two_topics_its_merges_joined(tmp_path, minilm
     tree.undo_reorganize()
     undone = tree.snapshot()
     assert tree.reorganize(similarity_threshold=0.5)["merged"] == 0 and tree.snapshot() == undone
+
+
+def test_two_topics_of_one_name_are_not_kept_apart_by_their_replies(minilm):
+    """"Sourdough Starter Bubbles" and "Sourdough Starter Bubbles" were kept apart, "alike
+    only through bubbles, sourdough, starter": the bundled model's replies made the rest
+    unlike (a trial). A padded name ("… Conversation Notes") proves nothing."""
+    from trace_core.judges import EmbeddingJudge, TopicDigest
+
+    def digest(name: str, talk: list[tuple[str, str]]) -> TopicDigest:
+        text = " ".join(f"{u} {a}" for u, a in talk)
+        return TopicDigest(name, "", minilm.embed_batch([text])[0], text, " ".join(u for u, _ in talk))
+
+    one = digest("Sourdough Starter Bubbles", [("Why does my sourdough starter have so many bubbles?",
+                                                "The office has a computer and a business plan for the year.")])
+    two = digest("Sourdough Starter Bubbles", [("My sourdough starter bubbles over the jar every night.",
+                                                "You are an assistant with long-term memory of this conversation.")])
+    ok, why = EmbeddingJudge().approve_merge(one, two, minilm.embed_batch)
+    assert ok and "both named Sourdough Starter Bubbles" in why, why
+    pad_a = digest("Jar Conversation Notes", [("The jar.", "A computer for your business.")])
+    pad_b = digest("Jar Conversation Notes", [("A jar!", "Long-term memory of the office.")])
+    assert "both named" not in EmbeddingJudge().approve_merge(pad_a, pad_b, minilm.embed_batch)[1]

@@ -215,6 +215,10 @@ class EmbeddingJudge:
         sim = cosine(a.vector, b.vector)
         if sim >= self.same_threshold:
             return True, f"cosine {sim:.2f} ≥ {self.same_threshold:.2f}: the same subject"
+        if _named_alike(a.name, b.name):  # the same three words of what the user said: one subject,
+            # however unlike a small model's replies make the rest ("Sourdough Starter Bubbles"
+            # twice was kept apart, "alike only through bubbles, sourdough, starter": a trial)
+            return True, f"cosine {sim:.2f}; both named {a.name}"
         shared = _salient_set(a) & _salient_set(b)
         if not shared:
             if sim >= self.merge_threshold:
@@ -227,6 +231,13 @@ class EmbeddingJudge:
         if masked < self.masked_threshold:
             return False, f"alike only through {words}: cosine {masked:.2f} without them < {self.masked_threshold:.2f}"
         return True, f"cosine {sim:.2f}; still {masked:.2f} without the shared {words}"
+
+
+def _named_alike(a: str, b: str) -> bool:
+    """Two names made of the same three salient words or more (not a name padded for want
+    of words, "X Conversation Notes")."""
+    words = a.split()
+    return a.casefold() == b.casefold() and len(words) >= 3 and not {"Conversation", "Notes"} & set(words)
 
 
 def _norm_word(w: str) -> str:
