@@ -106,7 +106,7 @@ class ChatSession:
         ``SessionLockedError`` when another process writes it (then open ``read_only``)."""
         mem = self.config.section("memory")
         tree = CTree.open(str(self.path), base_url=self.config.base_url, api_key=self.config.api_key,
-                          model=self.config.memory_model or "local-model", embed_fn=self._embed_fn,
+                          model=self.memory_model(), embed_fn=self._embed_fn,
                           judge=mem.judge, max_children=mem.max_children, llm_timeout=30,
                           read_only=read_only)
         self.read_only = read_only
@@ -173,8 +173,21 @@ class ChatSession:
             raise RuntimeError(describe_error(exc, self.config.base_url)) from exc
         if not ids:
             raise RuntimeError(f"the server at {shown_url(self.config.base_url)} lists no models; load one first")
-        self.model = ids[0]
-        return self.model
+        self.use_chat_model(ids[0])
+        return ids[0]
+
+    def use_chat_model(self, name: str) -> None:
+        """The chat model from now on; the memory model too, when none is set (the tree's
+        judge asked the server for "local-model", which a server that checks names
+        refused, and the tree fell back to embeddings unsaid: a trial)."""
+        self.model = name
+        if self.tree is not None and not self.config.memory_model:
+            self.tree.model = name
+
+    def memory_model(self) -> str:
+        """The model the memory asks: set, else the chat model ("local-model" until the
+        server has listed one: LM Studio takes any name)."""
+        return self.config.memory_model or self.model or "local-model"
 
     def list_models(self) -> list[str]:
         try:
@@ -716,9 +729,9 @@ class ChatSession:
             "model": self.model or "(first listed)",
             # judge "embedding" asks no model (the tree is placed, named, merged by embeddings)
             "memory model": "(none: judge embedding)" if self.tree.judge == "embedding"
-            else self.config.memory_model or "(chat model)",
+            else self.tree.model + ("" if self.config.memory_model else " (the chat model)"),
             "last memory block": f"{r.memory_tokens:,} tokens" if r else "(no reply yet in this window)",
             # now, not at the last reply
             "whole history": f"{self.synth.full_history_tokens() if self.synth else 0:,} tokens",
-            "without an answer": f"{len(self.kept)} (Ctrl+R sends them)" if self.kept else "none",
+            "without an answer": f"{len(self.kept)} (Ctrl+R sends the next)" if self.kept else "none",
         }

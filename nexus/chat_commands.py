@@ -61,7 +61,7 @@ class ChatCommands:
         if not args:
             self.model_worker(s)
             return
-        s.model = args[0]
+        s.use_chat_model(args[0])
         self.update_header()
         self.model_check_worker(s, args[0])
 

@@ -383,6 +383,7 @@ def open_service(config, name: str | None = None, embed_fn=None, base_url: str |
 
         embed_fn = make_embedder(mem.embed, config.base_url, config.api_key)
     return MemoryService.open(path, embed_fn=embed_fn, judge=mem.judge, base_url=base_url or config.base_url,
-                              api_key=config.api_key, memory_model=config.memory_model or "local-model",
+                              api_key=config.api_key,
+                              memory_model=config.memory_model or config.chat_model or "local-model",
                               max_children=mem.max_children,
                               memory_token_budget=mem.memory_token_budget)

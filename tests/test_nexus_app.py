@@ -667,3 +667,24 @@ async def test_the_log_pane_tags_its_levels_in_readable_words(server, tmp_path, 
         drawn = [strip.text for strip in app.query_one(EventLog).lines]
         assert any(line.startswith("ERR  something went wrong") for line in drawn), drawn
         assert any(line.startswith("WARN a warning") for line in drawn) and not any("ERRO" in line for line in drawn)
+
+
+async def test_the_memory_model_is_the_chat_model_the_server_lists_when_none_is_set(server, tmp_path, minilm,
+                                                                                     data_dir):
+    """With no memory model set ("Empty: the chat model", the config says), the tree's
+    judge asked for "local-model": a server that checks names refused every call, and the
+    tree fell back to embeddings unsaid (a trial)."""
+    server.state.models = ["listed-model"]
+    server.respond(chat_reply("Noted."))
+    cfg = make_config(server.base_url, tmp_path, {("models", "chat"): "", ("memory", "judge"): "llm"})
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My sister Ana lives in Porto.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, "She works as a nurse there.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+        judged = [r for r in server.chat_requests() if r.get("response_format")]
+        assert judged and {r["model"] for r in judged} == {"listed-model"}, {r["model"] for r in judged}
+        await type_and_send(pilot, app, "/stats")
+        await wait_for(pilot, lambda: "memory model: listed-model (the chat model)" in notices(app))

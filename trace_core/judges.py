@@ -292,6 +292,14 @@ class LLMJudge:
         self.llm = llm
         self.max_chars = max_chars  # keep prompts short: small local models are slow on long ones
 
+    @property
+    def model(self) -> str:
+        return self.llm.model
+
+    @model.setter
+    def model(self, name: str) -> None:
+        self.llm.model = name
+
     def place(self, ctx: PlacementContext) -> Placement:
         path = "\n".join(f"{i}. {n}" for i, n in enumerate(ctx.path_names))
         ans = self.llm.ask(

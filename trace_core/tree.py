@@ -61,7 +61,7 @@ class CTree(TreeReading):
         if fanout_problem:
             raise ValueError(fanout_problem)
         self.max_children = max_children
-        self.model = model
+        self._model = model
         self.auto_save_path = auto_save_path
         self.events = ev.EventBus()
         self._lock = threading.RLock()
@@ -269,6 +269,19 @@ class CTree(TreeReading):
         with self._lock:
             tree_to_json(self.structure, filepath, save_conversation, self.max_children, self.model,
                          self._embed.name if self._embed is not None else None)
+
+    @property
+    def model(self) -> str:
+        """The memory model the LLM judge asks (its name at the server)."""
+        return self._model
+
+    @model.setter
+    def model(self, name: str) -> None:
+        """Ask ``name`` from now on (a client that learns its server's model late, as the
+        first one the server lists)."""
+        self._model = name
+        if self.judges.llm is not None:
+            self.judges.llm.model = name
 
     @classmethod
     def load(cls, filepath: str, api_key: str | None = None, base_url: str | None = None, model: str | None = None,
