@@ -329,6 +329,7 @@ class PromptInput(TextArea):
         self.completer = completer or Completer()
         self._cycle: tuple[str, list[str], int] | None = None  # Tab pressed again: next candidate
         self._choices_for: set[str] = set()  # the texts the choices on the border are about
+        self._own_keys: dict[str, str] | None = None  # key -> the editor's own action (``_own_binding``)
 
     @property
     def value(self) -> str:
@@ -369,15 +370,18 @@ class PromptInput(TextArea):
 
     def _own_binding(self, key: str) -> str | None:
         """The action this editor binds ``key`` to, the user's keymap applied (the app's
-        priority keys never reach it)."""
-        bindings = self._bindings.copy()
-        keymap = getattr(self.app, "keymap", None)  # validated at start, as Textual was given it
-        if keymap:
-            bindings.apply_keymap(keymap)
-        for binding in bindings.key_to_bindings.get(key, ()):
-            if not binding.priority:
-                return binding.action
-        return None
+        priority keys never reach it). Worked out once: it is asked at every key."""
+        if self._own_keys is None:
+            bindings = self._bindings.copy()
+            keymap = getattr(self.app, "keymap", None)  # validated at start, as Textual was given it
+            if keymap:
+                bindings.apply_keymap(keymap)
+            self._own_keys = {}
+            for k, found in bindings.key_to_bindings.items():
+                actions = [b.action for b in found if not b.priority]
+                if actions:
+                    self._own_keys[k] = actions[0]
+        return self._own_keys.get(key)
 
     def action_delete_left(self) -> None:
         """Backspace takes the character the user sees: an emoji of joined parts, a flag,
