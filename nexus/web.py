@@ -35,15 +35,14 @@ def _without_urls(text: str, limit: int = 200) -> str:
     text = text.split(" {", 1)[0].rstrip(" :,(")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
-# fast rules: words that mean "now" or things that change
-NEEDS_WEB = re.compile(
-    r"\b(latest|newest|today|tonight|yesterday|tomorrow|this (?:week|weekend|month|year)|right now|current|currently|"
-    r"at the moment|these days|nowadays|recent|recently|upcoming|com(?:e|ing) out|news|headlines?|weather|"
-    r"forecast|temperature outside|price|prices|cost of|costs? now|stock|"
-    r"exchange rate|score|who won|election|release[sd]?|version|changelog|announced|breaking|"
-    r"20[2-3]\d)\b",
-    re.I,
-)
+# fast rules: words that mean "now", and things of the world that change
+_NOW = (r"latest|newest|today|tonight|yesterday|tomorrow|this (?:week|weekend|month|year)|right now|current|currently|"
+        r"at the moment|these days|nowadays|recent|recently|upcoming|20[2-3]\d")
+_CHANGING = (r"com(?:e|ing) out|news|headlines?|weather|forecast|temperature outside|price|prices|cost of|costs? now|"
+             r"stock|exchange rate|score|who won|election|release[sd]?|version|changelog|announced|breaking|"
+             r"delayed|cancell?ed")
+NEEDS_WEB = re.compile(rf"\b({_NOW}|{_CHANGING})\b", re.I)
+WORLD_NEWS = re.compile(rf"\b({_CHANGING})\b", re.I)
 # things a web search cannot help with
 NO_WEB = re.compile(
     r"(^\s*(hi|hello|hey|thanks|thank you|ok|okay|cool|great)\b|\b(summari[sz]e|recap) (?:our|this|what we)|"
@@ -144,6 +143,12 @@ class WebRouter:
         me = ABOUT_ME.search(q)
         if me and not web:
             return RouteDecision(False, f"about you ('{me.group(0)}'): memory answers it")
+        asked = search_query(q)  # the sentence that asks: another may tell of the user ("I changed my PIN today.")
+        mine = ABOUT_ME.search(asked)
+        if mine and not WORLD_NEWS.search(asked):  # "What is my current job?": a time word, nothing
+            # of the world's; searched, the private question went to the search engine (a trial)
+            now = web.group(0) if web else "a time word"
+            return RouteDecision(False, f"about you ('{mine.group(0)}'; '{now}' is no news): memory answers it")
         if self.recalls is not None and not web:
             try:
                 if self.recalls(q):

@@ -31,8 +31,15 @@ from nexus.web import BEGIN, END, WebRouter, WebSearch, WebSearchError, ddgs_sea
     ("What time did I say the meeting starts tomorrow?", False),
     ("Which version of the app did we agree to ship?", False),
     ("What's my dog's name again?", False),
-    # the user's own things plus a question about now: still the web
+    # the user's own things with a time word and nothing of the world's: memory; searched,
+    # the private question went to the search engine word for word (a trial)
+    ("What's new with my sister these days?", False),
+    ("What is my current job?", False),
+    ("How old am I this year?", False),
+    # the user's own things plus something of the world that changes: still the web
     ("Is my train to Porto delayed today?", True),
+    ("Was my flight to Lisbon cancelled today?", True),
+    ("What's the weather in my town tomorrow?", True),
     ("Has the new Zelda game come out yet?", True),
     # the user telling about themselves: a now-word describes their life, and searching
     # would send the sentence to the web word for word (a new user's first message did)
