@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import tempfile
 from datetime import datetime
 from pathlib import Path
 
@@ -84,8 +86,18 @@ def conversation_markdown(tree, title: str, with_tree: bool = False, system: str
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write ``text`` readable by the owner only (0600); its folder must exist."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.chmod(path, 0o600)  # an existing file keeps its mode through O_CREAT
+    """Write ``text`` readable by the owner only (0600); its folder must exist. Written
+    beside it and renamed over it: a full disk or a crash leaves the earlier file whole (it
+    was cut to what fitted of the new one: a trial)."""
+    target = Path(os.path.realpath(path))  # a link is followed, as a plain open does, not replaced
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=target.suffix, dir=target.parent)  # 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
