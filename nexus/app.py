@@ -90,6 +90,8 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.replies: dict[int, AssistantMessage] = {}  # turn id -> its reply widget
         self.asked: dict[int, UserMessage] = {}  # turn id -> the message it answers
         self.outbox: list[Outgoing] = []  # messages shown, not sent yet
+        # the session file beside which the queued messages were written last, and them
+        self.queue_journal: tuple[Path | None, list[str]] = (None, [])
         self.running_queued = False  # a command from the outbox runs: the rest was typed after it
         self.unsent_notice: Notice | None = None  # "N messages above got no answer…", counted down by Ctrl+R
         self.resend_note: Notice | None = None  # "N more messages wait…", after the last Ctrl+R

@@ -491,6 +491,16 @@ class ChatSession:
                                     chat=True))
             if self.kept[-len(waiting):] == waiting and self._kept_saved == self.kept:  # in the file now
                 parked.clear(source)
+        # queued behind a reply when a Nexus was killed (not when this run opens the file again:
+        # its own queue is in its outbox)
+        queued = [] if self._reloading else parked.read_queued(self.path)
+        if queued and queued[0] not in self.kept and self.tree is not None and self.tree.exchanges \
+                and self.tree.exchanges[-1].user == queued[0]:
+            queued = queued[1:]  # it was being answered, and its exchange was stored before Nexus stopped
+        if queued:
+            self.keep_unsent(queued)  # the one being answered is in the unsent row too: kept once
+            if self.kept[-len(queued):] == queued and self._kept_saved == self.kept:
+                parked.journal_queued(self.path, [])
 
     def take_kept(self, text: str | None = None) -> str | None:
         """The message Ctrl+R sends next (``pending``), or ``text`` when kept, to send

@@ -3,6 +3,9 @@
 - messages sent while the session was still opening, when Nexus closed before it
   opened (``.unsent.json``): the session takes them as its unsent messages (Ctrl+R)
   when it opens next — the worker that opens it holds the file until then;
+- messages queued behind a reply (``.queued.json``), written as they are queued: a
+  Nexus killed meanwhile (kill -9, a power cut) finds them there when the session opens
+  next, unanswered, for Ctrl+R (they were lost: a trial);
 - exchanges whose storing failed (``.unstored.json``): answered, shown, but the
   session file refused them (disk full, a damaged page); stored when it opens next,
   or with Ctrl+R.
@@ -28,9 +31,13 @@ def unstored_path(session: Path) -> Path:
     return session.with_name(session.name + ".unstored.json")
 
 
+def queued_path(session: Path) -> Path:
+    return session.with_name(session.name + ".queued.json")
+
+
 def side_files(session: Path) -> list[Path]:
     """The files that belong to ``session`` beside it (sized, renamed and deleted with it)."""
-    return [parked_path(session), unstored_path(session)]
+    return [parked_path(session), unstored_path(session), queued_path(session)]
 
 
 def _read_list(path: Path) -> list:
@@ -82,6 +89,25 @@ def park(session: Path, texts: list[str]) -> bool:
 def clear(session: Path) -> None:
     """The session has taken them (into its own file)."""
     parked_path(session).unlink(missing_ok=True)
+
+
+def read_queued(session: Path) -> list[str]:
+    """The messages a Nexus had queued for ``session`` when it stopped."""
+    return [t for t in _read_list(queued_path(session)) if isinstance(t, str) and t.strip()]
+
+
+def journal_queued(session: Path, texts: list[str]) -> bool:
+    """Exactly ``texts`` are queued for ``session`` now (none: the file goes). False when
+    they cannot be written."""
+    path = queued_path(session)
+    if not texts:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.error("could not remove %s: %s", path, exc)
+            return False
+        return True
+    return _write_list(path, texts)
 
 
 def read_unstored(session: Path) -> list[tuple[str, str]]:

@@ -151,6 +151,35 @@ class Replies:
         if threading.get_ident() != self._ui_thread:
             self.call_from_thread(self.drain_outbox)
             return
+        try:
+            self._drain_outbox()
+        finally:
+            self.journal_queue()
+
+    def journal_queue(self) -> None:
+        """(UI thread) The messages queued behind a reply, in a file beside the session from
+        the moment they are queued (``parked.journal_queued``): a Nexus killed meanwhile
+        (kill -9, a power cut) keeps them for Ctrl+R; only the one being answered was kept (a
+        trial). The one being answered stays in the file until its turn is over. Written
+        only when it changes: a message sent at once writes nothing."""
+        where, written = self.queue_journal
+        session = self.session
+        if session is None or session.read_only or session.tree is None:
+            texts: list[str] = []
+        else:
+            if where != self.session_path:
+                if where is not None and written:
+                    parked.journal_queued(where, [])  # that session's queue was kept in its own file
+                where, written = self.session_path, []
+            texts = [item.text for item in self.outbox if not item.command]
+            if self.turn is not None and self.turn.text in written:
+                texts.insert(0, self.turn.text)
+        if texts == written or where is None:
+            return
+        parked.journal_queued(where, texts)
+        self.queue_journal = (where, texts)
+
+    def _drain_outbox(self) -> None:
         if not self.outbox or self._leaving:
             return
         if self.mark_outbox():
@@ -167,7 +196,7 @@ class Replies:
             for rest in self.outbox:  # what it said goes above the messages typed after it
                 if rest.shown.parent is chat:
                     chat.move_child(rest.shown, after=chat.children[-1])
-            self.drain_outbox()
+            self._drain_outbox()
             return
         item.shown.set_state("")
         turn = Turn(item.text, item.forced_query, replace=item.replace)
@@ -361,6 +390,8 @@ class Replies:
         if not self._leaving:
             self.refresh_unanswered(answered=message.event.exchange >= 0)
             self.drain_outbox()
+        else:
+            self.journal_queue()
 
     def refresh_unanswered(self, answered: bool) -> None:
         """After a turn, what the chat says of messages without an answer is what is so now:
@@ -433,6 +464,7 @@ class Replies:
         """(UI thread) The queued messages, the session they belong to (None while it
         opens) and its path; the outbox is empty after."""
         items, self.outbox = self.outbox, []
+        self.journal_queue()  # kept from here on as they are stored unsent (a crash between: the file has them)
         if self.session_unopenable:  # it never opened: the next session that does takes them
             return None, sessions.no_session_path(), items
         return self.session, self.session_path, items
@@ -441,6 +473,7 @@ class Replies:
         """(UI thread) The queued messages out of the outbox (commands stay to run)."""
         messages = [item for item in self.outbox if not item.command]
         self.outbox = [item for item in self.outbox if item.command]
+        self.journal_queue()
         return messages
 
     def store_outbox(self) -> int:

@@ -7,6 +7,7 @@ Pilot tests against the scripted server (real HTTP, real openai client)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from scripted_server import Reply
@@ -178,3 +179,44 @@ async def test_two_queued_messages_with_the_same_words_are_both_kept(server, tmp
         assert [o.text for o in app.outbox] == ["queued A", "ok", "ok"]
         await pilot.press("ctrl+q")
     assert load_kept_of(path)[-3:] == ["queued A", "ok", "ok"]
+
+
+async def test_messages_queued_behind_a_reply_are_on_disk_as_they_are_queued(server, tmp_path, minilm, data_dir):
+    """kill -9 while a reply streamed with two messages queued behind it: only the message
+    being answered came back (a trial). What a killed Nexus leaves is what its files hold
+    at that moment: a copy of them, opened by another Nexus, stands for the restart."""
+    import shutil
+
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply("a slow answer " * 12, chunk_delay=0.1))
+    path = tmp_path / "s.db"
+    copy = tmp_path / "after-kill" / "s.db"
+    copy.parent.mkdir()
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "SLOW first: my bike lock code is 3321")
+        await wait_for(pilot, lambda: app.current_reply is not None and "slow" in app.current_reply.text)
+        assert not parked.queued_path(path).exists()  # a message sent at once writes no queue
+        await type_and_send(pilot, app, "Queued second: my passport expires in May 2031")
+        await type_and_send(pilot, app, "Queued third: dentist on Friday at 10")
+        assert parked.read_queued(path) == ["Queued second: my passport expires in May 2031",
+                                            "Queued third: dentist on Friday at 10"]
+        for suffix in ("", "-wal", "-shm", ".queued.json"):
+            if Path(f"{path}{suffix}").exists():
+                shutil.copyfile(f"{path}{suffix}", f"{copy}{suffix}")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 3, timeout=60)
+        await wait_for(pilot, lambda: app.turn is None)
+        assert not parked.queued_path(path).exists()  # all answered: the queue's file goes
+        await pilot.press("ctrl+q")
+    assert load_kept_of(path) == []
+    app = NexusApp(make_config(server.base_url, tmp_path), copy, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: "3 messages above have no answer yet" in notices(app))
+        assert app.session.kept == ["SLOW first: my bike lock code is 3321",
+                                    "Queued second: my passport expires in May 2031",
+                                    "Queued third: dentist on Friday at 10"]
+        assert not parked.queued_path(copy).exists()  # taken into the session file
+        await pilot.press("ctrl+q")
+    assert len(load_kept_of(copy)) == 3
