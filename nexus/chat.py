@@ -569,9 +569,19 @@ class ChatSession:
         return None
 
     def set_system_prompt(self, text: str) -> None:
+        self._set_setting("system", text)
+
+    def _set_setting(self, name: str, value) -> None:
+        """One setting, stored with the session; as it was when the file refuses it (a
+        read-only window said "Nothing was changed" and used it anyway: a trial)."""
         assert self.tree is not None and self.tree.vdb is not None
-        self.settings.system = text
-        self.settings.save(self.tree.vdb)
+        old = getattr(self.settings, name)
+        setattr(self.settings, name, value)
+        try:
+            self.settings.save(self.tree.vdb)
+        except BaseException:
+            setattr(self.settings, name, old)
+            raise
 
     def set_web(self, on: bool) -> None:
         """``/web on|off``, stored with the session (never on where the web is not allowed)."""
@@ -586,8 +596,7 @@ class ChatSession:
         """``/set name value``: validated (ValueError names the allowed range), stored."""
         assert self.tree is not None and self.tree.vdb is not None
         number = parse_setting(name, value)
-        setattr(self.settings, name, number)
-        self.settings.save(self.tree.vdb)
+        self._set_setting(name, number)
         return number
 
     def remember(self, user: str, reply: str, system: str | None = None, index: bool = True,

@@ -115,6 +115,11 @@ async def test_a_read_only_window_writes_once_the_other_nexus_has_closed(server,
             await type_and_send(pilot, app, "/system Answer briefly.")
             await wait_for(pilot, lambda: "/system: This session is open in another Nexus" in notices(app))
             assert "Nothing was changed." in notices(app) and "ReadOnlySessionError" not in log_text(app)
+            # and nothing was: the refused prompt and value were used anyway, and exported (a trial)
+            assert app.session.settings.system == ""
+            await type_and_send(pilot, app, "/set max_tokens 7")
+            await wait_for(pilot, lambda: notices(app).count("Nothing was changed.") == 2)
+            assert app.session.settings.max_tokens is None
             # refused at once, in the same words: /rename reopened the session to find out (its
             # banner said again) and /reorganize "failed" (a trial)
             before = app.session
