@@ -176,7 +176,7 @@ def _typed(value, want: type, where: str):
 
 
 # what a TOML value of each type looks like, in the user's words ("must be float, not str ('hot')")
-KINDS = {float: "a number (like 0.7)", int: "a whole number (like 4)", bool: "true or false (no quotes)",
+KINDS = {float: "a number, no quotes (like 30 or 0.7)", int: "a whole number, no quotes (like 4)", bool: "true or false (no quotes)",
          str: 'text in quotes (like "minilm")'}
 
 
@@ -186,8 +186,11 @@ def _checked(layer: dict, source: str) -> dict:
     out: dict = {}
     for section, body in layer.items():
         if section in FREE_SECTIONS:
-            if not isinstance(body, dict) or not all(isinstance(v, str) for v in body.values()):
-                raise ConfigError(f"[{section}] in {source}: every value must be a string")
+            if not isinstance(body, dict):
+                raise ConfigError(f"{section} in {source} must be a table [{section}]")
+            for key, value in body.items():
+                if not isinstance(value, str):  # named: "every value must be a string" left the user to find it
+                    raise ConfigError(f"{section}.{key} in {source} must be {KINDS[str]}, not {value!r}")
             out[section] = dict(body)
             continue
         if section not in SECTIONS and not isinstance(body, dict):  # "garbage = 1" at the top
@@ -203,11 +206,12 @@ def _checked(layer: dict, source: str) -> dict:
             if key not in fields:
                 raise ConfigError(f"unknown key {section}.{key} in {source} (known: {', '.join(fields)})")
             want, f = fields[key]
+            given = value  # said as written: "-5", not "-5.0" (a trial)
             value = _typed(value, want, f"{section}.{key} in {source}")
             check = f.metadata.get("check")
             if check and not check[0](value):
                 why = f.metadata.get("why")  # which part is wrong: "with a host" misled over a bad port
-                raise ConfigError(f"{section}.{key} in {source} must be {check[1]}, not {value!r}"
+                raise ConfigError(f"{section}.{key} in {source} must be {check[1]}, not {given!r}"
                                   + (f" ({why(value)})" if why else ""))
             out.setdefault(section, {})[key] = value
     return out

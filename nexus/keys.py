@@ -54,6 +54,18 @@ NAMED = {
 
 
 SAME_AS = {"ctrl+i": "tab", "ctrl+m": "enter"}
+# what the input needs for typing: bound to an action, "quit = 'a'" quit at the first "a"
+# of a sentence (the rest went to the shell) and "resend = 'enter'" sent nothing (a trial)
+TYPING = {"enter", "space", "backspace", "delete", "left", "right", "up", "down", "home", "end"}
+SELECTING = {"space", "left", "right", "up", "down", "home", "end"}  # with shift (shift+enter: a new line)
+
+
+def types_text(mods: list[str], base: str) -> bool:
+    """The key types or edits text in the input: a character (a name outside ``NAMED`` is
+    punctuation), alone or with shift, or an editing key (with shift: selecting)."""
+    if set(mods) - {"shift"}:
+        return False
+    return base not in NAMED or base in (SELECTING if mods else TYPING)
 
 
 def _base_key_ok(name: str) -> bool:
@@ -80,6 +92,9 @@ def check_key(key: str) -> str | None:
             return f"{one!r}: unknown modifier {bad[0]!r} (use {', '.join(sorted(MODIFIERS))})"
         if not _base_key_ok(base):
             return f"{one!r}: unknown key {base!r}"
+        if types_text(mods, base):
+            return (f"{one!r} is a key the input needs for typing (text, Enter, Backspace, the arrows): bind "
+                    "it with ctrl+ or alt+, or an F key")
         if one.lower() in SAME_AS:  # a terminal sends these as another key: the binding would never fire
             return f"{one!r} arrives as {SAME_AS[one.lower()]!r} in a terminal: bind {SAME_AS[one.lower()]!r} or another key"
     return None

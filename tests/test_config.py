@@ -71,7 +71,15 @@ def test_wrong_type_names_key_and_file(tmp_path):
         load_config(env={}, user_file=path)
     assert "memory.max_children" in str(exc.value) and str(path) in str(exc.value)
     # in a user's words: it said "must be int, not str ('five')"
-    assert "must be a whole number (like 4), not 'five'" in str(exc.value)
+    assert "must be a whole number, no quotes (like 4), not 'five'" in str(exc.value)
+    # a timeout in quotes was told "a number (like 0.7)"; -5 was said as "-5.0"; a key bound
+    # to a number was "every value must be a string", the key unnamed (a trial)
+    with pytest.raises(ConfigError, match=r"server.timeout .* must be a number, no quotes \(like 30 or 0.7\), not '30'"):
+        load_config(env={}, user_file=_user(tmp_path, "[server]\ntimeout = '30'\n"))
+    with pytest.raises(ConfigError, match=r"server.timeout .*, not -5$"):
+        load_config(env={}, user_file=_user(tmp_path, "[server]\ntimeout = -5\n"))
+    with pytest.raises(ConfigError, match=r"keys.copy_code .* must be text in quotes .*, not 5"):
+        load_config(env={}, user_file=_user(tmp_path, "[keys]\ncopy_code = 5\n"))
     with pytest.raises(ConfigError, match=r"must be true or false \(no quotes\), not 'no'"):
         load_config(env={}, user_file=_user(tmp_path, "[ui]\nshow_tree = 'no'\n"))
 

@@ -442,11 +442,20 @@ def test_bad_keys_are_named():
         ({"focus_input": "ctrl+i"}, ["ctrl+i", "tab"]),
         ({"copy_code": "ctrl+t"}, ["ctrl+t", "toggle_tree", "copy_code"]),
         ({"cancel": 5}, ["cancel"]),
+        # keys the input types or edits with: "quit = 'a'" quit at the first "a" typed, the
+        # rest of the sentence went to the shell; "resend = 'enter'" sent nothing (a trial)
+        ({"quit": "a"}, ["quit", "'a'", "typing"]),
+        ({"quit": "shift+a"}, ["shift+a", "typing"]),
+        ({"resend": "enter"}, ["resend", "'enter'", "typing"]),
+        ({"resend": "ctrl+r,backspace"}, ["backspace", "typing"]),
+        ({"select_next": "shift+down"}, ["shift+down", "typing"]),
+        ({"toggle_tree": "question_mark"}, ["question_mark", "typing"]),
     ]:
         with pytest.raises(ConfigError) as err:
             validate_keys(keys)
         assert all(w in str(err.value) for w in words), (keys, str(err.value))
-    assert check_key("shift+enter,ctrl+j") is None and check_key("question_mark") is None
+    assert check_key("shift+enter,ctrl+j") is None and check_key("ctrl+question_mark") is None
+    assert all(check_key(k) is None for k in ("f5", "alt+a", "ctrl+shift+a", "tab", "escape", "pageup", "insert"))
 
 
 def test_the_config_file_documents_every_key():
