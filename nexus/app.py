@@ -102,6 +102,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.vision_busy = False  # /ingest holds the vision model: messages wait
         self.model_restarting = False  # the bundled server died and starts again: messages wait
         self.listed_model = ""  # the first model the server lists (the start-up probe)
+        self.model_found = ""  # the chat model a session or the probe found: the next session's
         self.server_answered = True  # False: the start-up probe found no server (until a reply comes)
         self._leaving = False
         self._ui_thread = threading.get_ident()
@@ -202,6 +203,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
     def update_header(self, width: int | None = None) -> None:
         if self.session is not None and self.session.model:  # the model a session found: the next one's too
             self.listed_model = self.session.model  # ("auto" after /new, until its first reply: a trial)
+            self.model_found = self.session.model
         model = ((self.session.model if self.session and self.session.model else self.config.chat_model)
                  or self.listed_model or ("auto" if self.server_answered else "no model server"))
         where = shown_url(self.config.base_url)

@@ -70,6 +70,11 @@ def server_problem(base_url: str, api_key: str, timeout: float = 2.0) -> str | N
     return server_models(base_url, api_key, timeout)[0]
 
 
+def listed(name: str, ids: list[str]) -> bool:
+    """``name`` is a model the server lists (Ollama takes "llama3" for "llama3:latest")."""
+    return name in ids or f"{name}:latest" in ids
+
+
 class Lifecycle:
     """NexusApp's start-up probes and the one orderly way out."""
 
@@ -81,6 +86,13 @@ class Lifecycle:
         if problem is None:
             if ids:  # the chat model, when none is set, is the first listed: the header says so now
                 self.ui(self.name_listed_model, ids[0])
+                self.ui(self.found_model, ids[0])
+            wanted = self.config.chat_model
+            if ids and wanted and not listed(wanted, ids):  # said when the first message failed, again at each Ctrl+R
+                shown = ", ".join(ids[:8]) + (f" and {len(ids) - 8} more" if len(ids) > 8 else "")
+                self.ui(self.say_server_problem, f"The model server at {shown_url(self.config.base_url)} does not list "
+                        f"the chat model {wanted} (it lists {shown}): replies may fail. /model NAME picks another "
+                        "for this run; chat_model in nexus.toml (or --model) for the next.")
             return
         self.post_event(ev.Notice(f"model server: {problem}", "warning"))
         if problem.startswith(KEY_REFUSED):
@@ -108,6 +120,14 @@ class Lifecycle:
             last = notice.parent.children[-1]
             if last is not notice:
                 notice.parent.move_child(notice, after=last)
+
+    def found_model(self, model: str) -> None:
+        """(UI thread) The first model the server lists: the chat model when none is set, and
+        so the memory model of a session that has not asked yet (it asked for "local-model",
+        which a server that checks names refuses: a trial)."""
+        self.model_found = model
+        if self.session is not None and not self.session.model:
+            self.session.use_chat_model(model)
 
     def name_listed_model(self, model: str, answered: bool = True) -> None:
         self.listed_model = model

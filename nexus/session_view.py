@@ -300,6 +300,8 @@ class SessionView:
         """(worker thread) The session over ``path`` (read-only when another process writes
         it, and said so); None after saying why it cannot be opened."""
         session = ChatSession(self.config, path, self.post_event, self.embed_fn, self.search_fn)
+        if not session.model and self.model_found:  # the memory asks it too, from the start (not "local-model")
+            session.model = self.model_found
         try:
             try:
                 session.open()

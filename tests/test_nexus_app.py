@@ -109,7 +109,9 @@ async def test_the_header_names_the_model_the_server_lists(server, tmp_path, min
         await ready(app, pilot)
         # no model configured: the start-up probe's list names it before any message
         await wait_for(pilot, lambda: " · qwen2.5-7b-instruct · " in app.sub_title)
-        app.listed_model = ""  # and the reply's model names it too
+        assert app.session.model == "qwen2.5-7b-instruct"  # the session's too: its memory asks it
+        app.listed_model = app.model_found = ""  # and, unknown at start, the reply's model names it
+        app.session.model = None
         app.update_header()
         assert " · auto · " in app.sub_title
         await type_and_send(pilot, app, "Hi there.")
@@ -688,3 +690,45 @@ async def test_the_memory_model_is_the_chat_model_the_server_lists_when_none_is_
         assert judged and {r["model"] for r in judged} == {"listed-model"}, {r["model"] for r in judged}
         await type_and_send(pilot, app, "/stats")
         await wait_for(pilot, lambda: "memory model: listed-model (the chat model)" in notices(app))
+
+
+async def test_a_session_opened_later_asks_the_listed_model_before_its_first_reply(server, tmp_path, minilm,
+                                                                                  data_dir):
+    """After /new (or /open), the memory model was "local-model" until the session's first
+    reply: 120 of 120 judge calls of a /reorganize went out under that name (a trial). The
+    chat model the server lists is known at start; every session's memory asks it."""
+    server.state.models = ["listed-model"]
+    server.respond(chat_reply("Noted."))
+    cfg = make_config(server.base_url, tmp_path, {("models", "chat"): "", ("memory", "judge"): "llm"})
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: app.model_found == "listed-model")
+        assert app.session.tree.model == "listed-model"  # the first session, before any reply
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path.name != "s.db")
+        assert app.session.tree.model == "listed-model" and app.session.model == "listed-model"
+        await type_and_send(pilot, app, "/stats")
+        await wait_for(pilot, lambda: "memory model: listed-model (the chat model)" in notices(app))
+
+
+async def test_a_chat_model_the_server_does_not_list_is_said_at_start(server, tmp_path, minilm, data_dir):
+    """--model gpt-9 against a server listing others: nothing was said until the first
+    message failed, and its "press Ctrl+R" could never work (a trial)."""
+    server.state.models = ["tiny-chat", "other-model"]
+    cfg = make_config(server.base_url, tmp_path, {("models", "chat"): "gpt-9"})
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: "does not list the chat model gpt-9 (it lists tiny-chat, other-model)"
+                       in notices(app))
+        assert "/model NAME picks another" in notices(app)
+    server.state.models = ["llama3:latest"]  # Ollama's name for "llama3"
+    probes = sum(r.path.rstrip("/") == "/v1/models" for r in server.state.requests)
+    cfg = make_config(server.base_url, tmp_path, {("models", "chat"): "llama3"})
+    app = NexusApp(cfg, tmp_path / "t.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: sum(r.path.rstrip("/") == "/v1/models" for r in server.state.requests) > probes)
+        await pilot.pause(0.5)
+        assert "does not list" not in notices(app)
