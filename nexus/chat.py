@@ -40,6 +40,16 @@ UNSENT_KEY = "nexus.unsent"  # the session file's meta row of messages kept for 
 REPLACES_KEY = "nexus.unsent.replaces"
 
 
+def session_rows(db) -> dict[str, str]:
+    """Nexus's rows of a session file — its settings, its messages with no answer, its
+    reply versions — for ``/save`` to keep with the tree (``/load`` of the export had lost
+    the system prompt and the sampling settings: a trial)."""
+    from . import session_settings, versions
+
+    keys = (session_settings.META_KEY, UNSENT_KEY, REPLACES_KEY, versions.META_KEY)
+    return {k: v for k in keys if (v := db.get_meta(k))}
+
+
 def load_kept(db) -> list[str]:
     """The messages a session kept unsent (an unreadable row keeps none, and opens)."""
     try:

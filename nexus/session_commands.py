@@ -10,6 +10,7 @@ from trace_core import SessionFileError
 
 from . import commands as C
 from . import sessions
+from .chat import session_rows
 from .failures import TaskFailed, background
 from .long_tasks import Cancelled
 from .paths import ends_a_sentence, folders_made, make_folders, private_dir, write_problem
@@ -200,14 +201,13 @@ class SessionCommands:
             return
         try:
             made = make_folders(path.parent)
-            s.tree.save(str(path), save_conversation=True)
+            s.tree.save(str(path), save_conversation=True, meta=session_rows(s.tree.vdb))
         except OSError as exc:  # said with the user's path: the engine writes a temporary file first
             self.file_not_written("Not saved", path, exc)
             return
-        left = (f" {counted(len(s.kept), 'message')} with no answer {'is' if len(s.kept) == 1 else 'are'} not in "
-                "it (a tree export holds exchanges; /export writes them too)." if s.kept else "")
-        said = f"Saved the tree to {path}{folders_made(made)}"
-        self.chat_notice(f"{said}.{left}" if left else ends_a_sentence(said, path))  # a sentence after it: "."
+        also = f" and {counted(len(s.kept), 'message')} with no answer" if s.kept else ""
+        said = f"Saved the tree{also} to {path}{folders_made(made)}"
+        self.chat_notice(ends_a_sentence(said, path))
 
     def replacing_confirmed(self, command: str, path: Path, own_kind: bytes) -> bool:
         """Whether ``/command path`` may write over what is at ``path``: nothing, an earlier

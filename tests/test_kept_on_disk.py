@@ -115,22 +115,39 @@ async def test_a_memory_model_answering_a_web_page_falls_back_and_the_exchange_i
     assert stored_users(path, minilm) == ["My sister Alma lives in Lisbon.", "She works as a marine biologist."]
 
 
-async def test_an_export_carries_the_messages_with_no_answer_and_save_says_it_leaves_them_out(server, tmp_path,
-                                                                                             minilm, data_dir):
-    server.respond(lambda req: Reply(status=500, error="model crashed"))
+async def test_an_export_and_a_save_carry_the_messages_with_no_answer_and_load_brings_the_session_back(
+        server, tmp_path, minilm, data_dir):
+    """/save then /load lost the system prompt, the sampling settings and the messages
+    with no answer ("the whole session", the README says of an export: a trial)."""
+    answers = iter([Reply("Noted: Ana lives in Porto."), Reply(status=500, error="model crashed")])
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format") else next(answers))
     app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
+        await type_and_send(pilot, app, "My sister Ana lives in Porto.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         await type_and_send(pilot, app, "Should pods have memory requests equal to limits?")
         await wait_for(pilot, lambda: "No reply" in notices(app))
+        await type_and_send(pilot, app, "/system Always answer in French.")
+        await type_and_send(pilot, app, "/set temperature 0.2")
+        await wait_for(pilot, lambda: app.session.settings.temperature == 0.2)
         out = tmp_path / "out.md"
         await type_and_send(pilot, app, f"/export {out}")
-        await wait_for(pilot, lambda: "Exported 0 exchanges and 1 message with no answer" in notices(app))
-        await type_and_send(pilot, app, f"/save {tmp_path / 'out.json'}")
-        await wait_for(pilot, lambda: "1 message with no answer is not in it" in notices(app))
+        await wait_for(pilot, lambda: "Exported 1 exchange and 1 message with no answer" in notices(app))
+        saved = tmp_path / "trip.json"
+        await type_and_send(pilot, app, f"/save {saved}")
+        await wait_for(pilot, lambda: "Saved the tree and 1 message with no answer to" in notices(app))
+        await type_and_send(pilot, app, f"/load {saved}")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path.stem == "trip"
+                       and app.session.tree is not None, timeout=40)
+        s = app.session
+        assert [x.user for x in s.tree.exchanges] == ["My sister Ana lives in Porto."]
+        assert s.settings.system == "Always answer in French." and s.settings.temperature == 0.2
+        assert s.kept == ["Should pods have memory requests equal to limits?"]
+        await wait_for(pilot, lambda: "1 message above has no answer yet" in notices(app))
     text = out.read_text()
     assert "## Not answered" in text and "Should pods have memory requests equal to limits?" in text
-    assert "0 exchanges · 1 message with no answer" in text
+    assert "1 exchange · 1 message with no answer" in text
 
 
 async def test_an_exchange_stored_at_start_is_no_unanswered_message_and_is_shown(server, tmp_path, minilm, data_dir):

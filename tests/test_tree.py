@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trace_core import CTree, MessageNode, SessionFileError, TopicNode
+from trace_core import CTree, MessageNode, SessionFileError, TopicNode, VectorDatabase
 from trace_core.invariants import InvariantError, check_invariants
 from trace_core.judges import Placement
 
@@ -218,6 +218,23 @@ def test_json_export_roundtrip(tmp_path, hash_embed):
     check_invariants(loaded)
 
 
+def test_an_applications_rows_travel_with_the_export(tmp_path, hash_embed):
+    """``save(meta=)``: rows an application keeps in the session file (Nexus: the system
+    prompt, settings, messages with no answer) come back in the store a loaded tree is given."""
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    tree.add(ex("my sister Ana lives in Porto"))
+    path = tmp_path / "tree.json"
+    tree.save(str(path), meta={"app.settings": '{"system": "Answer in French."}'})
+    loaded = CTree.load(str(path), embed_fn=hash_embed, judge="embedding")
+    assert loaded.imported_meta == {"app.settings": '{"system": "Answer in French."}'}
+    db = VectorDatabase(str(tmp_path / "s.db"))
+    loaded.use_store(db)
+    assert db.get_meta("app.settings") == '{"system": "Answer in French."}'
+    db.close()
+    tree.save(str(path))  # none given: none written
+    assert "meta" not in json.loads(path.read_text())
+
+
 @pytest.mark.parametrize(
     "content, problem",
     [
@@ -227,6 +244,10 @@ def test_json_export_roundtrip(tmp_path, hash_embed):
         (b'{"format": "trace-ctree", "version": 99}', "newer TRACE"),
         (b'{"format": "trace-ctree", "version": 1, "root": {"type": "topic"}}', "damaged"),
         (b"\xff\xfe\x00binary", "not a text file"),
+        # a README said "not valid JSON (truncated or corrupt?)" (a trial)
+        (b"# Nexus\n\nA terminal workbench.\n", r"is not a TRACE JSON export \(it is not JSON\)"),
+        (b'{"format": "trace-ctree", "version": 1, "meta": {"k": 5}, "root": {"type": "topic", "id": "root", '
+         b'"name": "ROOT", "start": 0, "end": 0}}', "meta is not a table of texts"),
         # a bound of 10**9 ate all memory and stuck at every start; an index past SQLite's
         # integers said "Python int too large to convert to SQLite INTEGER" (a trial)
         (b'{"format": "trace-ctree", "version": 1, "max_children": 1000000000, "root": {"type": "topic", '

@@ -6,7 +6,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -281,7 +281,7 @@ def refuse_export_target(filepath: str) -> None:
 
 
 def tree_to_json(model: TreeModel, filepath: str, save_conversation: bool, max_children: int, model_name: str,
-                 embedder_name: str | None) -> None:
+                 embedder_name: str | None, meta: dict[str, str] | None = None) -> None:
     data = {
         "format": JSON_FORMAT,
         "version": JSON_VERSION,
@@ -294,6 +294,8 @@ def tree_to_json(model: TreeModel, filepath: str, save_conversation: bool, max_c
     }
     if save_conversation:
         data["conversation"] = model.conversation
+    if meta:
+        data["meta"] = dict(meta)
     refuse_export_target(filepath)
     directory = os.path.dirname(os.path.abspath(filepath))
     os.makedirs(directory, exist_ok=True)
@@ -320,6 +322,7 @@ class JsonTree:
     exchanges: dict[int, MessageNode]
     conversation: list[dict] | None
     current: str
+    meta: dict[str, str] = field(default_factory=dict)  # an application's rows, kept with the tree
 
 
 def _index(value: object) -> int:
@@ -362,6 +365,8 @@ def read_json(filepath: str) -> JsonTree:
     except UnicodeDecodeError:
         raise SessionFileError(filepath, "is not a text file (not a TRACE JSON export)") from None
     except json.JSONDecodeError as exc:
+        if exc.doc.strip() and exc.pos == len(exc.doc) - len(exc.doc.lstrip()):  # no JSON at all (a README)
+            raise SessionFileError(filepath, "is not a TRACE JSON export (it is not JSON)") from None
         raise SessionFileError(filepath, f"is not valid JSON (truncated or corrupt?): {exc}") from None
     if not isinstance(data, dict) or data.get("format") != JSON_FORMAT:
         raise SessionFileError(filepath, "is JSON but not a TRACE tree export")
@@ -372,8 +377,11 @@ def read_json(filepath: str) -> JsonTree:
         problem = max_children_problem(fanout)
         if problem:
             raise SessionFileError(filepath, f"is a damaged TRACE export: its {problem}")
+        meta = data.get("meta", {})
+        if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
+            raise SessionFileError(filepath, "is a damaged TRACE export: its meta is not a table of texts")
         out = JsonTree(fanout, data.get("model"), [], {},
-                       data.get("conversation") or None, str(data.get("current_node", "root")))
+                       data.get("conversation") or None, str(data.get("current_node", "root")), dict(meta))
         _json_rows(data["root"], None, filepath, out)
         for m in data.get("archived", []):
             _json_rows(m, None, filepath, out, archived=True)
@@ -416,4 +424,5 @@ def load_json(cls, filepath: str, model: str | None = None, **kwargs):
         raise SessionFileError(filepath, f"is a damaged TRACE export ({exc})") from None
     for x in tree.structure.exchanges:
         tree.judges.embedding.observe(x.user, x.assistant)
+    tree.imported_meta = data.meta
     return tree

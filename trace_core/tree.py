@@ -63,6 +63,9 @@ class CTree(TreeReading):
         self.max_children = max_children
         self._model = model
         self.auto_save_path = auto_save_path
+        # an application's rows read from a JSON export (``save(meta=)``): written to the
+        # store ``use_store`` gives a loaded tree, beside its exchanges
+        self.imported_meta: dict[str, str] = {}
         self.events = ev.EventBus()
         self._lock = threading.RLock()
         self._embed: Embedder | None = as_embedder(embed_fn)
@@ -154,6 +157,9 @@ class CTree(TreeReading):
                 except BaseException:
                     self._vdb, self._store = None, None
                     raise
+            if not db.read_only:
+                for key, value in self.imported_meta.items():
+                    db.set_meta(key, value)
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -264,11 +270,13 @@ class CTree(TreeReading):
 
     # --- persistence ----------------------------------------------------------------------------
 
-    def save(self, filepath: str, save_conversation: bool = False) -> None:
-        """Export the tree as JSON (format-versioned); written atomically."""
+    def save(self, filepath: str, save_conversation: bool = False, meta: dict[str, str] | None = None) -> None:
+        """Export the tree as JSON (format-versioned); written atomically. ``meta``: an
+        application's rows of the session (``VectorDatabase.get_meta``) to keep with it: a
+        loaded tree writes them to its new store."""
         with self._lock:
             tree_to_json(self.structure, filepath, save_conversation, self.max_children, self.model,
-                         self._embed.name if self._embed is not None else None)
+                         self._embed.name if self._embed is not None else None, meta)
 
     @property
     def model(self) -> str:
