@@ -180,6 +180,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             self.probe_server()
         if self.handle_signals:
             self.install_signal_handlers()
+        self.sweep_imports()
         self.call_after_refresh(self._probe, "first_paint")
         idle = self.config.section("memory").idle_reorganize_seconds
         if idle > 0:

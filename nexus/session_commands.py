@@ -250,6 +250,15 @@ class SessionCommands:
         self.cancel_long.clear()
         self.load_worker(path)
 
+    @background(group="sweep")
+    def sweep_imports(self) -> None:
+        """At start: what a /load stopped by a killed Nexus left goes, and is said."""
+        removed = sessions.sweep_unfinished_imports()
+        if removed:
+            names = ", ".join(removed)
+            self.ui(self.chat_notice, f"An unfinished /load ({names}), stopped when Nexus was, was removed: it was "
+                    "not a session yet. /load the file again to import it.", "warning")
+
     @background(group="load", exclusive=True)
     def load_worker(self, path: Path) -> None:
         from trace_core import CTree, VectorDatabase

@@ -419,3 +419,24 @@ def discard(path: Path) -> None:
     """Remove what an abandoned import left (database, -wal, -shm, lock)."""
     for f in [*files_of(path), Path(f"{path}.lock")]:
         f.unlink(missing_ok=True)
+
+
+def sweep_unfinished_imports() -> list[str]:
+    """Remove what a /load that never finished left in the sessions folder (a Nexus killed
+    during it: 5 MB stayed for good, unlisted, and took the name: a trial); an import that
+    another Nexus runs now holds its lock and stays. The names of those removed."""
+    removed = []
+    for staging in sorted(sessions_dir().glob("*.db.importing")):
+        try:
+            lock = _unused(staging)
+        except (SessionInUse, OSError):
+            continue
+        try:
+            discard(staging)
+        except OSError:
+            continue
+        finally:
+            if lock is not None:
+                lock.release()
+        removed.append(staging.name.removesuffix(".db.importing"))
+    return removed

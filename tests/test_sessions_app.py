@@ -1145,3 +1145,29 @@ async def test_switching_away_from_an_empty_new_session_removes_it(server, tmp_p
         await pilot.pause(0.5)
         names = {p.stem for p, _, _ in sessions.list_sessions()}
         assert names == {second.stem, "kept-empty", app.session_path.stem}  # the first went; the open one is there
+
+
+async def test_what_a_killed_load_left_goes_at_the_next_start_and_is_said(server, tmp_path, minilm, data_dir):
+    """kill -9 during /load left trip.db.importing and its -wal for good: unlisted, not
+    deletable by name, and the next /load of trip.json was named trip-2 (a trial). An
+    import another Nexus runs now (its lock held) stays."""
+    from trace_core import VectorDatabase
+
+    folder = sessions.sessions_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    child = ("import os, signal, sys; from trace_core import VectorDatabase; "
+             "db = VectorDatabase(sys.argv[1]); db.set_meta('half', 'imported'); os.kill(os.getpid(), signal.SIGKILL)")
+    subprocess.run([sys.executable, "-c", child, str(folder / "trip.db.importing")], timeout=60)
+    assert (folder / "trip.db.importing").exists() and (folder / "trip.db.importing.lock").exists()
+    running = VectorDatabase(str(folder / "big.db.importing"))  # holds its writer lock
+    try:
+        app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await ready(app, pilot)
+            await wait_for(pilot, lambda: "An unfinished /load (trip), stopped when Nexus was, was removed"
+                           in notices(app))
+            assert not [p for p in folder.iterdir() if p.name.startswith("trip.db")]
+            assert (folder / "big.db.importing").exists()
+            assert sessions.imported_session_path(Path("trip.json")).name == "trip.db"
+    finally:
+        running.close()
