@@ -103,6 +103,7 @@ class ChatCommands:
             return
         if args[0] == "--clear" and len(args) > 1:  # "--clear extra" was set as the prompt's text (a trial)
             raise C.UsageError(C.BY_NAME["system"].usage)
+        C.refuse_unknown_options("system", args[:1], ("--clear",))
         text = "" if args == ["--clear"] else self.last_command.raw
         problem = session.system_prompt_problem(text)
         if problem:  # the text goes back to the input to shorten (it was gone: a trial)

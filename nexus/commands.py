@@ -58,6 +58,15 @@ class UsageError(ValueError):
     """Bad arguments: the message is the command's usage."""
 
 
+def refuse_unknown_options(name: str, args: list[str], known: tuple[str, ...] = ()) -> None:
+    """An argument such as "--pretty" that ``/name`` does not take is refused, not written
+    as a file name or set as a prompt's text (``/save --pretty`` wrote a file "--pretty",
+    ``/system --bogus`` became the system prompt: a trial)."""
+    for arg in args:
+        if arg.startswith("--") and len(arg) > 2 and arg not in known:
+            raise UsageError(f"{BY_NAME[name].usage} ({arg} is no option of /{name})")
+
+
 @dataclass
 class Parsed:
     command: Command | None

@@ -185,6 +185,7 @@ class SessionCommands:
         self.chat_notice("\n".join(lines))
 
     def cmd_save(self, args: list[str]) -> None:
+        C.refuse_unknown_options("save", args)
         s = self.need_session()
         default = self.session_path.with_suffix(".json")
         try:
@@ -301,6 +302,7 @@ class SessionCommands:
     def cmd_export(self, args: list[str]) -> None:
         from .export import EXPORT_TITLE, conversation_markdown, default_path, write_private
 
+        C.refuse_unknown_options("export", args, ("--tree",))
         args = list(args)
         with_tree = "--tree" in args
         if with_tree:

@@ -110,3 +110,28 @@ async def test_save_and_export_into_a_folder_write_their_own_name_there(server, 
         await type_and_send(pilot, app, f"/save {new}/")
         await wait_for(pilot, lambda: (new / "s.json").exists())
         assert json.loads((new / "s.json").read_text())["format"] == "trace-ctree"
+
+
+async def test_an_option_a_command_does_not_take_is_refused_not_written_as_a_name(server, tmp_path, minilm,
+                                                                                 data_dir, monkeypatch):
+    """/save --pretty wrote a file named "--pretty" where Nexus started, /export … --x one
+    named " --x", and /system --bogus became the system prompt (a trial)."""
+    server.respond(chat_reply("Noted."))
+    monkeypatch.chdir(tmp_path)
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My cat is called Miso.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        out = tmp_path / "out"
+        for line, said in (("/save --pretty", "(--pretty is no option of /save)"),
+                           (f"/export {out}/ --tree --x", "(--x is no option of /export)"),
+                           ("/system --bogus", "(--bogus is no option of /system)")):
+            await type_and_send(pilot, app, line)
+            await wait_for(pilot, lambda said=said: said in notices(app))
+            assert app.query_one("#prompt").value == line  # given back to correct
+            app.query_one("#prompt").value = ""
+        assert not (tmp_path / "--pretty").exists() and not out.exists()
+        assert app.session.settings.system == ""
+        await type_and_send(pilot, app, f"/export {out}/ --tree")  # the option it takes still works
+        await wait_for(pilot, lambda: "with the topic outline" in notices(app))
