@@ -136,7 +136,12 @@ class ChatCommands:
         except ValueError as exc:
             self.chat_notice(f"Not set: {exc}.", "warning")
             return
-        self.chat_notice(f"{args[0]} = {value:g} for {self.session_path.stem} (stored with the session).")
+        said = f"{args[0]} = {value:g} for {self.session_path.stem} (stored with the session)."
+        ctx, used = session.limits()
+        if args[0] == "max_tokens" and value and used < value:  # sent as 4,096, unsaid (a trial)
+            said += (f" Replies get at most {used:,} tokens: half of the model's context ({ctx:,}, "
+                     "models.context_tokens), the rest is the prompt's.")
+        self.chat_notice(said)
 
     def _last_exchange(self, what: str):
         session = self.need_session()

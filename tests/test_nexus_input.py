@@ -619,6 +619,11 @@ async def test_system_prompt_and_sampling_are_stored_with_the_session(server, tm
         # the log says they apply (the --local start line names its own max_tokens)
         await wait_for(pilot, lambda: "this session's own settings (/set, /system, /web): temperature 0.2, "
                        "top_p 0.9, max_tokens 64, its own system prompt" in log_text(app2))
+        # more than the context leaves is said, not sent as less unsaid (a trial: 100,000 went as 4,096)
+        ctx = app2.session.limits()[0]
+        await type_and_send(pilot, app2, "/set max_tokens 100000")
+        await wait_for(pilot, lambda: f"Replies get at most {ctx // 2:,} tokens: half of the model's context "
+                       f"({ctx:,}, models.context_tokens)" in notices(app2))
 
 
 async def test_retry_replaces_the_last_exchange(server, tmp_path, minilm, data_dir):
