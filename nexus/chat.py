@@ -21,6 +21,7 @@ from trace_core.tokens import count_tokens, truncate_to_tokens
 from . import events as ev
 from . import parked, sessions
 from .config import Config
+from .failures import Foreseen
 from .memory_service import SEARCH_FLOOR
 from .prompt_budget import fit_recent, limits, prompt_room, recent_tokens
 from .session_settings import SessionSettings, parse_setting
@@ -38,6 +39,10 @@ UNSENT_KEY = "nexus.unsent"  # the session file's meta row of messages kept for 
 # and of those kept from an /edit or /retry: the exchange their answer replaces (an /edit
 # left unanswered became a new exchange after a restart: trial)
 REPLACES_KEY = "nexus.unsent.replaces"
+
+
+class ServerProblem(Foreseen, RuntimeError):
+    """The model server cannot be asked (unreachable, refused, no model), in words."""
 
 
 def session_rows(db) -> dict[str, str]:
@@ -180,9 +185,9 @@ class ChatSession:
             models = self.client.models.list()
             ids = [m.id for m in models.data]
         except Exception as exc:
-            raise RuntimeError(describe_error(exc, self.config.base_url)) from exc
+            raise ServerProblem(describe_error(exc, self.config.base_url)) from exc
         if not ids:
-            raise RuntimeError(f"the server at {shown_url(self.config.base_url)} lists no models; load one first")
+            raise ServerProblem(f"the server at {shown_url(self.config.base_url)} lists no models; load one first")
         self.use_chat_model(ids[0])
         return ids[0]
 
@@ -203,7 +208,7 @@ class ChatSession:
         try:
             return [m.id for m in self.client.models.list().data]
         except Exception as exc:
-            raise RuntimeError(describe_error(exc, self.config.base_url)) from exc
+            raise ServerProblem(describe_error(exc, self.config.base_url)) from exc
 
     def _ask_router(self, question: str) -> bool:
         from trace_core import prompts

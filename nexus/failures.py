@@ -23,6 +23,12 @@ def background(*, group: str, exclusive: bool = False, description: str | None =
     return work(thread=True, group=group, exclusive=exclusive, description=description, exit_on_error=False)
 
 
+class Foreseen(Exception):
+    """A failure that its message says in full (a model server that does not answer): the
+    log gets that line, its traceback only at debug (four chained tracebacks for "no server
+    answers" read as a crash: a trial)."""
+
+
 class TaskFailed(Exception):
     """A worker's failure in the user's words (``raise TaskFailed(...) from cause``);
     ``subject``: what the worker was working on, for a hook that needs it."""
@@ -106,7 +112,7 @@ class Failures:
         if isinstance(exc, TaskFailed):
             words, level, cause = exc.words or words, exc.level or level, exc.__cause__
         text = f"{words}: {reason(cause)}{how.end}" if cause is not None else f"{words}{how.end}"
-        if isinstance(exc, TaskFailed):  # foreseen, and said in words: the traceback only at debug
+        if isinstance(exc, (TaskFailed, Foreseen)):  # foreseen, and said in words: the traceback only at debug
             log.log(logging.WARNING if level == "warning" else logging.ERROR, "worker %s failed: %s", name, text)
             log.debug("worker %s failed", name, exc_info=cause or exc)
         else:

@@ -5,6 +5,7 @@ cancellation (Pilot tests against the scripted server, real session files)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -658,7 +659,7 @@ def test_quit_during_a_long_load_exits_within_2_s_and_the_session_opens(tmp_path
     print(f"/quit during /load: {took:.2f} s; with nothing running: {baseline:.2f} s")
 
 
-async def test_first_run_without_a_server_says_so_and_offers_local(tmp_path, minilm, data_dir):
+async def test_first_run_without_a_server_says_so_and_offers_local(tmp_path, minilm, data_dir, caplog):
     from scripted_server import ScriptedServer
 
     srv = ScriptedServer()
@@ -669,6 +670,15 @@ async def test_first_run_without_a_server_says_so_and_offers_local(tmp_path, min
         await wait_for(pilot, lambda: "No model server answers" in notices(app))
         said = notices(app)
         assert f"127.0.0.1:{port}" in said and "nexus --local" in said and "connection refused" in said
+        # /model then fails in words, and the log says it in a line: it wrote four chained
+        # tracebacks under "ERROR worker model_worker failed", read as a crash (a trial)
+        await ready(app, pilot)
+        with caplog.at_level(logging.DEBUG, logger="nexus"):
+            await type_and_send(pilot, app, "/model")
+            await wait_for(pilot, lambda: "Cannot list models:" in notices(app))
+        failed = [r for r in caplog.records if "model_worker" in r.getMessage()]
+        assert failed and all(r.exc_info is None for r in failed if r.levelno > logging.DEBUG), failed
+        assert any("cannot reach the model server" in r.getMessage() for r in failed if r.levelno >= logging.WARNING)
 
 
 async def test_the_no_server_warning_stays_in_sight_below_unanswered_messages(tmp_path, minilm, data_dir):
