@@ -61,6 +61,24 @@ def image_signature(path: Path) -> bool:
     return head.startswith(SIGNATURES) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
 
 
+def not_an_image(path: Path) -> str:
+    return (f"{path}: not an image — /ingest reads images (PNG, JPEG, GIF, WebP…) and files the vision "
+            "model's description of each; text can be pasted as a message")
+
+
+def _opens_as_image(path: Path) -> bool:
+    """Pillow knows the file's format from its header (nothing decoded)."""
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            Image.open(path).close()
+    except Exception:  # unidentified, a bomb, unreadable: the caller's next check says which
+        return False
+    return True
+
+
 def eight_bit(im):
     """16-bit and floating-point pixels scaled into 8 bits, grey. Pillow's ``convert``
     clips them: a 16-bit scan came out 99.6 % white and a float TIFF black, and the
@@ -94,6 +112,8 @@ def prepare(path: Path, max_side: int, max_file_mb: float, max_megapixels: float
     if size == 0:
         raise ImageError(f"{path}: the file is empty (0 bytes)")
     if size > max_file_mb * 1024 * 1024:
+        if not image_signature(path) and not _opens_as_image(path):  # a 286 MB log was "over the limit" (a trial)
+            raise ImageError(not_an_image(path))
         raise ImageError(f"{path}: {size / 1024 / 1024:.1f} MB, over the {max_file_mb:g} MB limit")
     limit = int(max_megapixels * 1_000_000)
     # Pillow's own bomb check follows the setting: at its default it refused 180 MP with
@@ -129,8 +149,7 @@ def prepare(path: Path, max_side: int, max_file_mb: float, max_megapixels: float
     except UnidentifiedImageError:
         if image_signature(path):  # an image's first bytes, but no image Pillow can read: cut short
             raise ImageError(f"{path}: the image is truncated or damaged (its header is incomplete)") from None
-        raise ImageError(f"{path}: not an image — /ingest reads images (PNG, JPEG, GIF, WebP…) and files "
-                         "the vision model's description of each; text can be pasted as a message") from None
+        raise ImageError(not_an_image(path)) from None
     except Image.DecompressionBombError as exc:  # Pillow refuses it in open() already
         import re
 

@@ -182,6 +182,7 @@ def _png_header(w: int, h: int) -> bytes:
     ("bomb", "400 megapixels, over the 50-megapixel limit"),
     ("bomb-ish", "8000×8000 is 64 megapixels"),
     ("huge", "over the 20 MB limit"),
+    ("huge-text", "not an image"),  # a 286 MB log was "over the 20 MB limit" (a trial)
     ("missing", "no such file"),
 ])
 def test_bad_images_get_a_clear_error(tmp_path, kind, problem):
@@ -204,6 +205,12 @@ def test_bad_images_get_a_clear_error(tmp_path, kind, problem):
             fh.write(_png_header(10, 10))
             fh.seek(21 * 1024 * 1024)
             fh.write(b"\x00")
+    elif kind == "huge-text":
+        p = tmp_path / "server.log"
+        with open(p, "w") as fh:
+            fh.write("2026-12-06 08:00:01 INFO started\n")
+            fh.seek(21 * 1024 * 1024)
+            fh.write("the end\n")
     with pytest.raises(ImageError, match=re.escape(problem)) as err:
         prepare(p, 1024, 20, 50)
     assert str(p) in str(err.value)
