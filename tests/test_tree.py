@@ -218,6 +218,37 @@ def test_json_export_roundtrip(tmp_path, hash_embed):
     check_invariants(loaded)
 
 
+def test_an_import_embeds_each_message_once(tmp_path, hash_embed):
+    """/load of 3,000 exchanges spent half its time after "imported 3,000/3,000": the
+    topic summaries embedded every exchange again (a trial). The vectors are those the
+    opened file gives."""
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    for i in range(12):
+        tree.add(ex(f"message {i} about {'bread' if i % 2 else 'running'}"))
+    path = tmp_path / "tree.json"
+    tree.save(str(path))
+    texts: list[str] = []
+
+    def counting(text: str) -> list[float]:
+        texts.append(text)
+        return hash_embed(text)
+
+    counting.name = hash_embed.name  # type: ignore[attr-defined]
+    loaded = CTree.load(str(path), embed_fn=counting, judge="embedding")
+    db = VectorDatabase(str(tmp_path / "s.db"))
+    loaded.use_store(db)
+    texts = [t for t in texts if t != "dimension probe"]  # the embedder's size, asked once
+    assert len(texts) == 24  # two messages of twelve exchanges, once each
+    topics = {t.node_id: t for t in loaded.structure.root.iter_topics()}
+    sums = {tid: loaded.structure.vectors.cached_sum(tid) for tid in topics}
+    db.close()
+    reopened = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=hash_embed)
+    for tid, s in sums.items():
+        if s is not None:
+            assert np.allclose(reopened.structure.vectors.sum_of(topics[tid]), s, atol=1e-5)
+    reopened.vdb.close()
+
+
 def test_an_applications_rows_travel_with_the_export(tmp_path, hash_embed):
     """``save(meta=)``: rows an application keeps in the session file (Nexus: the system
     prompt, settings, messages with no answer) come back in the store a loaded tree is given."""

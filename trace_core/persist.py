@@ -38,6 +38,13 @@ def conversation_vectors(model: TreeModel, node: MessageNode, first: int, vecs: 
     ]
 
 
+def side_vector(sides: dict[str, np.ndarray]) -> np.ndarray:
+    """An exchange's vector from its stored messages' vectors (user and assistant)."""
+    if len(sides) == 2:
+        return exchange_vector(sides["user"], sides["assistant"])
+    return normalise(next(iter(sides.values())))
+
+
 def has_tree(db: VectorDatabase) -> bool:
     """Whether the store holds a session's tree."""
     return db.get_meta("current_node") is not None
@@ -214,6 +221,11 @@ class TreeStore:
                 vecs = embedder.embed_batch([m["content"] for m in x.messages])
                 for cv in conversation_vectors(model, x, first, vecs):
                     self.db.add_conversation_message(cv)
+                # the exchange's vector from these, as opening the file reads it: the topic
+                # summaries below embedded every exchange again (half of a 3,000-exchange /load)
+                sides = {m["role"]: v for m, v in zip(x.messages, vecs) if m["role"] in ("user", "assistant")}
+                if sides:
+                    model.vectors.set_exchange(x.index, side_vector(sides))
                 if x.archived:
                     self.db.set_exchange_archived(x.node_id, True)
                 first += len(x.messages)
@@ -245,8 +257,7 @@ class TreeStore:
         for xidx, role, v in self.db.message_vectors():
             if role in ("user", "assistant"):
                 sides.setdefault(xidx, {})[role] = v
-        return {k: exchange_vector(s["user"], s["assistant"]) if len(s) == 2 else normalise(next(iter(s.values())))
-                for k, s in sides.items()}
+        return {k: side_vector(s) for k, s in sides.items()}
 
 
 # --- JSON export / import -------------------------------------------------------------------
