@@ -173,6 +173,36 @@ def test_a_plain_correction_that_names_the_subject_supersedes(tmp_path, minilm):
     assert (0, 2) in synth.last_report.supersessions
 
 
+def test_a_correction_supersedes_what_it_corrects_not_its_neighbours_on_the_subject(tmp_path, minilm):
+    """ "Actually, my flight to Lisbon moved to Friday" also marked the trip's plan ("a
+    trip to Lisbon with my partner Jonas in March", cosine 0.60 against the flight's 0.79)
+    superseded: the model was told to disregard who goes and for how long (a trial). A
+    correction supersedes the exchanges closest to it only; a fact said twice, both."""
+    def flight_tree(name: str, facts: list[str]) -> tuple[CTree, PromptSynthesizer, list[str]]:
+        tree = CTree.open(str(tmp_path / name), judge="embedding", embed_fn=minilm)
+        tree.add(ex("I'm planning a trip to Lisbon with my partner Jonas in March. We want about five days there.",
+                    "That trip sounds lovely."))
+        for fact in facts:
+            tree.add(ex(fact, "Noted the flight details."))
+        tree.add(ex("I'm building a modular synth.", "Nice."))
+        tree.add(ex("Actually, my flight to Lisbon moved to Friday the 13th of March, now departing 10:15.",
+                    "Noted the flight details."))
+        synth = PromptSynthesizer(ctree=tree)
+        q = "When is my flight to Lisbon?"
+        prompt = synth.synthesize_prompt(q, minilm.embed(q), None, [])
+        return tree, synth, [line for line in prompt.splitlines() if line.startswith("- ")]
+
+    flight = "My flight to Lisbon is on Thursday the 12th of March, TAP flight from Hamburg at 7:40 in the morning."
+    _, synth, lines = flight_tree("a.db", [flight])
+    assert "[superseded]" not in next(line for line in lines if "partner Jonas" in line)
+    assert "[superseded]" in next(line for line in lines if "TAP flight" in line)
+    assert synth.last_report.supersessions == [(1, 3)]
+    again = "My flight to Lisbon is on Thursday the 12th of March, TAP from Hamburg, 7:40 in the morning."
+    _, synth, lines = flight_tree("b.db", [flight, again])  # the same fact said twice: both corrected
+    assert sorted(synth.last_report.supersessions) == [(1, 4), (2, 4)]
+    assert "[superseded]" not in next(line for line in lines if "partner Jonas" in line)
+
+
 def test_archived_exchanges_never_appear(cross_tree, minilm):
     cross_tree.archive([cross_tree.exchanges[0]])
     synth = PromptSynthesizer(ctree=cross_tree)
