@@ -54,6 +54,13 @@ def test_dates_named_in_a_question():
     assert dates_in("What is the name of Maria's second puppy?") == []
     assert dates_in("What did we plan on Augustine's birthday?") == []
     assert dates_in("What did she buy in Jan. 2023?") == [DateSpec(2023, 1, None)]
+    # a day without its year, of any year: "on November 8th" named no date and "the 8th
+    # of November" the whole month (a trial)
+    assert dates_in("What did I tell you on November 8th?") == [DateSpec(None, 11, 8)]
+    assert dates_in("What did we say on the 8th of November?") == [DateSpec(None, 11, 8)]
+    assert dates_in("Anything on 3 Feb or Feb 4?") == [DateSpec(None, 2, 3), DateSpec(None, 2, 4)]
+    assert dates_in("I may 3 times a week go running.") == [] and dates_in("at 10:30") == []
+    assert DateSpec(None, 11, 8).matches("2026-11-08T09:00") and DateSpec(None, 11, 8).matches("2024-11-08T09:00")
     spec = DateSpec(2023, 10, None)
     assert spec.matches("2023-10-13T18:00") and not spec.matches("2023-11-01T10:00")
     assert not spec.matches("undated") and DateSpec(None, 6).matches("2022-06-30")

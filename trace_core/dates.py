@@ -51,6 +51,11 @@ _FORMS = [
      lambda m: DateSpec(int(m[1]), int(m[2]), int(m[3]))),
     (re.compile(rf"\b{_M},?\s+{_YEAR}\b", re.I),  # October 2023
      lambda m: DateSpec(int(m[2]), _month(m[1]), None)),
+    # a day without its year, of any year ("on November 8th" found nothing of that day, and
+    # "the 8th of November" read as the whole month: a trial)
+    (re.compile(rf"\b(?:{_M}\s+{_DAY}\b(?!:)|{_DAY}\s+(?:of\s+)?{_M})", re.I),  # November 8th, 8th of November
+     lambda m: DateSpec(None, _month(m[4]), int(m[3])) if m[3]
+     else DateSpec(None, _month(m[1] if m[1] != "may" else "?"), int(m[2]))),  # "I may 3 times": no date
     (re.compile(rf"\b(?:in|during|since|of|on)\s+{_M}(?!\s+\d)", re.I),  # in June (a preposition first: "may" is also a verb)
      lambda m: DateSpec(None, _month(m[1]), None)),
     (re.compile(rf"\b(?:in|during|of)\s+{_YEAR}\b", re.I),  # in 2022
