@@ -99,6 +99,9 @@ class KeyActions:
         if self.focused is not None and self.focused is not self.query_one("#prompt"):
             self.action_focus_input()
             return
+        if self.editing is not None and self.turn is None:
+            self.cancel_edit("Esc")
+            return
         if self.scenarios.cancel():
             return  # a running scenario takes Esc before the reply does
         busy = self.busy_with_long_command()

@@ -120,7 +120,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.keymap = validate_keys(config.keys)
         self.set_keymap(self.keymap)
         self.models_cache: list[str] = []  # the server's models, for Tab after /model
-        self.editing: int | None = None  # /edit: the exchange the next message replaces
+        self._editing: int | None = None  # /edit: the exchange the next message replaces
         self._models_fetching = False
         self.drafts = DraftStore()  # the input's unsent text, across restarts
         self._draft_timer = None
@@ -157,6 +157,27 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             return ""
         return (f"Your last session, {gone.stem}, is no longer at {gone} (renamed or deleted outside Nexus?): "
                 "this is a new session. /sessions lists the others; /open NAME opens one.")
+
+    @property
+    def editing(self) -> int | None:
+        return self._editing
+
+    @editing.setter
+    def editing(self, index: int | None) -> None:
+        """An /edit in progress is on the input's border, with how to leave it: one left
+        unseen replaced the newest exchange with an unrelated message minutes later (a trial)."""
+        self._editing = index
+        try:
+            prompt = self.query_one("#prompt")
+        except NoMatches:
+            return
+        prompt.border_title = f"editing #{index} · Enter replaces it · Esc cancels" if index is not None else ""
+
+    def cancel_edit(self, why: str) -> None:
+        """(UI thread) The /edit ends; the text stays in the input, to send as a new message."""
+        index, self.editing = self.editing, None
+        self.chat_notice(f"Edit of #{index} cancelled ({why}): #{index} stays as it is, and Enter sends what is "
+                         "in the input as a new message.")
 
     def on_mount(self) -> None:
         ui = self.config.section("ui")

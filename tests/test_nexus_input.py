@@ -1178,6 +1178,30 @@ async def test_typed_joiners_and_direction_marks_are_sent_as_typed(server, tmp_p
         assert user_texts(app) == [typed]
 
 
+async def test_an_edit_is_on_the_input_and_esc_ends_it(server, tmp_path, minilm, data_dir):
+    """/edit, Esc, the input emptied, Esc, then an unrelated message: it replaced the newest
+    exchange, which left memory unsaid (a trial). The edit shows on the input's border, and
+    Esc ends it: the next message is a new exchange."""
+    server.respond(chat_reply("ok"))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        await type_and_send(pilot, app, "My cat is Mimo.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, "/edit")
+        await wait_for(pilot, lambda: prompt.text == "My cat is Mimo.")
+        assert "editing #0" in str(prompt.border_title) and "Esc cancels" in str(prompt.border_title)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: "Edit of #0 cancelled (Esc)" in notices(app))
+        assert app.editing is None and not prompt.border_title and prompt.text == "My cat is Mimo."
+        await pilot.press("ctrl+u")  # the input emptied, Esc again (the trial's keys): nothing more to cancel
+        await pilot.press("escape")
+        await type_and_send(pilot, app, "a brand new question about tea")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+        assert [x.user for x in app.session.tree.exchanges] == ["My cat is Mimo.", "a brand new question about tea"]
+
+
 async def test_an_unanswered_edit_still_replaces_its_exchange_after_a_restart(server, tmp_path, minilm, data_dir):
     """/edit #N got no answer, Nexus closed: after the restart Ctrl+R filed the edit as a
     new exchange, and the old one stayed (trial: what it replaces was held in memory only)."""
