@@ -22,7 +22,7 @@ from . import events as ev
 from . import parked, sessions
 from .config import Config
 from .failures import Foreseen
-from .memory_service import SEARCH_FLOOR
+from .memory_service import SEARCH_FLOOR, search_messages
 from .prompt_budget import fit_recent, limits, prompt_room, recent_tokens
 from .session_settings import SessionSettings, parse_setting
 from .streaming import stream_reply
@@ -734,9 +734,15 @@ class ChatSession:
     # --- commands' engine side ------------------------------------------------------------------
 
     def search(self, query: str, top_k: int = 8) -> list:
+        """The messages /search lists, best first."""
+        return [h for h, _ in self.search_scored(query, top_k)]
+
+    def search_scored(self, query: str, top_k: int = 8) -> list:
+        """/search: ``(message, lift)`` by meaning and by the query's words (``search_messages``)."""
         assert self.tree is not None and self.tree.vdb is not None
         qv = self.tree.embed_fn.embed(query)
-        return self.tree.vdb.search_conversation(qv, top_k=top_k, min_similarity=SEARCH_FLOOR)
+        with self.tree.lock:  # the tree's own lock: add() holds it while it writes
+            return search_messages(self.tree.vdb, qv, query, top_k, SEARCH_FLOOR)
 
     def reorganize(self, threshold: float | None = None, prune: bool | None = None, should_stop=None,
                    asked: bool = False) -> dict:

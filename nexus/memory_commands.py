@@ -56,18 +56,20 @@ class MemoryCommands:
     def search_worker(self, query: str, every: bool = False) -> None:
         if every:
             return self.search_all_worker(query)
-        hits = self.need_session().search(query)  # fails: a session closed meanwhile, an embedder not loaded
+        hits = self.need_session().search_scored(query)  # fails: a session closed meanwhile, an embedder not loaded
         if not hits:
             self.call_from_thread(self.chat_notice, f"Nothing in memory matches {quoted(query, 120)} "
-                                  "(no message reaches "
+                                  "(no message holds its words, and none reaches "
                                   f"cosine {SEARCH_FLOOR:.2f}, where unrelated text stops).")
             return
         title = f"Memory search: {clip_text(query, 120)}"
+        if any(lift for _, lift in hits):
+            title += "  (≡ holds its words)"
         # the branch on a line, the message under it: run on after a short path, the text of
         # one hit started beside it and the others' below (a trial); cut with "…" (mid-word,
         # it read as whole)
-        rows = [(f"{h.similarity:.2f}", f"{h.thread_path}\n#{h.exchange_index} {h.role}: "
-                 f"{clip_text(h.text, 120)}") for h in hits]
+        rows = [(f"{h.similarity:.2f}" + (" ≡" if lift else ""), f"{h.thread_path}\n#{h.exchange_index} {h.role}: "
+                 f"{clip_text(h.text, 120)}") for h, lift in hits]
         self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}" for a, b in rows]),
                               "info", two_columns([(title, rows)]))
 
@@ -82,7 +84,9 @@ class MemoryCommands:
             raise TaskFailed("/search --all failed") from exc
         title = (f"Memory search in every session: {clip_text(query, 120)}" if res.hits else
                  f"Nothing in any session matches {quoted(query, 120)}.")
-        rows = [(f"{h.score:.2f}", f"[{h.session}]  {h.branch}\n#{h.exchange} {h.role}: "
+        if any(h.words for h in res.hits):
+            title += "  (≡ holds its words)"
+        rows = [(f"{h.score:.2f}" + (" ≡" if h.words else ""), f"[{h.session}]  {h.branch}\n#{h.exchange} {h.role}: "
                  f"{clip_text(h.text, 120)}") for h in res.hits]
         rows += [("", f"(not searched: {why})") for why in res.skipped]
         self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}".rstrip() for a, b in rows]),

@@ -17,7 +17,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from trace_core import CTree, PromptSynthesizer, VectorDatabase
+import numpy as np
+
+from trace_core import ConversationVector, CTree, PromptSynthesizer, VectorDatabase
 from trace_core.exchange_input import storable
 from trace_core.synthesis.params import SynthesisParams
 from trace_core.synthesizer import RetrievalReport
@@ -124,8 +126,10 @@ class SearchHit:
     text: str  # cut at HIT_CHARS with "…" (the exchange resource has it whole)
     branch: str
     timestamp: str
-    score: float
+    score: float  # the cosine
     chars: int = 0  # the message's whole length
+    words: bool = False  # it holds the query's words (BM25): lifted in ``rank``
+    rank: float = 0.0  # what hits are ordered by: the cosine, lifted for the words
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -149,16 +153,44 @@ def open_read_only(path: Path) -> VectorDatabase:
     return VectorDatabase(str(path), read_only=True)
 
 
+# /search by the words themselves too: a message holding the query's rarer words as the
+# best keyword match does gains this on its cosine ("Lübeck", "TSSOP": in memory, word for
+# word, and "Nothing in memory matches" by meaning alone: a trial)
+KEYWORD_LIFT = 0.5
+
+
+def search_messages(db, qvec, query: str, k: int, min_similarity: float) -> list[tuple[ConversationVector, float]]:
+    """The best ``k`` messages for ``query``: by meaning (cosine from ``min_similarity``) and
+    by its words (BM25, from any cosine), the cosine lifted by ``KEYWORD_LIFT`` × the
+    message's share of the best keyword score, squared. Each with its lift (0: by meaning only)."""
+    q = np.asarray(qvec, dtype=np.float32)
+    q = q / (np.linalg.norm(q) or 1.0)
+    hits = {h.message_id: h for h in db.search_conversation(q, top_k=k, min_similarity=min_similarity)}
+    words = db.keyword_search_messages(query, k)
+    if words:
+        live = set(db.conversation_index().ids)  # archived messages are out of the index
+        words = [(m, score) for m, score in words if m in live]
+    best = max((score for _, score in words), default=0.0)
+    lift = {m: KEYWORD_LIFT * (score / best) ** 2 for m, score in words} if best > 0 else {}
+    for m, cv in db.get_conversation_messages([m for m in lift if m not in hits]).items():
+        v = np.asarray(cv.embedding, dtype=np.float32)
+        cv.similarity = float(v @ q / (np.linalg.norm(v) or 1.0))
+        hits[m] = cv
+    ranked = sorted(hits.values(), key=lambda h: -(h.similarity + lift.get(h.message_id, 0.0)))
+    return [(h, lift.get(h.message_id, 0.0)) for h in ranked[:k]]
+
+
 HIT_CHARS = 2000  # a hit's text: a pasted megabyte in every hit broke MCP clients' 1 MiB event limit
 
 
-def _hit(session: str, h) -> SearchHit:
+def _hit(session: str, h, lift: float = 0.0) -> SearchHit:
     text = h.text if len(h.text) <= HIT_CHARS else h.text[: HIT_CHARS - 1] + "…"
     return SearchHit(session, int(h.exchange_index), h.role, text, h.thread_path or "", h.timestamp or "",
-                     round(float(h.similarity), 4), len(h.text))
+                     round(float(h.similarity), 4), len(h.text), lift > 0, round(float(h.similarity) + lift, 4))
 
 
-def _search_other(path: Path, qvec, embedder, k: int, min_similarity: float, skipped: list[str]) -> list[SearchHit]:
+def _search_other(path: Path, qvec, query: str, embedder, k: int, min_similarity: float,
+                  skipped: list[str]) -> list[SearchHit]:
     name = session_name(path)
     try:
         if path.stat().st_size == 0:  # an empty file holds nothing to search ("no such table: meta": a trial)
@@ -174,7 +206,7 @@ def _search_other(path: Path, qvec, embedder, k: int, min_similarity: float, ski
         if stored != embedder.name or int(db.get_meta("embed_dim") or 0) != embedder.dim:
             skipped.append(f"{name}: embedded with {stored}, not {embedder.name}")
             return []
-        return [_hit(name, h) for h in db.search_conversation(qvec, top_k=k, min_similarity=min_similarity)]
+        return [_hit(name, h, lift) for h, lift in search_messages(db, qvec, query, k, min_similarity)]
     except Exception as exc:
         skipped.append(f"{name}: {exc}")
         return []
@@ -193,14 +225,14 @@ def search_sessions(tree: CTree, path: Path, query: str, k: int = 10, all_sessio
         return result
     qvec = tree.embed_fn.embed(query)
     with tree.lock:  # the tree's own lock: add() holds it while it writes
-        hits = tree.vdb.search_conversation(qvec, top_k=k, min_similarity=min_similarity)
+        hits = search_messages(tree.vdb, qvec, query, k, min_similarity)
     own = Path(path).resolve()
-    result.hits = [_hit(session_name(own), h) for h in hits]
+    result.hits = [_hit(session_name(own), h, lift) for h, lift in hits]
     if all_sessions:
         for other in sorted(sessions.sessions_dir().glob("*.db")):
             if other.resolve() != own:
-                result.hits += _search_other(other, qvec, tree.embed_fn, k, min_similarity, result.skipped)
-    result.hits.sort(key=lambda h: -h.score)
+                result.hits += _search_other(other, qvec, query, tree.embed_fn, k, min_similarity, result.skipped)
+    result.hits.sort(key=lambda h: -h.rank)
     result.hits = result.hits[:k]
     return result
 

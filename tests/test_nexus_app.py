@@ -579,6 +579,28 @@ async def test_search_lists_no_unrelated_messages(server, tmp_path, minilm, data
         await wait_for(pilot, lambda: 'Nothing in memory matches "my cat is hungry"' in notices(app))
 
 
+async def test_search_finds_the_words_themselves(server, tmp_path, minilm, data_dir):
+    """/search Lübeck, /search TSSOP: "Nothing in memory matches", with the word in a
+    message; /search Hoffmann ranked "What is Jonas's job?" above the Dr. Hoffmann message
+    (a trial). A message holding the query's words is found, and comes first."""
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        for n, text in enumerate(["My grandmother grew up in Lübeck and still bakes marzipan.",
+                                  "The amplifier board uses a TSSOP-20 package, hard to solder.",
+                                  "My dentist is Dr. Hoffmann on Elm Street.",
+                                  "What is Jonas's job?"]):
+            await type_and_send(pilot, app, text)
+            await wait_for(pilot, lambda n=n: len(app.session.tree.exchanges) == n + 1)
+        for query, text in (("Lübeck", "grew up in Lübeck"), ("TSSOP", "TSSOP-20"), ("Hoffmann", "Dr. Hoffmann")):
+            hits = app.session.search(query)
+            assert hits and text in hits[0].text, (query, [h.text for h in hits])
+        await type_and_send(pilot, app, "/search TSSOP")
+        await wait_for(pilot, lambda: "Memory search: TSSOP  (≡ holds its words)" in notices(app))
+        assert app.session.search("my cat is hungry") == []  # neither its words nor its meaning
+
+
 async def test_engine_events_read_as_sentences_in_the_log(server, tmp_path, minilm, data_dir):
     """The log pane showed "TopicsFrozen(level='debug', topics=(…))"; a branch's line counted
     its lines ("4 entries", date lines too) where the inspector counted 3 exchanges."""
