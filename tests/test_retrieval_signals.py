@@ -29,6 +29,24 @@ def test_sentence_parts_keep_the_speaker_label():
     assert len(parts) == 16 and all(len(p) <= 300 for p in parts)
 
 
+def test_sentences_are_cut_by_a_segmenter_not_at_every_full_stop():
+    """The regex cut at "Dr." and "Mr.": "My teacher is called Mr." was a part and a
+    summary's sentence, and "Weber" was lost (a trial); issue 15: "Dr. Smith said the
+    U.S. plan…" is one sentence."""
+    from trace_core.textutil import extractive_summary, split_sentences
+
+    assert split_sentences("Dr. Smith said the U.S. plan works. I agree! Do you?") == [
+        "Dr. Smith said the U.S. plan works.", "I agree!", "Do you?"]
+    assert sentence_parts("My teacher is called Mr. Weber. The tooth fairy came last night.") == [
+        "My teacher is called Mr. Weber.", "The tooth fairy came last night."]
+    assert sentence_parts("Meine Oma wohnt in Lübeck, z.B. im Winter. Sie backt dort Marzipan.") == [
+        "Meine Oma wohnt in Lübeck, z.B. im Winter.", "Sie backt dort Marzipan."]
+    assert split_sentences("日本語を勉強しています。来年京都に行きます！") == ["日本語を勉強しています。", "来年京都に行きます！"]
+    assert "Mr. Weber" in extractive_summary([("My teacher is called Mr. Weber. He teaches maths at school.", "Noted.")])
+    long = "word " * 1500 + "end of it. Then another sentence here."  # past the segmented head: the regex
+    assert split_sentences(long)[-1] == "Then another sentence here." and len(split_sentences(long)) == 2
+
+
 def test_message_parts_add_the_message_read_after_its_cue():
     parts = message_parts("Melanie: Seven years now.", "Caroline: How long have you been painting?")
     assert parts == ["Caroline: How long have you been painting? Melanie: Seven years now."]

@@ -69,6 +69,37 @@ _MARK_LINE = re.compile(r"^[ \t]*\[reply [^\[\]\n]{1,34}\][ \t]*$", re.M)
 _TRAILING_MARKS = re.compile(r"(?:(?:^|\n)[ \t]*\[reply [^\[\]\n]{1,34}\][ \t]*)+\s*\Z")
 # a sentence ends at . ! ? and a space, or at a full-width 。！？ (no space follows in CJK)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*")
+SEGMENTED_CHARS = 5000  # a longer text's rest is cut by the regex: the segmenter's rules cost more on long runs
+_SEGMENTER: list = []  # pysbd's, made on first use (off the start-up path)
+
+
+def split_sentences(text: str) -> list[str]:
+    """``text`` (whitespace collapsed) cut into sentences by pysbd, a rule-based
+    segmenter: "Dr. Kemal Aydın", "Mr. Weber", "U.S." or "z.B." end no sentence, where the
+    regex cut the names out of a summary and the sentence index (a trial); "。！？" end one
+    as well. Without pysbd, the regex."""
+    text = " ".join(text.split())
+    if not text:
+        return []
+    if not _SEGMENTER:
+        try:
+            import pysbd
+
+            _SEGMENTER.append(pysbd.Segmenter(language="en", clean=False))
+        except ImportError:
+            _SEGMENTER.append(None)
+    seg = _SEGMENTER[0]
+    if seg is None:
+        return [s for s in _SENTENCE.split(text) if s]
+    head, rest = text[:SEGMENTED_CHARS], text[SEGMENTED_CHARS:]
+    try:
+        out = [s.strip() for s in seg.segment(head)]
+    except Exception:  # a rule that fails on odd input costs only the better cut
+        out = _SENTENCE.split(head)
+    if rest:  # the rest, joined to the sentence the cut ran through
+        tail = _SENTENCE.split(rest)
+        out[-1:] = [(out[-1] if out else "") + tail[0]] + tail[1:]
+    return [s for s in (x.strip() for x in out) if s]
 
 
 def without_marks(text: str) -> str:
@@ -275,7 +306,7 @@ def extractive_summary(exchanges: list[tuple[str, str]], limit: int = 300,
     sentences: list[str] = []
     for user, assistant in exchanges:
         for text in (user, assistant):
-            for sent in _SENTENCE.split(" ".join(without_marks(text).split())):
+            for sent in split_sentences(without_marks(text)):
                 if sent and sent not in sentences and sent not in PLACEHOLDERS:
                     sentences.append(sent)
 
@@ -345,7 +376,7 @@ def sentence_parts(text: str, min_words: int = 3, max_parts: int = 16, max_chars
     ("[reply cancelled]") are no words of the message."""
     text = " ".join(without_marks(text).split())
     label = speaker_label(text)
-    sents = [s for s in _SENTENCE.split(text[len(label):]) if _length(s) >= min_words]
+    sents = [s for s in split_sentences(text[len(label):]) if _length(s) >= min_words]
     if len(sents) < 2:
         return []
     return [label + s[:max_chars] for s in sents[:max_parts]]
