@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from textual.actions import SkipAction
 from textual.containers import VerticalScroll
 
@@ -11,6 +13,8 @@ from .inspector import NodeInspector
 from .scrolling import scroll_a_page
 from .treepane import MemoryTree
 from .widgets import SELECTABLE, AssistantMessage, EventLog, PastExchangeView, UserMessage, code_blocks, message_text
+
+CODE_AGAIN_SECONDS = 10.0  # Ctrl+K within this of the last: the block before
 
 
 class KeyActions:
@@ -206,14 +210,27 @@ class KeyActions:
         return [text for text in out if text]
 
     def action_copy_code(self) -> None:
+        """The selected message's last code block, else the last reply's; pressed again
+        (within ``CODE_AGAIN_SECONDS``), the block before it. It copied the newest reply's
+        block whatever was selected, and the same one at each press (a trial)."""
         self._on_main_screen()
-        for reply in reversed(self.replies_on_screen()):
-            blocks = code_blocks(reply)
-            if blocks:
-                self.copy_to_clipboard(blocks[-1])
-                self.notify("Code block copied.")
-                return
-        self.notify("No code block to copy.")
+        if self.focused in self.selectable_messages():
+            blocks = code_blocks(message_text(self.focused))
+        else:
+            blocks = [b for reply in self.replies_on_screen() for b in code_blocks(reply)]
+        if not blocks:
+            self.notify("No code block to copy." if self.focused not in self.selectable_messages()
+                        else "No code block in the selected message.")
+            return
+        now = time.monotonic()
+        last_at, back, last_blocks = self._code_copied
+        back = back + 1 if now - last_at < CODE_AGAIN_SECONDS and last_blocks == blocks else 0
+        back %= len(blocks)
+        self._code_copied = (now, back, blocks)
+        self.copy_to_clipboard(blocks[-1 - back])
+        key = self.config.keys.get("copy_code", "ctrl+k").replace("ctrl+", "Ctrl+").title()
+        where = f" ({len(blocks) - back} of {len(blocks)}; {key} again for the one before)" if len(blocks) > 1 else ""
+        self.notify(f"Code block copied{where}.")
 
     def action_cycle_log_level(self) -> None:
         self._on_main_screen()

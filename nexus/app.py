@@ -121,6 +121,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.set_keymap(self.keymap)
         self.models_cache: list[str] = []  # the server's models, for Tab after /model
         self._editing: int | None = None  # /edit: the exchange the next message replaces
+        self._code_copied: tuple[float, int, list[str]] = (0.0, 0, [])  # Ctrl+K: when, how far back, of which
         self._models_fetching = False
         self.drafts = DraftStore()  # the input's unsent text, across restarts
         self._draft_timer = None

@@ -26,12 +26,33 @@ from .scrolling import scroll_a_page
 from .text import cluster_start, safe, visible_markdown
 
 THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
-CODE = re.compile(r"```[^\n]*\n(.*?)```", re.S)
+# a fence opens a line: three or more backticks or tildes (CommonMark)
+FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n`]*$")
 
 
 def code_blocks(reply: str) -> list[str]:
-    """The fenced code blocks of a reply, outside its reasoning (Ctrl+K copies the last)."""
-    return CODE.findall(THINK.sub("", reply))
+    """The fenced code blocks of a reply, outside its reasoning (Ctrl+K copies them). As
+    Markdown reads them: a ``~~~`` fence, a four-backtick fence round a three-backtick
+    one, and a fence a cut reply left open (to its end) are blocks too; Ctrl+K copied an
+    older reply's block instead, or a fragment (a trial)."""
+    blocks: list[str] = []
+    fence = ""
+    body: list[str] = []
+    for line in THINK.sub("", reply).split("\n"):
+        if not fence:
+            m = FENCE.match(line)
+            if m:
+                fence, body = m.group(1), []
+            continue
+        stripped = line.strip()
+        if stripped.startswith(fence[0] * len(fence)) and set(stripped) == {fence[0]}:
+            blocks.append("\n".join(body) + "\n")
+            fence = ""
+        else:
+            body.append(line)
+    if fence and body:  # left open: Markdown shows it as code to the end
+        blocks.append("\n".join(body) + "\n")
+    return blocks
 
 
 # what Ctrl+↑/↓ (or a click) selects and Ctrl+Y copies, in screen order

@@ -1344,3 +1344,32 @@ async def test_keys_right_behind_ctrl_b_go_to_the_tree(server, tmp_path, minilm,
         await pilot.pause(0.5)
         assert isinstance(app.focused, MemoryTree)
         assert prompt.value == "should not be sent" and len(app.session.tree.exchanges) == 1
+
+
+async def test_ctrl_k_copies_the_selected_replys_code_and_steps_back_block_by_block(server, tmp_path, minilm,
+                                                                                  data_dir):
+    """Ctrl+K copied the newest reply's block whatever was selected, missed a ~~~ fence and
+    one a cut reply left open (copying an older reply's block instead), cut a four-backtick
+    block at its inner fence, and gave the same block at every press (a trial)."""
+    answers = iter(["First:\n\n~~~python\nTILDE = 1\n~~~\n\nand\n\n````md\nOuter\n```\ninner\n```\nOuter end\n````\n",
+                    "Cut short:\n\n```sh\necho 'OPEN'"])
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply(next(answers)))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        for n, text in enumerate(["show me two blocks", "and a cut one"]):
+            await type_and_send(pilot, app, text)
+            await wait_for(pilot, lambda n=n: len(app.session.tree.exchanges) == n + 1)
+        await pilot.press("ctrl+k")
+        assert app.clipboard == "echo 'OPEN'\n"  # the open fence of the newest reply
+        await pilot.press("ctrl+k")
+        assert app.clipboard == "Outer\n```\ninner\n```\nOuter end\n"  # the block before, whole
+        await pilot.press("ctrl+k")
+        assert app.clipboard == "TILDE = 1\n"
+        for _ in range(3):  # the first reply selected: its own blocks, last first
+            await pilot.press("ctrl+up")
+        assert isinstance(app.focused, AssistantMessage) and "First:" in app.focused.text
+        app._code_copied = (0.0, 0, [])  # a fresh start, as after 10 s
+        await pilot.press("ctrl+k")
+        assert app.clipboard == "Outer\n```\ninner\n```\nOuter end\n"
