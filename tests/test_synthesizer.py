@@ -203,6 +203,29 @@ def test_a_correction_supersedes_what_it_corrects_not_its_neighbours_on_the_subj
     assert "[superseded]" not in next(line for line in lines if "partner Jonas" in line)
 
 
+def test_in_a_chat_a_reply_comes_with_what_it_answers_and_a_question_with_its_answer(tmp_path, minilm):
+    """ "What have I told you about my family?" got five lines of "Assistant: That's good to
+    know about your family." and one fact: the facts they answered were left out (a trial).
+    In a chat, a reply brings the message it answers, and a question its answer."""
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
+    facts = ["My brother Tom is a pilot for TAP.", "My mother Ingrid turns 70 in January.",
+             "Jonas and I are expecting a baby boy, we will call him Felix.", "My godmother calls every Sunday.",
+             "My sister Anna moved to Porto last spring."]
+    for fact in facts:
+        tree.add(ex(fact, "That's good to know about your family."))
+    for k in range(6):
+        tree.add(ex(f"Can you suggest a bass guitar exercise number {k}?", f"Try scales in position {k}."))
+    tree.add(ex("Where does my sister live?", "Your sister Anna lives in Porto."))
+    synth = PromptSynthesizer(ctree=tree)
+    q = "What have I told you about my family?"
+    prompt = synth.synthesize_prompt(q, minilm.embed(q), None, [])
+    lines = [line for line in prompt.splitlines() if line.startswith("- ")]
+    assert lines and all("User: " in line for line in lines if "Assistant: " in line), lines
+    assert sum(any(f in line for line in lines) for f in facts) >= 4, lines
+    question = next((line for line in lines if "Where does my sister live?" in line), None)
+    assert question is None or "Anna lives in Porto" in question  # a question shown with its answer
+
+
 def test_archived_exchanges_never_appear(cross_tree, minilm):
     cross_tree.archive([cross_tree.exchanges[0]])
     synth = PromptSynthesizer(ctree=cross_tree)

@@ -13,7 +13,7 @@ from .. import prompts
 from ..nodes import MessageNode, TopicNode
 from ..textutil import PLACEHOLDERS, ROLE_WORDS, speaker_label, without_marks
 from ..tokens import count_tokens
-from .fusion import ROLE_ORDER
+from .fusion import ROLE_ORDER, asks
 from .report import InjectedPath
 
 ARCHIVED = "archived"  # the branch id of entries whose exchange has no topic
@@ -72,6 +72,20 @@ class BlockLayout:
             if 0 <= j < len(self.exchanges) and self.exchanges[j].role_text(role).startswith(label):
                 return True
         return False
+
+    def partner(self, i: int, role: str) -> str | None:
+        """The message that comes into the block with ``(i, role)``, in a chat (not a
+        transcript, whose every line is a person's words): a reply brings what it answers
+        — five lines of "That's good to know about your family." without the facts they
+        answered made a block (a trial) — and a question its answer."""
+        x = self.exchanges[i]
+        if self._transcript_label(i, "user", x.user) or self._transcript_label(i, "assistant", x.assistant):
+            return None
+        if role == "assistant" and self.text(i, "user"):
+            return "user"
+        if role == "user" and asks(x.user) and self.text(i, "assistant"):
+            return "assistant"
+        return None
 
     def line(self, i: int, roles: list[str], status: str = "") -> str:
         """One entry. Its date is on the line above it, shared by the branch's entries of

@@ -222,5 +222,8 @@ def select(queue: list[tuple[int, str]], budget: int, newer: dict[int, list[int]
         branches.add(bid)
         days.add(day)
         follow = [(j, m["role"]) for j in newer.get(i, []) for m in layout.exchanges[j].messages]
+        partner = layout.partner(i, role)
+        if partner is not None:
+            follow.insert(0, (i, partner))
         queue[pos:pos] = [u for u in follow if u not in taken]
     return chosen
