@@ -30,6 +30,36 @@ THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[^\n`]*$")
 
 
+def split_streamed(text: str) -> tuple[str, str]:
+    """A reply streamed so far: (what is drawn as the answer, its ``<think>`` sections).
+    A section still open runs to the end; a tag that has half arrived is held back."""
+    visible, thoughts = [], []
+    pos = 0
+    while True:
+        start = text.find("<think>", pos)
+        if start < 0:
+            tail = text[pos:]
+            for k in range(min(len(tail), 6), 0, -1):  # "<thi" may be the start of a tag
+                if "<think>".startswith(tail[-k:]):
+                    tail = tail[:-k]
+                    break
+            visible.append(tail)
+            break
+        visible.append(text[pos:start])
+        end = text.find("</think>", start)
+        if end < 0:
+            inner = text[start + 7:]
+            for k in range(min(len(inner), 7), 0, -1):
+                if "</think>".startswith(inner[-k:]):
+                    inner = inner[:-k]
+                    break
+            thoughts.append(inner.strip())
+            break
+        thoughts.append(text[start + 7:end].strip())
+        pos = end + 8
+    return "".join(visible), "\n\n".join(t for t in thoughts if t)
+
+
 def code_blocks(reply: str) -> list[str]:
     """The fenced code blocks of a reply, outside its reasoning (Ctrl+K copies them). As
     Markdown reads them: a ``~~~`` fence, a four-backtick fence round a three-backtick
@@ -224,7 +254,9 @@ class AssistantMessage(Vertical):
         self.waiting = Static("", classes="reply-waiting")
         self.waiting_text = ""
         self.note = ""
-        self.reasoning = ""  # streamed reasoning_content (never part of self.text: never stored)
+        self.streamed_reasoning = ""  # reasoning_content (never part of self.text: never stored)
+        self.inline_reasoning = ""  # the reply's own <think> sections, so far
+        self._shown = 0  # characters of the reply's visible part drawn or pending
         self._thoughts: Static | None = None
         self._started = time.monotonic()
         self._timer = None
@@ -254,14 +286,25 @@ class AssistantMessage(Vertical):
             self._timer = None
         self.waiting.display = False
 
+    @property
+    def reasoning(self) -> str:
+        return "\n\n".join(r for r in (self.streamed_reasoning, self.inline_reasoning) if r)
+
     async def write(self, chunk: str) -> None:
         """Chunks are drawn in batches, the longer the reply the fewer: each draw parses
         the reply's last block again, so a chunk at a time cost the square of its length
-        (a 2,000-line reply held the screen 81 s: a trial)."""
+        (a 2,000-line reply held the screen 81 s: a trial). A ``<think>`` section goes to
+        the folded reasoning as it streams (it was drawn as the answer until the end: a trial)."""
         self.stop_waiting()
         self.text += chunk
-        self._pending.append(safe(chunk))
-        if self._flush_timer is None:
+        visible, inline = split_streamed(self.text)
+        if len(visible) > self._shown:
+            self._pending.append(safe(visible[self._shown:]))
+            self._shown = len(visible)
+        if inline != self.inline_reasoning:
+            self.inline_reasoning = inline
+            await self._show_reasoning()
+        if self._pending and self._flush_timer is None:
             self._flush_timer = self.set_timer(min(2.0, max(0.05, len(self.text) / 200_000)), self._flush)
 
     async def _flush(self) -> None:
@@ -277,14 +320,20 @@ class AssistantMessage(Vertical):
     async def think(self, chunk: str) -> None:
         """Streamed reasoning (``reasoning_content``): live in the folded section."""
         self.stop_waiting()
-        self.reasoning += chunk
+        self.streamed_reasoning += chunk
+        await self._show_reasoning()
+
+    async def _show_reasoning(self) -> None:
+        text = self.reasoning
+        if not text:
+            return
         if self._thoughts is None:
-            self._thoughts = Static(Text(safe(self.reasoning)), classes="reasoning-text")
+            self._thoughts = Static(Text(safe(text)), classes="reasoning-text")
             await self.mount(Collapsible(self._thoughts, title="reasoning", collapsed=True), before=self.body)
         else:
-            self._thoughts.update(Text(safe(self.reasoning)))
+            self._thoughts.update(Text(safe(text)))
         # folded, the title shows it is alive
-        self.query_one(Collapsible).title = f"reasoning ({len(self.reasoning.split())} words)"
+        self.query_one(Collapsible).title = f"reasoning ({len(text.split())} words)"
 
     async def finish(self, text: str, note: str = "", sources=()) -> None:
         self.stop_waiting()
@@ -300,12 +349,8 @@ class AssistantMessage(Vertical):
         answer = THINK.sub("", text).strip()
         if note:  # the note says it ("reply cut at the max_tokens limit"): the stored mark need not
             answer = without_marks(answer)
-        if thoughts and self._thoughts is not None:  # both kinds: one folded section
-            self.reasoning += "\n\n" + "\n\n".join(thoughts)
-            self._thoughts.update(Text(safe(self.reasoning)))
-        elif thoughts:
-            await self.mount(Collapsible(Static(Text(safe("\n\n".join(thoughts)))), title="reasoning",
-                                        collapsed=True), before=self.body)
+        self.inline_reasoning = "\n\n".join(thoughts)  # both kinds: one folded section
+        await self._show_reasoning()
         await self.body.update(visible_markdown(safe(answer)))
         if sources:
             lines = "\n".join(f"[{i}] {title} — {url}" for i, (title, url) in enumerate(sources, 1))

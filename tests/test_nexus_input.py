@@ -896,6 +896,31 @@ async def test_streamed_reasoning_is_shown_folded_and_never_stored(server, tmp_p
         assert app.clipboard.strip() == "The answer is 42."
 
 
+async def test_an_inline_think_section_streams_into_the_folded_reasoning(server, tmp_path, minilm, data_dir):
+    """A streamed "<think>…</think>" was drawn as the answer ("I am reasoning about the
+    question. Ste") until the reply ended (a trial): it goes to the folded section as it
+    streams, a tag split across chunks too."""
+    chunks = ["<thi", "nk>I am reasoning ", "about the question. ", "Step one.</th", "ink>The answer ", "is 42."]
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply("".join(chunks), chunks=chunks, chunk_delay=0.4))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "What is the answer?")
+        await wait_for(pilot, lambda: app.current_reply is not None and "about the question" in app.current_reply.text)
+        reply = app.current_reply
+        await pilot.pause(0.3)
+        assert "reasoning" not in reply.body.source and "<thi" not in reply.body.source
+        assert reply.inline_reasoning.startswith("I am reasoning about the question.")
+        from textual.widgets import Collapsible
+
+        assert reply.query_one(Collapsible).collapsed
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert reply.reasoning == "I am reasoning about the question. Step one."
+        assert "reasoning" not in reply.body.source and "The answer is 42." in reply.body.source
+        assert app.session.tree.exchanges[0].assistant.strip() == "The answer is 42."
+
+
 async def test_a_stored_exchange_shown_on_open_can_be_selected_and_copied(server, tmp_path, minilm, data_dir):
     from nexus.widgets import PastExchangeView
     from trace_core import CTree
