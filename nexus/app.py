@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from pathlib import Path
 
@@ -46,6 +47,7 @@ __all__ = ["NexusApp", "NoSession", "Cancelled", "Outgoing", "CommandProvider", 
            "human_size", "read_only_reason", "server_problem"]  # names older code imports from here
 
 log = logging.getLogger("nexus")
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 class NoSession(RuntimeError):
@@ -158,6 +160,12 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             return ""
         return (f"Your last session, {gone.stem}, is no longer at {gone} (renamed or deleted outside Nexus?): "
                 "this is a new session. /sessions lists the others; /open NAME opens one.")
+
+    def copy_to_clipboard(self, text: str) -> None:
+        """What is copied is text to paste: the control characters a model wrote (ESC, BEL,
+        a window-title sequence) are left out — the clipboard held them raw, for a terminal
+        to obey when pasted (a trial). Tabs and line breaks stay."""
+        super().copy_to_clipboard(CONTROL_CHARACTERS.sub("", text))
 
     @property
     def editing(self) -> int | None:

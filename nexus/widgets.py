@@ -91,10 +91,10 @@ SELECTABLE = "UserMessage, AssistantMessage, PastExchangeView"
 
 def message_text(widget) -> str:
     """The text a selected message copies: a reply without its reasoning section."""
-    if isinstance(widget, AssistantMessage):
-        return THINK.sub("", widget.text).strip()
+    if isinstance(widget, AssistantMessage):  # the app's "[reply cancelled]" is no words of the reply
+        return without_marks(THINK.sub("", widget.text)).strip()
     if isinstance(widget, PastExchangeView):  # a stored exchange: the message, then the reply
-        return f"{widget.exchange.user}\n\n{widget.exchange.assistant}"
+        return f"{widget.exchange.user}\n\n{without_marks(widget.exchange.assistant).strip()}"
     return getattr(widget, "text", "")
 
 

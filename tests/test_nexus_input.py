@@ -1398,3 +1398,25 @@ async def test_ctrl_k_copies_the_selected_replys_code_and_steps_back_block_by_bl
         app._code_copied = (0.0, 0, [])  # a fresh start, as after 10 s
         await pilot.press("ctrl+k")
         assert app.clipboard == "Outer\n```\ninner\n```\nOuter end\n"
+
+
+async def test_copying_leaves_out_control_characters_and_the_apps_marks(server, tmp_path, minilm, data_dir):
+    """Ctrl+Y put a model's raw ESC and BEL bytes (a window-title sequence) in the
+    clipboard, for a terminal to obey when pasted, and a cancelled reply's copy ended
+    with the app's "[reply cancelled]" (a trial)."""
+    answers = iter([Reply("\x1b[31mred\x1b[0m text\tand \x1b]0;TITLE-HACK\x07 done\nline two"),
+                    Reply("word " * 60, chunk_delay=0.1)])
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format") else next(answers))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "colours please")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await pilot.press("ctrl+y")
+        assert app.clipboard == "[31mred[0m text\tand ]0;TITLE-HACK done\nline two"
+        await type_and_send(pilot, app, "count words")
+        await wait_for(pilot, lambda: app.current_reply is not None and "word word" in app.current_reply.text)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+        await pilot.press("ctrl+y")
+        assert app.clipboard.startswith("word") and "cancelled" not in app.clipboard
