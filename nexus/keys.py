@@ -60,9 +60,17 @@ TYPING = {"enter", "space", "backspace", "delete", "left", "right", "up", "down"
 SELECTING = {"space", "left", "right", "up", "down", "home", "end"}  # with shift (shift+enter: a new line)
 
 
+# the input's own editing keys, and Ctrl+H, which terminals send for Backspace: bound to an
+# action, "quit = 'ctrl+u'" quit where the line was to be cleared (a re-trial)
+EDITING = {"ctrl+h", "ctrl+u", "ctrl+w", "ctrl+z", "ctrl+a", "ctrl+e", "ctrl+x", "ctrl+c", "ctrl+v"}
+
+
 def types_text(mods: list[str], base: str) -> bool:
     """The key types or edits text in the input: a character (a name outside ``NAMED`` is
-    punctuation), alone or with shift, or an editing key (with shift: selecting)."""
+    punctuation), alone or with shift, an editing key (with shift: selecting), or one of
+    the input's own ``EDITING`` keys."""
+    if "+".join([*mods, base]) in EDITING:
+        return True
     if set(mods) - {"shift"}:
         return False
     return base not in NAMED or base in (SELECTING if mods else TYPING)
@@ -93,8 +101,8 @@ def check_key(key: str) -> str | None:
         if not _base_key_ok(base):
             return f"{one!r}: unknown key {base!r}"
         if types_text(mods, base):
-            return (f"{one!r} is a key the input needs for typing (text, Enter, Backspace, the arrows): bind "
-                    "it with ctrl+ or alt+, or an F key")
+            return (f"{one!r} is a key the input needs for typing (text, Enter, Backspace, the arrows, "
+                    "Ctrl+U/W/Z…): bind another ctrl+ or alt+ key, or an F key")
         if one.lower() in SAME_AS:  # a terminal sends these as another key: the binding would never fire
             return f"{one!r} arrives as {SAME_AS[one.lower()]!r} in a terminal: bind {SAME_AS[one.lower()]!r} or another key"
     return None

@@ -92,7 +92,7 @@ class Lifecycle:
                 shown = ", ".join(ids[:8]) + (f" and {len(ids) - 8} more" if len(ids) > 8 else "")
                 self.ui(self.say_server_problem, f"The model server at {shown_url(self.config.base_url)} does not list "
                         f"the chat model {wanted} (it lists {shown}): replies may fail. /model NAME picks another "
-                        "for this run; chat_model in nexus.toml (or --model) for the next.")
+                        "for this run; chat in nexus.toml's [models] (or --model) for the next.")
             return
         self.post_event(ev.Notice(f"model server: {problem}", "warning"))
         if problem.startswith(KEY_REFUSED):

@@ -450,6 +450,8 @@ def test_bad_keys_are_named():
         ({"resend": "ctrl+r,backspace"}, ["backspace", "typing"]),
         ({"select_next": "shift+down"}, ["shift+down", "typing"]),
         ({"toggle_tree": "question_mark"}, ["question_mark", "typing"]),
+        ({"quit": "ctrl+u"}, ["ctrl+u", "typing"]),  # quit where the line was to be cleared (a re-trial)
+        ({"copy_reply": "ctrl+h"}, ["ctrl+h", "typing"]),  # Backspace in a terminal
     ]:
         with pytest.raises(ConfigError) as err:
             validate_keys(keys)
