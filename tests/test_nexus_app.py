@@ -747,9 +747,11 @@ async def test_a_chat_model_the_server_does_not_list_is_said_at_start(server, tm
         assert "/model NAME picks another" in notices(app)
         # the setting it names is one the config knows (it said "chat_model": a re-trial)
         assert "chat in nexus.toml's [models] (or --model)" in notices(app)
+        import dataclasses
+
         from nexus.config import SECTIONS
 
-        assert "chat" in {f.name for f in __import__("dataclasses").fields(SECTIONS["models"])}
+        assert "chat" in {f.name for f in dataclasses.fields(SECTIONS["models"])}
     server.state.models = ["llama3:latest"]  # Ollama's name for "llama3"
     probes = sum(r.path.rstrip("/") == "/v1/models" for r in server.state.requests)
     cfg = make_config(server.base_url, tmp_path, {("models", "chat"): "llama3"})
