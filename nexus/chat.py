@@ -24,10 +24,12 @@ from .config import Config
 from .failures import Foreseen
 from .memory_service import SEARCH_FLOOR, search_messages
 from .prompt_budget import fit_recent, limits, prompt_room, recent_tokens
+from .session_settings import META_KEY as SETTINGS_KEY
 from .session_settings import SessionSettings, parse_setting
 from .streaming import stream_reply
 from .text import counted
 from .turn import Turn, reply_problem, says_something, store_problem, strip_think
+from .versions import META_KEY as VERSIONS_KEY
 from .versions import ReplyVersions, version_of
 from .web import RouteDecision, WebRouter, WebSearch, WebSearchError, results_block
 
@@ -49,9 +51,7 @@ def session_rows(db) -> dict[str, str]:
     """Nexus's rows of a session file — its settings, its messages with no answer, its
     reply versions — for ``/save`` to keep with the tree (``/load`` of the export had lost
     the system prompt and the sampling settings: a trial)."""
-    from . import session_settings, versions
-
-    keys = (session_settings.META_KEY, UNSENT_KEY, REPLACES_KEY, versions.META_KEY)
+    keys = (SETTINGS_KEY, UNSENT_KEY, REPLACES_KEY, VERSIONS_KEY)
     return {k: v for k in keys if (v := db.get_meta(k))}
 
 
