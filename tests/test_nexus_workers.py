@@ -134,7 +134,7 @@ async def test_app_state_is_assigned_on_the_ui_thread_only(server, tmp_path, min
         await type_and_send(pilot, app, "/new")
         await wait_for(pilot, lambda: app.session is not None and app.session is not first
                        and app.embedder_state == "ready")
-        on_purpose = threading.Thread(target=setattr, args=(app, "editing", None))
+        on_purpose = threading.Thread(target=setattr, args=(app, "model_found", "x"))
         on_purpose.start()
         on_purpose.join()
-    assert off_thread == ["editing"]  # only the assignment made from a thread on purpose, to show the check sees one
+    assert off_thread == ["model_found"]  # only the assignment made from a thread on purpose, to show the check sees one
