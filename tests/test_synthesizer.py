@@ -226,6 +226,26 @@ def test_in_a_chat_a_reply_comes_with_what_it_answers_and_a_question_with_its_an
     assert question is None or "Anna lives in Porto" in question  # a question shown with its answer
 
 
+def test_a_question_about_the_memory_itself_gets_its_outline(tmp_path, minilm):
+    """ "Tell me everything you know about me." got an empty memory block in a session of a
+    dozen facts: no message reaches the evidence floor (a re-trial). A question about what
+    the memory holds, with nothing relevant found, gets the topics, largest first."""
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
+    for text in ("My sister Anna moved to Porto last spring.", "I work as a nurse at the city hospital.",
+                 "I'm learning to play the bass guitar on weekends.", "My cat Miso is allergic to chicken."):
+        tree.add(ex(text, "Noted."))
+    synth = PromptSynthesizer(ctree=tree)
+    q = "Tell me everything you know about me."
+    prompt = synth.synthesize_prompt(q, minilm.embed(q), None, [])
+    assert "What this conversation has covered so far" in prompt
+    assert all(fact in prompt for fact in ("Porto", "nurse", "bass guitar", "Miso")), prompt
+    assert synth.last_report.memory_tokens > 0
+    q = "What is the capital of Australia?"  # nothing relevant, and no question about the memory: nothing
+    assert "covered so far" not in synth.synthesize_prompt(q, minilm.embed(q), None, [])
+    synth.synthesize_prompt("What do you know about me?", None, None, [], memory_token_budget=40)
+    assert 0 < synth.last_report.memory_tokens <= 40  # within its budget
+
+
 def test_archived_exchanges_never_appear(cross_tree, minilm):
     cross_tree.archive([cross_tree.exchanges[0]])
     synth = PromptSynthesizer(ctree=cross_tree)

@@ -82,6 +82,9 @@ ASSISTANT_SYSTEM = "You are a helpful assistant with long-term memory of this co
 MEMORY_HEADER = "Memory from earlier in this conversation, by topic:"
 
 SUPERSEDED_NOTE = "([current] entries replace [superseded] ones.)"
+# a question about the memory as a whole ("What do you know about me?") that no single
+# message answers: the topics the conversation has had, largest first
+OVERVIEW_HEADER = "What this conversation has covered so far, by topic (largest first):"
 
 RECENT_HEADER = "Most recent exchanges:"
 

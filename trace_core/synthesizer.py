@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import time
 from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +58,17 @@ def plain_message(m: Mapping) -> dict:
     if isinstance(content, list):
         content = " ".join(p.get("text", "") for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str))
     return {**m, "role": str(m.get("role") or "user"), "content": content if isinstance(content, str) else ""}
+
+
+# a question about what the memory holds as a whole ("What do you know about me?", "What
+# have we talked about?"): English wording, as the web router's
+_ABOUT_THE_MEMORY = re.compile(
+    r"\b(?:you (?:know|remember)|(?:i|we)(?:'ve| have)? (?:told you|talked|discussed|spoken|chatted)"
+    r"|(?:have|got) on me)\b", re.I)
+
+
+def asks_about_the_memory(query: str) -> bool:
+    return bool(_ABOUT_THE_MEMORY.search(query))
 
 
 class PromptSynthesizer:
@@ -201,8 +213,8 @@ class PromptSynthesizer:
                                   exclude=frozenset(exclude))
         for _, report in requests:
             report.embed_seconds = timings.get("embed_seconds", 0.0)
-        if cands is None:
-            return [""] * len(requests)
+        if cands is None:  # nothing relevant; a question about the memory itself gets its outline
+            return [self.overview(budget, report) if asks_about_the_memory(query) else "" for budget, report in requests]
         # stage 2: scores and ranking
         scores = fuse(query, cands, exchanges, self.params)
         cand = cands.units
@@ -234,6 +246,30 @@ class PromptSynthesizer:
                 path.best_entry = max((best.get(i, 0.0) for i in path.entries), default=0.0)
             out.append(text)
         return out
+
+    def overview(self, budget: int, report: RetrievalReport) -> str:
+        """The conversation's topics, largest first, each with its summary (or what the
+        user first said there), within ``budget``: "Tell me everything you know about me"
+        reached no message's evidence floor and got an empty memory block in a session of
+        a dozen facts (a trial)."""
+        topics = [t for t in self.tree.iter_topics() if not t.is_root and not t.is_group and t.message_children]
+        topics.sort(key=lambda t: -t.message_count)
+        lines = [prompts.OVERVIEW_HEADER]
+        used = count_tokens(lines[0]) + 1
+        for t in topics:
+            first = next((x.user for x in t.message_children if x.user.strip()), "")
+            about = clip_text(t.summary or without_marks(first), 160)
+            line = f"- {t.topic_name} ({t.message_count}): {about}" if about else f"- {t.topic_name} ({t.message_count})"
+            cost = count_tokens(line) + 1
+            if used + cost > budget:
+                continue
+            lines.append(line)
+            used += cost
+        if len(lines) == 1:
+            return ""
+        text = "\n".join(lines)
+        report.memory_tokens = count_tokens(text)
+        return text
 
     def message_vector_lookup(self):
         """A function (exchange index, role) -> the stored message's unit vector (None for
