@@ -12,9 +12,11 @@ recall: the fraction of the question's evidence turns whose text is in the block
 characters are there).
 
 Each conversation's tree is built once; only synthesis is re-run for each setting of a
-small grid over ``SynthesisParams`` (embeddings cached). Leave-one-conversation-out:
-for each conversation, the setting with the best recall on the other three (questions
-pooled, mean over the budgets) is scored on it; the figure pools those held-out scores.
+grid over ``SynthesisParams`` (embeddings cached). Leave-one-conversation-out: for each
+conversation and budget, the setting with the best recall at that budget on the other
+three (questions pooled) is scored on it; the figure pools those held-out scores. The
+shipped default (``SynthesisParams.by_budget``) is the setting chosen on all four at
+each budget; it is scored beside the grid, never chosen from it.
 
 Misses (evidence turns not in the block) are counted by LoCoMo category (1 multi-hop,
 2 temporal, 3 open-domain, 4 single-hop) and by cause: ``not retrieved`` (the turn is no
@@ -177,7 +179,9 @@ class Evaluation:
 
     recall: dict[int, list[float]]  # budget -> per question
     misses: dict[int, Counter]  # budget -> Counter[(category, cause)]
-    seconds: list[float]  # synthesis per question (all budgets), query embeddings excluded
+    # synthesis per call, query embeddings excluded: one call a question for all budgets,
+    # or one a block for settings by budget
+    seconds: list[float]
 
 
 def prepare(conv: Conversation, emb: CachedEmbedder, path: str, budgets: Sequence[int]) -> tuple[Prepared, float, float]:
@@ -233,12 +237,12 @@ def cached_finder(synth: PromptSynthesizer, cache: dict) -> None:
     (the bench's shortcut: a grid re-runs fusion, selection and rendering)."""
     finder = synth._finder
     find = finder.find
-    key = tuple(getattr(synth.params, f) for f in CANDIDATE_FIELDS) + (
-        bool(synth.params.neighbour_weight), bool(synth.params.date_weight), bool(synth.params.diversity))
 
     def cached(query, *args, **kwargs):
+        p = kwargs.get("params") or synth.params
         timings = args[-1]
-        k = key + (query,)
+        k = tuple(getattr(p, f) for f in CANDIDATE_FIELDS) + (
+            bool(p.neighbour_weight), bool(p.date_weight), bool(p.diversity), query)
         if k not in cache:
             cache[k] = (find(query, *args, **kwargs), dict(timings))
         result, t = cache[k]
@@ -258,9 +262,16 @@ def evaluate(prep: Prepared, params: SynthesisParams, budgets: Sequence[int], ca
             cached_finder(synth, cache)
         for q in prep.questions:
             reports = [RetrievalReport(query=q.text, memory_token_budget=b) for b in budgets]
-            t = time.perf_counter()
-            blocks = synth.memory_blocks(q.text, q.vector, [], 3, 2, 0.50, list(zip(budgets, reports)))
-            seconds.append(time.perf_counter() - t - reports[0].embed_seconds)
+            if params.by_budget:  # settings by budget: one block a call, as a chat asks for it
+                blocks = []
+                for b, report in zip(budgets, reports):
+                    t = time.perf_counter()
+                    blocks += synth.memory_blocks(q.text, q.vector, [], 3, 2, 0.50, [(b, report)])
+                    seconds.append(time.perf_counter() - t - report.embed_seconds)
+            else:
+                t = time.perf_counter()
+                blocks = synth.memory_blocks(q.text, q.vector, [], 3, 2, 0.50, list(zip(budgets, reports)))
+                seconds.append(time.perf_counter() - t - reports[0].embed_seconds)
             for b, block, report in zip(budgets, blocks, reports):
                 nb = norm(block)
                 hit = 0
@@ -281,6 +292,10 @@ CANDIDATE_FIELDS = ("min_relevance", "candidates", "topic_candidates", "common_w
 GRIDS = {
     # signals one at a time, default fusion (exploration)
     "signals": {"prf_weight": (0.0, 0.2, 0.4), "neighbour_relevance": (None, 0.2, 0.1)},
+    # around the 2,000-token setting (exploration: none beat it in sample)
+    "tail": [{"neighbour_weight": 0.5, "diversity": d, "diversity_pool": pool, **x}
+             for d in (0.15, 0.2) for pool in (120, 250)
+             for x in ({}, {"neighbour_seeds": 250}, {"neighbour_weight": 0.6}, {"answer_weight": 0.3})],
     "small": {"keyword": (2.0, 4.0), "neighbour_weight": (0.3, 0.5)},
     # keyword 6 and neighbour_weight 0.7 were in an earlier grid and chosen in no fold;
     # neighbour_relevance below 0.1 lets unrelated neighbours in (issue 15.4)
@@ -294,8 +309,9 @@ GRIDS = {
 
 
 def grid(kind: str) -> list[SynthesisParams]:
-    """The settings compared (``min_relevance`` is no axis: never below 0.30, issue 15.4)."""
-    base = SynthesisParams(max_message_chars=MAX_CHARS)
+    """The settings compared, each the same at every budget (``min_relevance`` is no axis:
+    never below 0.30, issue 15.4)."""
+    base = SynthesisParams(max_message_chars=MAX_CHARS, by_budget=())
     out = [base]
     axes = GRIDS.get(kind, {})
     changes = axes if isinstance(axes, list) else [dict(zip(axes, v)) for v in itertools.product(*axes.values())]
@@ -310,8 +326,11 @@ def grid(kind: str) -> list[SynthesisParams]:
 
 
 def describe(p: SynthesisParams) -> str:
-    """The fields that differ from the defaults."""
-    base = SynthesisParams(max_message_chars=MAX_CHARS)
+    """The fields that differ from the defaults (``by_budget`` aside)."""
+    if p.by_budget:
+        return "the defaults, by budget: " + "; ".join(
+            f"{b}: " + (" ".join(f"{k}={v}" for k, v in fields) or "-") for b, fields in p.by_budget)
+    base = SynthesisParams(max_message_chars=MAX_CHARS, by_budget=())
     diff = [f"{f.name}={getattr(p, f.name)}" for f in dataclasses.fields(p)
             if getattr(p, f.name) != getattr(base, f.name)]
     return " ".join(diff) or "the defaults"
@@ -322,29 +341,23 @@ def pooled(values: list[list[float]]) -> float:
     return sum(flat) / len(flat) if flat else 0.0
 
 
-def best_setting(results: dict[int, dict[str, Evaluation]], names: list[str], budgets: Sequence[int]) -> int:
-    """The setting with the best recall on ``names`` (questions pooled, mean over the
-    budgets); ties go to the earlier setting (the defaults come first)."""
-    def score(s: int) -> float:
-        return statistics.mean(pooled([results[s][n].recall[b] for n in names]) for b in budgets)
-
-    return max(results, key=lambda s: (score(s), -s))
+def best_setting(results: dict[int, dict[str, Evaluation]], names: list[str], budget: int) -> int:
+    """The setting with the best recall at ``budget`` on ``names`` (questions pooled);
+    ties go to the earlier setting (the grid's base comes first)."""
+    return max(results, key=lambda s: (pooled([results[s][n].recall[budget] for n in names]), -s))
 
 
 def leave_one_out(results: dict[int, dict[str, Evaluation]], names: list[str], budgets: Sequence[int]) -> dict:
-    """For each conversation, the setting best on the other three (pooled questions, mean
-    over budgets), scored on it."""
-    folds = {}
-    for held in names:
-        train = [n for n in names if n != held]
-
-        folds[held] = best_setting(results, train, budgets)
+    """For each conversation and budget, the setting best at that budget on the other
+    three (pooled questions), scored on it."""
+    folds = {held: {b: best_setting(results, [n for n in names if n != held], b) for b in budgets}
+             for held in names}
     out = {"folds": folds, "recall": {}, "misses": {}}
     for b in budgets:
-        out["recall"][b] = pooled([results[folds[n]][n].recall[b] for n in names])
+        out["recall"][b] = pooled([results[folds[n][b]][n].recall[b] for n in names])
         c = Counter()
         for n in names:
-            c.update(results[folds[n]][n].misses[b])
+            c.update(results[folds[n][b]][n].misses[b])
         out["misses"][b] = c
     return out
 
@@ -367,49 +380,48 @@ def run(data: str, budgets: list[int], grid_kind: str, keep: str | None) -> dict
             index += b
         built = time.perf_counter() - started
         settings = grid(grid_kind)
-        default = SynthesisParams(max_message_chars=MAX_CHARS)
+        default = SynthesisParams(max_message_chars=MAX_CHARS)  # what ships: settings by budget
         results: dict[int, dict[str, Evaluation]] = {}
         t0 = time.perf_counter()
         caches: dict[str, dict] = {p.conv.name: {} for p in preps}
+        # the default first, uncached: its timings are the synthesis figures
+        shipped = {p.conv.name: evaluate(p, default, budgets) for p in preps}
         for s, params in enumerate(settings):
-            # the default first, uncached: its timings are the synthesis figures
-            results[s] = {p.conv.name: evaluate(p, params, budgets, caches[p.conv.name] if s else None)
-                          for p in preps}
+            results[s] = {p.conv.name: evaluate(p, params, budgets, caches[p.conv.name]) for p in preps}
             print(f"setting {s + 1}/{len(settings)} at {time.perf_counter() - t0:.0f} s: {describe(params)}",
                   file=sys.stderr, flush=True)
         grid_seconds = time.perf_counter() - t0
         for p in preps:
             p.tree.close()
-    d = settings.index(default)
     loo = leave_one_out(results, names, budgets)
     n_q = {p.conv.name: len(p.questions) for p in preps}
     allq = [q for p in preps for q in p.questions]
-    times = sorted(t for p in preps for t in results[d][p.conv.name].seconds)
-    # the setting chosen on all four: what ships as the default
-    best_all = best_setting(results, names, budgets)
+    times = sorted(t for p in preps for t in shipped[p.conv.name].seconds)
+    # chosen on all four, per budget: what ships as the default (``BUDGET_SETTINGS``)
+    best_all = {b: best_setting(results, names, b) for b in budgets}
     return {
         "conversations": names,
         "questions": n_q,
         "settings": len(settings),
         "default": describe(default),
-        "chosen_on_all_four": describe(settings[best_all]),
-        "folds": {n: describe(settings[s]) for n, s in loo["folds"].items()},
+        "chosen_on_all_four": {str(b): describe(settings[s]) for b, s in best_all.items()},
+        "folds": {n: {str(b): describe(settings[s]) for b, s in by_b.items()} for n, by_b in loo["folds"].items()},
         "grid": [{"setting": describe(settings[s]),
                   **{str(b): pooled([results[s][n].recall[b] for n in names]) for b in budgets}}
                  for s in results],
         "per_conversation": {
-            str(b): {n: {"default": statistics.mean(results[d][n].recall[b]),
-                         "loo": statistics.mean(results[loo["folds"][n]][n].recall[b]),
+            str(b): {n: {"default": statistics.mean(shipped[n].recall[b]),
+                         "loo": statistics.mean(results[loo["folds"][n][b]][n].recall[b]),
                          **{m: statistics.mean(q.baseline[b][m] for q in p.questions) for m in BASELINES}}
                      for n, p in zip(names, preps)}
             for b in budgets},
         "pooled": {
-            str(b): {"default": pooled([results[d][n].recall[b] for n in names]),
+            str(b): {"default": pooled([shipped[n].recall[b] for n in names]),
                      "loo": loo["recall"][b],
                      **{m: statistics.mean(q.baseline[b][m] for q in allq) for m in BASELINES}}
             for b in budgets},
         "misses": {
-            str(b): {"default": _miss_dict(sum((results[d][n].misses[b] for n in names), Counter())),
+            str(b): {"default": _miss_dict(sum((shipped[n].misses[b] for n in names), Counter())),
                      "loo": _miss_dict(loo["misses"][b])}
             for b in budgets},
         "evidence_turns": {str(c): sum(len(q.evidence) for q in allq if q.category == c) for c in CATEGORIES},
@@ -420,7 +432,7 @@ def run(data: str, budgets: list[int], grid_kind: str, keep: str | None) -> dict
         "total_seconds": time.perf_counter() - started,
         "synthesis_ms_median": statistics.median(times) * 1000,
         "synthesis_ms_p95": times[int(0.95 * (len(times) - 1))] * 1000,
-        "synthesis_budgets_per_call": len(budgets),
+        "synthesis_budgets_per_call": 1,
         "full_history_tokens_mean": statistics.mean(p.history_tokens for p in preps),
     }
 
@@ -446,10 +458,12 @@ def print_table(res: dict) -> None:
     sizes = ", ".join(f"{n} ({res['questions'][n]} q)" for n in names)
     print(f"LoCoMo: {sizes}; categories 1-4; "
           f"full history ≈ {res['full_history_tokens_mean']:.0f} tokens per conversation")
-    print(f"{res['settings']} settings; default: {res['default']}")
-    for n, s in res["folds"].items():
-        print(f"  held out {n}: chosen on the other three: {s}")
-    print(f"  chosen on all four: {res['chosen_on_all_four']}")
+    print(f"{res['settings']} settings, each chosen per budget; default: {res['default']}")
+    for n, by_b in res["folds"].items():
+        for b, s in by_b.items():
+            print(f"  held out {n}, {b} tokens: chosen on the other three: {s}")
+    for b, s in res["chosen_on_all_four"].items():
+        print(f"  chosen on all four, {b} tokens: {s}")
     if len(res["grid"]) > 1:
         print("every setting, in sample (four conversations pooled):")
         for row in sorted(res["grid"], key=lambda r: -sum(v for k, v in r.items() if k != "setting")):
@@ -469,8 +483,8 @@ def print_table(res: dict) -> None:
                      res["evidence_turns"])
     print(f"build {res['build_seconds']:.0f} s (add {res['ingest_seconds']:.0f} s, idle sentence index "
           f"{res['sentence_index_seconds']:.0f} s); grid {res['grid_seconds']:.0f} s; total {res['total_seconds']:.0f} s")
-    print(f"synthesis per question, default setting, {res['synthesis_budgets_per_call']} budgets from one ranking, "
-          f"query embeddings excluded: median {res['synthesis_ms_median']:.1f} ms, p95 {res['synthesis_ms_p95']:.1f} ms")
+    print(f"synthesis per block (one budget a call), default settings, query embeddings excluded: "
+          f"median {res['synthesis_ms_median']:.1f} ms, p95 {res['synthesis_ms_p95']:.1f} ms")
 
 
 def main() -> None:

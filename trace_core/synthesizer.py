@@ -198,29 +198,47 @@ class PromptSynthesizer:
                       min_history_similarity, requests: list[tuple[int, RetrievalReport]], *,
                       exclude: Collection[int] = ()) -> list[str]:
         """The memory block for ``query`` at each ``(budget, report)`` of ``requests``:
-        candidates and ranking are computed once, selection and rendering per budget
-        (a benchmark compares budgets on one ranking)."""
+        candidates and ranking are computed once for the budgets that share their settings
+        (``SynthesisParams.at_budget``), selection and rendering per budget (a benchmark
+        compares budgets)."""
         tree = self.tree
         exchanges = tree.exchange_view()
         if len(exchanges) == 0 or not query.strip() or all(b <= 0 for b, _ in requests):
             return [""] * len(requests)
         embedder = tree.embed_fn  # read per call: the tree's embedder may be replaced
         qvec = unit_query(query_vector, embedder.embed, query)
+        by_params: dict[SynthesisParams, list[int]] = {}
+        for k, (budget, _) in enumerate(requests):
+            by_params.setdefault(self.params.at_budget(budget), []).append(k)
+        out = [""] * len(requests)
+        for params, ks in by_params.items():
+            blocks = self._blocks(params, query, qvec, exchanges, recent_messages, top_k_docs, top_k_history,
+                                  min_history_similarity, [requests[k] for k in ks], frozenset(exclude))
+            for k, block in zip(ks, blocks):
+                out[k] = block
+        return out
+
+    def _blocks(self, params: SynthesisParams, query, qvec, exchanges, recent_messages, top_k_docs, top_k_history,
+                min_history_similarity, requests: list[tuple[int, RetrievalReport]],
+                exclude: frozenset[int]) -> list[str]:
+        """``memory_blocks`` for budgets that share ``params``: one ranking."""
+        tree = self.tree
+        embedder = tree.embed_fn
         recent_texts = {m.get("content", "") for m in recent_messages}
         timings: dict[str, float] = {}
         # stage 1: candidates
         cands = self._finder.find(query, qvec, exchanges, recent_texts, embedder.embed, tree.exchange_vector, timings,
-                                  exclude=frozenset(exclude))
+                                  exclude=exclude, params=params)
         for _, report in requests:
             report.embed_seconds = timings.get("embed_seconds", 0.0)
         if cands is None:  # nothing relevant; a question about the memory itself gets its outline
             return [self.overview(budget, report) if asks_about_the_memory(query) else "" for budget, report in requests]
         # stage 2: scores and ranking
-        scores = fuse(query, cands, exchanges, self.params)
+        scores = fuse(query, cands, exchanges, params)
         cand = cands.units
         ranking = [cand[k] for k in scores.ranking]
         queue, pinned = queue_order(cands.dense, scores.ranking, min_history_similarity, top_k_history)
-        layout = BlockLayout(exchanges, tree.get_ancestors, self.params.max_message_chars, self.params.group_depth)
+        layout = BlockLayout(exchanges, tree.get_ancestors, params.max_message_chars, params.group_depth)
         cand_ex = [i for i, _ in cand]
         newer = self._supersessions.find(cand_ex, exchanges, tree.exchange_vector, updates=set(cand_ex),
                                          message_vector=self.message_vector_lookup())
@@ -237,7 +255,7 @@ class PromptSynthesizer:
             report.supersessions = [(i, j) for i in sorted(chosen_ex) for j in newer.get(i, []) if j in chosen_ex]
             # stage 4: the text
             text, shown, paths = render(chosen, status, budget, top_k_docs, scores.topic_score, cands.topic_keyword,
-                                        layout, tree.is_frozen, tree.thread_path, self.params.topic_threshold)
+                                        layout, tree.is_frozen, tree.thread_path, params.topic_threshold)
             report.memory_tokens = count_tokens(text)
             report.paths = paths
             report.exchanges = self._injected(cands, scores.fused, scores.branch_of, shown, status, pinned, exchanges)

@@ -176,20 +176,20 @@ class CandidateFinder:
         self.executor = executor
         self.table = UnitTable()
 
-    def keyword_searches(self, query: str) -> tuple[list[tuple[str, float]], dict[str, float]]:
+    def keyword_searches(self, query: str, p: SynthesisParams) -> tuple[list[tuple[str, float]], dict[str, float]]:
         """BM25 over messages and over topic summaries (SQLite and numpy both release the
         GIL, and there are two cores to use)."""
-        words = keyword_query(query, self.words, self.params.common_word_share)
-        return (self.vdb.keyword_search_messages(words, self.params.keyword_candidates, self.params.common_word_share),
-                dict(self.vdb.keyword_search_topics(words, 50, self.params.common_word_share)))
+        words = keyword_query(query, self.words, p.common_word_share)
+        return (self.vdb.keyword_search_messages(words, p.keyword_candidates, p.common_word_share),
+                dict(self.vdb.keyword_search_topics(words, 50, p.common_word_share)))
 
     def _dense(self, qvec: np.ndarray, index: VectorIndex | None, exchanges: Sequence[MessageNode],
-               vector_of: Callable[[int], np.ndarray]) -> MessageCosines:
+               vector_of: Callable[[int], np.ndarray], p: SynthesisParams) -> MessageCosines:
         """The query's cosines to the live messages, in ``self.table`` row order."""
         if index is not None:
             self.table.follow(index)
-            if len(index) >= self.params.approximate_from:
-                return MessageCosines(qvec, index=index, approximate_from=self.params.approximate_from)
+            if len(index) >= p.approximate_from:
+                return MessageCosines(qvec, index=index, approximate_from=p.approximate_from)
             return MessageCosines(qvec, full=index.similarities(qvec))  # float32: candidates are widened
         # no store: each message scored by its exchange's vector
         self.table.from_exchanges(exchanges)
@@ -203,10 +203,12 @@ class CandidateFinder:
 
     def find(self, query: str, qvec: np.ndarray, exchanges: Sequence[MessageNode], recent_texts: set[str],
              embed: Callable[[str], np.ndarray], vector_of: Callable[[int], np.ndarray],
-             timings: dict[str, float], exclude: frozenset[int] = frozenset()) -> Candidates | None:
+             timings: dict[str, float], exclude: frozenset[int] = frozenset(),
+             params: SynthesisParams | None = None) -> Candidates | None:
         """The candidates of ``query`` (``qvec``: its unit vector), or ``None``; the
-        exchanges of ``exclude`` are never candidates."""
-        p = self.params
+        exchanges of ``exclude`` are never candidates. ``params``: the settings of this
+        block (the finder's own by default)."""
+        p = self.params if params is None else params
         n = len(exchanges)
 
         def live(i: int) -> bool:
@@ -230,14 +232,14 @@ class CandidateFinder:
         parallel = conv_index is not None and len(conv_index) >= p.parallel_from and self.executor is not None
         # both readings count, with the names (who said it) and without (what was said):
         # the mean of two cosines is the product with the mean vector, one pass
-        all_dense = self._dense(qvec if qvec2 is None else 0.5 * (qvec + qvec2), conv_index, exchanges, vector_of)
+        all_dense = self._dense(qvec if qvec2 is None else 0.5 * (qvec + qvec2), conv_index, exchanges, vector_of, p)
         ex_of, role_of = self.table.exchange_of, self.table.role_of
         m = len(ex_of)
         if m == 0:
             return None
         # the Python set-up is done before the job starts, and the vector passes (which
         # release the GIL) run while it does
-        job = self.executor.submit(self.keyword_searches, query) if parallel else None
+        job = self.executor.submit(self.keyword_searches, query, p) if parallel else None
         try:
             cand_idx, cand_dense = all_dense.top(min(p.candidates, m))
             t_dense = topic_dense(topic_index, qvec, p.topic_candidates)
@@ -245,7 +247,7 @@ class CandidateFinder:
             if job is not None:
                 msg_hits, t_key = job.result()
         if job is None:
-            msg_hits, t_key = self.keyword_searches(query) if vdb is not None else ([], {})
+            msg_hits, t_key = self.keyword_searches(query, p) if vdb is not None else ([], {})
         keyword_hits: dict[int, float] = {}
         for mid, score in msg_hits:
             k = self.table.row_of_id.get(mid)
@@ -262,22 +264,21 @@ class CandidateFinder:
             return None
         units = {k: (int(ex_of[k]), role_of[k]) for k in seeds}
         if p.neighbour_weight:
-            self._add_neighbours(units, seeds, keyword_hits, all_dense, exchanges, n, live)
+            self._add_neighbours(units, seeds, keyword_hits, all_dense, exchanges, n, live, p)
         keys = list(units)
-        dense = self._with_parts(keys, all_dense.of(keys), qvec, qvec2)
+        dense = self._with_parts(keys, all_dense.of(keys), qvec, qvec2, p)
         if p.prf_weight and conv_index is not None:
-            dense = self._feedback(keys, dense, conv_index)
+            dense = self._feedback(keys, dense, conv_index, p)
         keyword = np.array([keyword_hits.get(k, 0.0) for k in keys])
         vectors = conv_index.rows(keys) if p.diversity and conv_index is not None else None
         spread = all_dense.spread() if p.dense_scale == "conversation" else 0.0
         return Candidates([units[k] for k in keys], keys, dense, keyword, t_dense, t_key, vectors, spread)
 
-    def _add_neighbours(self, units, seeds, keyword_hits, all_dense, exchanges, n, live) -> None:
+    def _add_neighbours(self, units, seeds, keyword_hits, all_dense, exchanges, n, live, p: SynthesisParams) -> None:
         """Relevant conversation neighbours of the candidates join them (a question's
         answer is often the next message, below the candidate cut), around the strongest
         seeds only (keyword hits, then by cosine): neighbours of weak candidates rarely
         reach the block, and each costs time at scale."""
-        p = self.params
         ex_of, by_unit = self.table.exchange_of, self.table.row_of_unit
         seed_list = list(seeds)
         seed_dense = dict(zip(seed_list, all_dense.of(seed_list)))
@@ -297,24 +298,23 @@ class CandidateFinder:
             if c >= floor or kk in keyword_hits:
                 units[kk] = near[kk]
 
-    def _feedback(self, keys: list[int], dense: np.ndarray, index: VectorIndex) -> np.ndarray:
+    def _feedback(self, keys: list[int], dense: np.ndarray, index: VectorIndex, p: SynthesisParams) -> np.ndarray:
         """Rocchio feedback: the best candidates say what the question is about in the
         conversation's own words; each candidate's score is mixed with its cosine to their
         centroid. Only candidates are re-scored (the evidence floor stays the query's)."""
-        p = self.params
         rows = index.rows(keys)
         top = np.argsort(-dense, kind="stable")[: p.prf_docs]
         centroid = rows[top].mean(axis=0)
         centroid /= np.linalg.norm(centroid) or 1.0
         return (1.0 - p.prf_weight) * dense + p.prf_weight * (rows @ centroid).astype(np.float64)
 
-    def _with_parts(self, keys: list[int], dense: np.ndarray, qvec: np.ndarray, qvec2) -> np.ndarray:
+    def _with_parts(self, keys: list[int], dense: np.ndarray, qvec: np.ndarray, qvec2, p: SynthesisParams) -> np.ndarray:
         """The best ``part_candidates`` candidates scored by their best part too (their
         sentences, and each read after its cue: ``CTree.index_pending``). Part vectors are
         read from the store for those candidates only, so memory stays flat."""
-        if self.vdb is None or not self.params.use_parts or not keys:
+        if self.vdb is None or not p.use_parts or not keys:
             return dense
-        top = np.argsort(-dense, kind="stable")[: self.params.part_candidates]
+        top = np.argsort(-dense, kind="stable")[: p.part_candidates]
         index = self.vdb.conversation_index()
         row_of = {index.ids[keys[p]]: r for r, p in enumerate(top)}  # message id -> row of ``best``
         owners, mat = self.vdb.message_part_vectors(list(row_of))

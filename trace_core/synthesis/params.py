@@ -1,12 +1,26 @@
-"""The synthesizer's parameters, in one frozen dataclass. Defaults: the setting of
+"""The synthesizer's parameters, in one frozen dataclass. Defaults: the settings of
 ``bench.locomo``'s grid with the best recall on the four LoCoMo development
-conversations (each fold of its leave-one-conversation-out figure chooses on three).
-The settings near the top differ by less than 0.005: the weights are not sharp."""
+conversations, per budget (each fold of its leave-one-conversation-out figure chooses on
+three). The settings near the top differ by less than 0.005: the weights are not sharp."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Literal
+
+# What suits a block's size, chosen per budget by ``bench.locomo``'s grid (the setting best
+# at that budget on the four development conversations): a small block wants the few
+# messages that stand out, a large one more of what a question touches (a diverse
+# ranking, a wider neighbour share). Each entry: (budget, fields); a block takes the
+# entry measured nearest to its budget, on a log scale.
+BudgetSettings = tuple[tuple[int, tuple[tuple[str, object], ...]], ...]
+BUDGET_SETTINGS: BudgetSettings = (
+    (500, (("weights", (1.0, 2.0, 0.3)), ("dense_scale", "candidates"))),
+    (1000, (("diversity", 0.15),)),
+    (2000, (("neighbour_weight", 0.5), ("diversity", 0.15))),
+)
 
 
 @dataclass(frozen=True)
@@ -59,3 +73,18 @@ class SynthesisParams:
     # axes and rescores a shortlist exactly (``VectorIndex.top``); below it, every row
     # exactly (LoCoMo's conversations hold 2,000 messages)
     approximate_from: int = 20_000
+    # fields set by the block's budget (``at_budget``); () keeps every field as it is
+    by_budget: BudgetSettings = BUDGET_SETTINGS
+
+    def at_budget(self, budget: int) -> "SynthesisParams":
+        """The settings a block of ``budget`` tokens is made with: the ``by_budget`` entry
+        measured nearest to it sets the fields still at their defaults (a field given a
+        value of its own keeps it)."""
+        if not self.by_budget:
+            return self
+        _, fields = min(self.by_budget, key=lambda e: abs(math.log(max(budget, 1) / e[0])))
+        changes = {name: value for name, value in fields if getattr(self, name) == _DEFAULTS[name]}
+        return dataclasses.replace(self, by_budget=(), **changes)  # type: ignore[arg-type]
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SynthesisParams)}

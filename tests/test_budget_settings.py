@@ -1,0 +1,85 @@
+"""Settings by budget: a block takes the settings measured best at the budget nearest its
+own (``SynthesisParams.at_budget``), and the benchmark chooses them per budget, each fold
+on its three conversations."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from bench.locomo import Evaluation, leave_one_out
+from trace_core import CTree, PromptSynthesizer
+from trace_core.synthesis import SynthesisParams
+from trace_core.synthesizer import RetrievalReport
+
+FACTS = [
+    ("My friend Sarah is severely allergic to peanuts.", "Then Sarah must avoid peanuts entirely."),
+    ("What's the weather like in Tokyo this week?", "Rain on Tuesday, sunshine later in the week."),
+    ("I'm planning Sarah's surprise birthday party and I'll bake a cake.", "Plan guests, decorations and a cake."),
+    ("How do I fix a flat bike tire?", "Find the puncture in the inner tube, patch it and reinflate."),
+    ("Can you give me a Thai peanut butter cake recipe?", "Flour, sugar, eggs, coconut milk, peanut butter."),
+]
+
+
+def ex(user: str, assistant: str) -> list[dict]:
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
+SCHEDULE = ((500, (("diversity", 0.3),)), (2000, (("neighbour_weight", 0.5), ("diversity", 0.1))))
+
+
+def test_a_block_takes_the_settings_of_the_budget_nearest_its_own():
+    p = SynthesisParams(by_budget=SCHEDULE)
+    assert p.at_budget(300).diversity == 0.3 and p.at_budget(300).neighbour_weight == 0.3
+    assert p.at_budget(700).diversity == 0.3  # nearer 500 than 2,000 on a log scale
+    assert p.at_budget(1100).diversity == 0.1 and p.at_budget(1100).neighbour_weight == 0.5
+    assert p.at_budget(0).diversity == 0.3
+    assert p.at_budget(2000).by_budget == ()
+
+
+def test_a_setting_given_its_own_value_keeps_it_at_every_budget():
+    p = SynthesisParams(by_budget=SCHEDULE, diversity=0.2)
+    assert p.at_budget(500).diversity == 0.2 and p.at_budget(2000).diversity == 0.2
+    assert p.at_budget(2000).neighbour_weight == 0.5
+    plain = SynthesisParams(by_budget=())
+    assert plain.at_budget(2000) is plain
+
+
+def test_the_shipped_settings_differ_by_budget():
+    p = SynthesisParams()
+    assert p.at_budget(500) != p.at_budget(2000)
+
+
+def test_blocks_of_several_budgets_are_each_made_with_their_own_settings(tmp_path, minilm):
+    tree = CTree.open(str(tmp_path / "t.db"), judge="embedding", embed_fn=minilm)
+    for i, (u, a) in enumerate(FACTS):
+        tree.add(ex(u, a), timestamp=f"2024-06-0{i + 1}T12:00:00")
+    query = "What should I bake for Sarah's party?"
+    # weights that reorder the candidates: the keyword term alone at 60 tokens, cosine at 400
+    schedule = ((60, (("weights", (0.0, 1.0, 0.0)),)), (400, (("weights", (1.0, 0.0, 0.0)),)))
+    together = PromptSynthesizer(ctree=tree, params=SynthesisParams(by_budget=schedule, neighbour_weight=0.0,
+                                                                     answer_weight=0.0))
+    reports = [RetrievalReport(query=query, memory_token_budget=b) for b in (60, 400)]
+    blocks = together.memory_blocks(query, None, [], 3, 0, 0.5, list(zip((60, 400), reports)))
+    for budget, block, report in zip((60, 400), blocks, reports):
+        alone = PromptSynthesizer(ctree=tree, params=together.params.at_budget(budget))
+        r = RetrievalReport(query=query, memory_token_budget=budget)
+        assert alone.memory_block(query, None, [], 3, 0, 0.5, budget, r) == block
+        assert r.ranking == report.ranking
+    assert reports[0].ranking != reports[1].ranking
+    tree.close()
+
+
+def evaluation(recall_500: float, recall_2000: float) -> Evaluation:
+    return Evaluation({500: [recall_500], 2000: [recall_2000]}, {500: Counter(), 2000: Counter()}, [0.0])
+
+
+def test_each_fold_chooses_per_budget_on_the_other_three():
+    names = ["a", "b", "c", "d"]
+    # setting 0 is best at 500 everywhere, setting 1 at 2,000 everywhere but on "d"
+    results = {
+        0: {n: evaluation(0.9, 0.5) for n in names},
+        1: {n: evaluation(0.4, 0.8 if n != "d" else 0.1) for n in names},
+    }
+    loo = leave_one_out(results, names, [500, 2000])
+    assert all(loo["folds"][n] == {500: 0, 2000: 1} for n in names)
+    assert loo["recall"][500] == 0.9
+    assert abs(loo["recall"][2000] - (0.8 * 3 + 0.1) / 4) < 1e-9  # "d" is scored, not chosen on
