@@ -28,6 +28,10 @@ def reorganize_summary(res: dict, threshold: float) -> str:
                f"{res.get('candidates', 0)} such")
     elif not res.get("pairs"):
         why = f"no two of the {res['candidates']} topics the conversation has left are alike enough (cosine ≥ {at})"
+    elif res.get("kept_apart") and not (res["vetoed"] or res["skipped"]):
+        # an idle run said "0 vetoed, 0 skipped" and "the 2 pairs were vetoed or skipped" (a trial)
+        why = (f"the {counted(res['pairs'], 'similar pair')} {'is' if res['pairs'] == 1 else 'are'} kept apart: "
+               "an undo took their merge back (a /reorganize typed now makes it again)")
     else:
         why = f"the {res['pairs']} similar pairs were vetoed or skipped (the log says why)"
     return done + f" Nothing changed: {why}."

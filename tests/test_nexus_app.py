@@ -205,6 +205,9 @@ def test_a_reorganisation_that_changes_nothing_says_why():
     assert "no two of the 6 topics the conversation has left are alike enough (cosine ≥ 0.7)" in apart
     vetoed = reorganize_summary({**base, "vetoed": 2, "candidates": 6, "pairs": 2}, 0.55)
     assert "the 2 similar pairs were vetoed or skipped" in vetoed
+    undone = reorganize_summary({**base, "kept_apart": 2, "candidates": 6, "pairs": 2}, 0.55)
+    assert "the 2 similar pairs are kept apart: an undo took their merge back" in undone
+    assert "vetoed or skipped" not in undone
     merged = reorganize_summary({**base, "merged": 1, "candidates": 6, "pairs": 2}, 0.55)
     assert merged.endswith("/undo-reorganize restores the tree.") and "Nothing changed" not in merged
 

@@ -213,17 +213,21 @@ def test_concurrent_adds_during_reorganize(tmp_path, minilm):
 
 
 TRIVIAL = [("ok thanks", "you're welcome"), ("hi", "hello there")]
+# short, but facts: --prune archived the first of them, and /search found it no more (a trial)
+SHORT_FACTS = [("My sister Ana lives in Porto and works as an architect.", "Nice, Porto is lovely."),
+               ("My code is 4321", "Noted."), ("ok, 4321", "Noted.")]
 
 
 def test_prune_trivial_leaves_archives_and_restores(tmp_path, minilm):
     long_q = "Please explain in detail how a sourdough starter ferments flour and water over several days " * 2
-    talk = [(long_q, "Wild yeast and lactic acid bacteria " * 6)] + TRIVIAL + OTHER + [(long_q + "again", "More detail " * 15)]
+    talk = [(long_q, "Wild yeast and lactic acid bacteria " * 6)] + TRIVIAL + SHORT_FACTS + OTHER + [
+        (long_q + "again", "More detail " * 15)]
     tree = build(tmp_path, minilm, talk)
     res = tree.reorganize(similarity_threshold=0.99, prune_trivial_leaves=True)
     check_invariants(tree)
     archived = {x.user for x in tree.archived}
     assert {"ok thanks", "hi"} <= archived and res["pruned"] >= 2
-    assert long_q not in archived
+    assert long_q not in archived and not archived & {u for u, _ in SHORT_FACTS}
     synth = PromptSynthesizer(ctree=tree)
     prompt = synth.synthesize_prompt("ok thanks hi hello", None, None, [])
     assert "you're welcome" not in prompt and "hello there" not in prompt
@@ -459,7 +463,10 @@ def test_merges_an_undo_took_back_are_not_made_again(tmp_path, minilm):
     assert tree.reorganize(similarity_threshold=0.55)["merged"] >= 1
     tree.undo_reorganize()
     undone = tree.snapshot()
-    assert tree.reorganize(similarity_threshold=0.55)["merged"] == 0 and tree.snapshot() == undone
+    again = tree.reorganize(similarity_threshold=0.55)
+    assert again["merged"] == 0 and tree.snapshot() == undone
+    # said as such: an idle run reported "0 vetoed, 0 skipped" of pairs it did not merge (a trial)
+    assert again["kept_apart"] >= 1 and again["vetoed"] == again["skipped"] == 0
     tree.vdb.close()
     reopened = CTree.open(str(tmp_path / "r.db"), judge="embedding", embed_fn=minilm)
     assert reopened.reorganize(similarity_threshold=0.55)["merged"] == 0

@@ -32,6 +32,7 @@ from .pairs import similar_pairs
 from .persist import TreeStore
 from .rows import NodeRow
 from .summaries import Summaries
+from .textutil import STOPWORDS, words
 
 TRIVIAL_WORDS = 20
 
@@ -59,6 +60,7 @@ class ReorganizeResult:
     vetoed: int = 0
     candidates: int = 0
     pairs: int = 0
+    kept_apart: int = 0  # similar pairs not merged again: an undo took their merge back
     duration_secs: float = 0.0
     op_id: str = ""
     merges: list[MergeRecord] = field(default_factory=list)
@@ -68,7 +70,8 @@ class ReorganizeResult:
     def as_dict(self) -> dict:
         return {
             "merged": self.merged, "pruned": self.pruned, "skipped": self.skipped, "vetoed": self.vetoed,
-            "candidates": self.candidates, "pairs": self.pairs, "duration_secs": self.duration_secs,
+            "candidates": self.candidates, "pairs": self.pairs, "kept_apart": self.kept_apart,
+            "duration_secs": self.duration_secs,
             "op_id": self.op_id, "cancelled": self.cancelled,
             "merges": [m.__dict__ for m in self.merges], "vetoes": [m.__dict__ for m in self.vetoes],
         }
@@ -111,6 +114,8 @@ class _RunState:
     merged_into: dict[str, str] = field(default_factory=dict)  # absorbed topic id -> its absorber's
     touched: list[TopicNode] = field(default_factory=list)
     pool: set[str] | None = None
+    undone: set[tuple[str, str]] = field(default_factory=set)  # pairs an undo took apart (kept so)
+    counted_apart: set[tuple[str, str]] = field(default_factory=set)
 
 
 def _word_count(text: str) -> int:
@@ -118,7 +123,13 @@ def _word_count(text: str) -> int:
 
 
 def is_trivial(x: MessageNode) -> bool:
-    return _word_count(x.user) < TRIVIAL_WORDS and _word_count(x.assistant) < TRIVIAL_WORDS
+    """An exchange that says nothing to remember: both messages under ``TRIVIAL_WORDS``
+    words, and the user's of common words only ("ok thanks", "hi"), with no number. Short
+    is not trivial: "My sister Ana lives in Porto and works as an architect." was archived
+    by ``--prune``, and no search found it again (a trial)."""
+    if _word_count(x.user) >= TRIVIAL_WORDS or _word_count(x.assistant) >= TRIVIAL_WORDS:
+        return False
+    return not any(ch.isdigit() for ch in x.user) and all(w in STOPWORDS for w in words(x.user))
 
 
 def _pair(a: str, b: str) -> tuple[str, str]:
@@ -191,7 +202,8 @@ class Reorganizer:
         started = time.perf_counter()
         res = ReorganizeResult(op_id=uuid.uuid4().hex[:12])
         # merges an undo took back stay undone: an idle run made them again a minute later (a trial)
-        state = _RunState(vetoed=set() if redo_undone else {_pair(a, b) for a, b in self._kept_apart()})
+        undone = set() if redo_undone else {_pair(a, b) for a, b in self._kept_apart()}
+        state = _RunState(vetoed=set(undone), undone=undone)
         self._stop = should_stop or (lambda: False)
         # merged topics are compared again (their content changed): a few rounds
         for _round in range(max_rounds):
@@ -305,8 +317,12 @@ class Reorganizer:
                 continue  # already one topic
             src_a, src_b = frozen[i], frozen[j]
             key = _pair(src_a.node_id, src_b.node_id)
-            if kept_apart(a, b):
-                continue  # vetoed, in this round or an earlier one: not asked again
+            if kept_apart(a, b):  # vetoed, in this round or an earlier one, or undone: not asked again
+                ends = {a.node_id, b.node_id}
+                if key not in state.counted_apart and any({now(x), now(y)} == ends for x, y in state.undone):
+                    state.counted_apart.add(key)
+                    res.kept_apart += 1
+                continue
             if a.node_id in _ancestor_ids(b) or b.node_id in _ancestor_ids(a):
                 res.skipped += 1  # a topic never absorbs its own ancestor or descendant
                 continue
