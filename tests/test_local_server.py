@@ -533,6 +533,13 @@ def test_a_turn_change_written_as_a_word_ends_the_reply():
                  "a modeling usermodel tool is fine"):
         assert _streamed(list(kept)) == kept
     assert marker_at("Call the user") is None and marker_at("Call the LoginPagemodel", ended=True) == 9
+    # the role names alone on a line, after three ideographs glued to a sentence (11 of 14
+    # replies of a trial, stored and summarised as memory)
+    said = "She is an architect in Porto and she likes it there. I should.彼女の\nuser model\nShe moved."
+    assert _streamed(list(said)) == "She is an architect in Porto and she likes it there. I should."
+    assert _streamed(list("Sure, here it is.\nuser model\nThanks")) == "Sure, here it is.\n"
+    assert _streamed(["Tips below.\nmodel"], finish="stop") == "Tips below.\n"
+    assert _streamed(list("Read the\nuser guide first.")) == "Read the\nuser guide first."
 
 
 def test_a_lone_ideograph_glued_to_a_sentences_end_ends_an_english_reply():

@@ -169,7 +169,12 @@ def turn_marker(word: str) -> bool:
 # ... or, without the role, as a lone ideograph glued to a sentence's end in a reply in
 # Latin letters: "…for a few weeks.辍 I have no extra food…", "…when my marathon is over?辍"
 # (4 of 10 replies of a real-terminal run), where the next turn starts
-_GLUED_IDEOGRAPHS = re.compile(r"[.?!]([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]{1,2})(?=\s|\Z)")
+# ("…I should.彼女の" then "user model" on a line of its own: 11 of 14 replies of a trial)
+_GLUED_IDEOGRAPHS = re.compile(r"[.?!]([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]{1,3})(?=\s|\Z)")
+# ... or as the role names alone on a line ("user model", "model"): no line of a reply is that
+# a line begun with a role name, and a word at most after it: held until the line ends
+_ROLE_WORDS_BEGUN = re.compile(r"(?<![^\n])[ \t]*(?:user|model)(?:[ \t]+\S*)?[ \t]*\Z", re.I)
+_ROLE_WORDS_LINE = re.compile(r"(?:^|\n)[ \t]*((?:user|model)(?:[ \t]+(?:user|model))?)[ \t]*(?=\n|\Z)", re.I)
 _LETTER = re.compile(r"[^\W\d_]")
 _LATIN_LETTER = re.compile(r"[A-Za-z\u00c0-\u024f]")
 
@@ -190,6 +195,10 @@ def marker_at(text: str, ended: bool = False) -> int | None:
     a line's end (``ended``: the text's end is one), or a glued ideograph
     (``glued_ideograph_at``). None: none."""
     found = [glued_ideograph_at(text)]
+    for m in _ROLE_WORDS_LINE.finditer(text):
+        if ended or m.end() < len(text):  # the line has ended: "user" may yet begin "user guide"
+            found.append(m.start(1))
+            break
     for m in _LINE_END_WORD.finditer(text):
         if turn_marker(m.group(1)):
             found.append(m.start(1) + _junk_from(m.group(1)))
@@ -231,7 +240,7 @@ def cut_at_turn_markers(chunks: Iterator[dict]) -> Iterator[dict]:
             yield chunk  # the role, or an empty delta
             continue
         text = held + (piece or "")
-        tail = _LAST_WORD.search(text) if not finish else None
+        tail = (_ROLE_WORDS_BEGUN.search(text) or _LAST_WORD.search(text)) if not finish else None
         done, held = (text[: tail.start()], text[tail.start():]) if tail else (text, "")
         at = marker_at(said + done, ended=bool(finish))
         at = None if at is None else max(0, at - len(said))
