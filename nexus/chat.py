@@ -707,10 +707,11 @@ class ChatSession:
         self.unstored.extend(waiting)
         done, problem = self.store_unstored()
         if problem:
-            self.emit(ev.Notice(f"{len(self.unstored)} answered exchange(s) from last time are still not stored: "
+            self.emit(ev.Notice(f"{counted(len(self.unstored), 'answered exchange')} from last time "
+                                f"{'is' if len(self.unstored) == 1 else 'are'} still not stored: "
                                 f"{problem}; kept — press Ctrl+R to try again", "error", chat=True))
         else:
-            self.emit(ev.Notice(f"stored {done} answered exchange(s) that could not be stored last time",
+            self.emit(ev.Notice(f"stored {counted(done, 'answered exchange')} that could not be stored last time",
                                 chat=True))
 
     def index_sentences(self) -> int:

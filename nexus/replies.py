@@ -653,4 +653,4 @@ class Replies:
             self.call_from_thread(self.chat_notice, f"Stored {done} of {n}; still not stored: {problem}. "
                                   "Kept — press Ctrl+R to try again.", "error")
         else:
-            self.call_from_thread(self.chat_notice, f"Stored {done} kept exchange(s).")
+            self.call_from_thread(self.chat_notice, f"Stored {counted(done, 'kept exchange')}.")

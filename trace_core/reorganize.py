@@ -456,8 +456,9 @@ def undo_reorganize(model: TreeModel, store: TreeStore | None, undo: UndoLog, lo
         if not op_id or before is None:
             raise UndoError("there is no reorganisation to undo")
         if before.exchanges != len(model.exchanges):
+            added = len(model.exchanges) - before.exchanges
             raise UndoError(
-                f"{len(model.exchanges) - before.exchanges} exchange(s) were added after the last "
+                f"{added} {'exchange was' if added == 1 else 'exchanges were'} added after the last "
                 "reorganisation; undoing it now would not restore the tree exactly, so it was not undone"
             )
         apart = _joined_pairs(store.merges_of(op_id) if store is not None else undo.last_merges)
