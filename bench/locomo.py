@@ -296,6 +296,11 @@ GRIDS = {
     "tail": [{"neighbour_weight": 0.5, "diversity": d, "diversity_pool": pool, **x}
              for d in (0.15, 0.2) for pool in (120, 250)
              for x in ({}, {"neighbour_seeds": 250}, {"neighbour_weight": 0.6}, {"answer_weight": 0.3})],
+    # ... and other fields beside it (exploration: none beat it in sample at 2,000)
+    "tail2": [{"neighbour_weight": 0.5, "diversity": 0.15, **x} for x in (
+        {"keyword_power": 1.5}, {"keyword_power": 3.0}, {"date_weight": 2.0}, {"date_weight": 0.5},
+        {"common_word_share": 0.1}, {"focus_query": False}, {"branch": 0.5}, {"branch": 0.15},
+        {"keyword": 7.0}, {"keyword": 4.0}, {"topic_candidates": 1000}, {"part_candidates": 800})],
     "small": {"keyword": (2.0, 4.0), "neighbour_weight": (0.3, 0.5)},
     # keyword 6 and neighbour_weight 0.7 were in an earlier grid and chosen in no fold;
     # neighbour_relevance below 0.1 lets unrelated neighbours in (issue 15.4)
@@ -304,7 +309,7 @@ GRIDS = {
     # axis it was chosen by one fold in four runs, and the answer share took its place
     "full": {"dense_scale": ("conversation", "candidates"), "keyword": (5.0, 2.0), "answer_weight": (0.2, 0.0),
              "neighbour_weight": (0.3, 0.5), "neighbour_relevance": (0.1, 0.2), "group_depth": (1, 2),
-             "diversity": (0.0, 0.15, 0.3)},
+             "diversity": (0.0, 0.15, 0.3), "date_weight": (1.0, 2.0)},
 }
 
 

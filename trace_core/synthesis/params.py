@@ -17,8 +17,8 @@ from typing import Literal
 # entry measured nearest to its budget, on a log scale.
 BudgetSettings = tuple[tuple[int, tuple[tuple[str, object], ...]], ...]
 BUDGET_SETTINGS: BudgetSettings = (
-    (500, (("weights", (1.0, 2.0, 0.3)), ("dense_scale", "candidates"))),
-    (1000, (("diversity", 0.15),)),
+    (500, (("weights", (1.0, 2.0, 0.3)), ("dense_scale", "candidates"), ("date_weight", 2.0))),
+    (1000, (("date_weight", 2.0),)),
     (2000, (("neighbour_weight", 0.5), ("diversity", 0.15))),
 )
 
