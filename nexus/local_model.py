@@ -30,6 +30,7 @@ class LocalModel:
         self.error: str | None = None  # why it did not start, in words
         self.applied = False
         self.restarts = 0
+        self.failure_said = False  # its failure to start was said (once, not at each session opened)
 
     def begin(self) -> "LocalModel":
         threading.Thread(target=self._start, name="local-model", daemon=True).start()

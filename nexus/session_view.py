@@ -211,13 +211,16 @@ class SessionView:
         Nexus is closing. A server that failed to start is said in words; the session still
         opens (its memory can be read), and a message then fails and is kept."""
         local = self.local_model
-        if local is None or local.applied or (local.done.is_set() and local.error):
+        # a failure said already is not said again at each session opened; one that came
+        # before this worker looked was never said at all (a loaded machine, a bad model file)
+        if local is None or local.applied or (local.done.is_set() and local.error and local.failure_said):
             return True
         if not local.done.is_set():
             self.post_event(ev.Notice(f"starting {local.label}…"))
         if not local.wait(self.quit_check()):
             return False
         if local.error:
+            local.failure_said = True
             self.post_event(ev.Notice(f"{local.label} did not start: {local.error}", "error"))
             self.call_from_thread(self.chat_notice, f"The bundled model could not start: {local.error}. Your "
                                   "memory and history are here, but no model answers: restart Nexus, or use "

@@ -4,7 +4,7 @@ and a server that cannot start is said in words while the session still opens.""
 from __future__ import annotations
 
 import pytest
-from test_nexus_app import data_dir, log_text, make_config, notices, wait_for  # noqa: F401
+from test_nexus_app import data_dir, log_text, make_config, notices, type_and_send, wait_for  # noqa: F401
 
 from nexus.app import NexusApp
 from nexus.local_model import LocalModel
@@ -26,6 +26,29 @@ async def test_a_bundled_server_that_cannot_start_is_said_and_the_session_opens(
             await wait_for(pilot, lambda: app.session is not None)  # memory and history are still there
             assert not local.applied and app.config.base_url == "http://127.0.0.1:9/v1"
             assert "did not start" in log_text(app)
+    finally:
+        local.stop()
+
+
+async def test_a_bundled_server_that_failed_before_the_session_looked_is_said_once(tmp_path, minilm, data_dir):  # noqa: F811
+    """On a loaded machine the server failed before the session's worker looked at it, and
+    nothing was said: no model, and no word why (a full test run). Said once, not at each
+    session opened."""
+    pytest.importorskip("llama_cpp")
+    bad = tmp_path / "not-a-model.gguf"
+    bad.write_bytes(b"this is no GGUF file")
+    local = LocalModel(LocalLLMServer(model=str(bad)), timeout=120).begin()
+    assert local.done.wait(120) and local.error
+    app = NexusApp(make_config("http://127.0.0.1:9/v1", tmp_path), tmp_path / "s.db", embed_fn=minilm,
+                   local_model=local)
+    try:
+        async with app.run_test(size=(140, 40)) as pilot:
+            await wait_for(pilot, lambda: "could not start" in notices(app), timeout=60)
+            await wait_for(pilot, lambda: app.session is not None)
+            first = app.session_path
+            await type_and_send(pilot, app, "/new")
+            await wait_for(pilot, lambda: app.session is not None and app.session_path != first)
+            assert log_text(app).count("did not start") == 1
     finally:
         local.stop()
 

@@ -242,17 +242,17 @@ def test_prune_trivial_leaves_archives_and_restores(tmp_path, minilm):
 
 
 def test_restoring_many_archived_exchanges_keeps_the_fan_out_bound(tmp_path, minilm):
-    """Sixteen short exchanges, eleven archived as trivial, all restored into one topic:
-    one split left 7 and 9 exchanges under a bound of 5 (a trial); the bound holds, on
-    disk too."""
+    """Sixteen short exchanges, the acknowledgements among them archived as trivial (seven
+    off the active path), all restored into one topic: one split left 7 and 9 exchanges
+    under a bound of 5 (a trial); the bound holds, on disk too."""
     talk = [("How do I start a sourdough starter?", "Mix flour and water."), ("ok", "Sure."),
             ("thanks", "You're welcome."), ("What about marathon training?", "Build mileage slowly."),
             ("cool", "Yes."), ("nice", "Indeed."), ("Sourdough hydration?", "About 75%."), ("ok thanks", "Welcome."),
             ("great", "Good."), ("yes", "Right."), ("Marathon taper?", "Two weeks."), ("ok", "Sure."),
-            ("thx", "Welcome."), ("lol", "Ha."), ("hm", "Yes?"), ("ok bye", "Bye.")]
+            ("thanks", "Welcome."), ("okay", "Ha."), ("sure", "Yes?"), ("ok", "Bye.")]
     tree = build(tmp_path, minilm, talk)
     res = tree.reorganize(prune_trivial_leaves=True)
-    assert res["pruned"] >= 8
+    assert res["pruned"] >= 7  # more than the bound: restored into one topic, it must split
     assert len(tree.restore_archived()) == res["pruned"]
     check_invariants(tree)
     tree.vdb.close()
