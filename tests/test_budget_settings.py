@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from bench.locomo import Evaluation, leave_one_out
 from trace_core import CTree, PromptSynthesizer
 from trace_core.synthesis import SynthesisParams
@@ -41,6 +43,37 @@ def test_a_setting_given_its_own_value_keeps_it_at_every_budget():
     assert p.at_budget(2000).neighbour_weight == 0.5
     plain = SynthesisParams(by_budget=())
     assert plain.at_budget(2000) is plain
+
+
+def test_a_setting_fixed_or_named_to_the_synthesizer_is_kept_even_at_its_default_value(tmp_path, hash_embed):
+    """SynthesisParams(date_weight=1.0) is the default value, which a budget's entry still
+    changes; fixed() and the synthesizer's own keywords keep it (a trial: dense_scale=
+    "conversation" given to the synthesizer ran as "candidates" at 500 tokens)."""
+    p = SynthesisParams(by_budget=SCHEDULE).fixed(diversity=0.0)
+    assert p.at_budget(500).diversity == 0.0 and p.at_budget(2000).diversity == 0.0
+    assert p.at_budget(2000).neighbour_weight == 0.5  # the rest of the entry still holds
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    synth = PromptSynthesizer(ctree=tree, params=SynthesisParams(by_budget=SCHEDULE), diversity=0.0)
+    assert synth.params.at_budget(500).diversity == 0.0
+
+
+@pytest.mark.parametrize("schedule, problem", [(((0, ()),), "above 0"), (((500, (("diversty", 0.1),)),), "diversty")])
+def test_a_schedule_that_cannot_work_is_refused_when_made(schedule, problem):
+    with pytest.raises(ValueError, match=problem):
+        SynthesisParams(by_budget=schedule)
+
+
+def test_a_query_of_punctuation_or_emoji_only_injects_nothing(tmp_path, minilm):
+    """"?" injected 117 tokens, "😀" 332 (a trial): they ask nothing."""
+    tree = CTree.open(str(tmp_path / "t.db"), judge="embedding", embed_fn=minilm)
+    for i, (u, a) in enumerate(FACTS + [("Really?", "Yes!"), ("Why?", "Because it's fun :)")]):
+        tree.add(ex(u, a), timestamp=f"2024-06-0{i + 1}T12:00:00")
+    synth = PromptSynthesizer(ctree=tree)
+    for query in ("?", "...", "!!!", "¿?", "😀"):
+        report = RetrievalReport(query=query, memory_token_budget=1000)
+        assert synth.memory_block(query, None, [], 3, 2, 0.5, 1000, report) == "", query
+    assert synth.memory_block("Sarah's cake?", None, [], 3, 2, 0.5, 1000, RetrievalReport(query="x"))
+    tree.close()
 
 
 def test_the_shipped_settings_differ_by_budget():

@@ -304,6 +304,35 @@ def test_auto_save_path_exports_after_each_add(tmp_path, hash_embed):
     assert len(CTree.load(str(path), embed_fn=hash_embed, judge="embedding").exchanges) == 2
 
 
+def test_an_auto_save_that_fails_is_an_event_and_the_exchange_is_stored_once(tmp_path, hash_embed):
+    """The export's folder was a file: add() raised after storing the exchange, and the
+    caller's retry stored it twice (a trial)."""
+    (tmp_path / "a-file").write_text("x")
+    path = tmp_path / "s.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=hash_embed,
+                      auto_save_path=str(tmp_path / "a-file" / "x.json"))
+    seen = []
+    tree.on_event(seen.append)
+    tree.add(ex("My sister Ana lives in Porto."))
+    failed = [e for e in seen if type(e).__name__ == "AutoSaveFailed"]
+    assert failed and failed[0].level == "warning" and "x.json" in str(failed[0])
+    tree.close()
+    reopened = CTree.open(str(path), judge="embedding", embed_fn=hash_embed)
+    assert [x.user for x in reopened.exchanges] == ["My sister Ana lives in Porto."]
+    reopened.close()
+
+
+def test_an_export_whose_meta_is_not_text_is_refused_before_it_is_written(tmp_path, hash_embed):
+    """save(meta={"a": 1}) wrote an export CTree.load refused (a trial)."""
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    tree.add(ex("one"))
+    with pytest.raises(ValueError, match="meta must map texts to texts"):
+        tree.save(str(tmp_path / "m.json"), meta={"a": 1})
+    assert not (tmp_path / "m.json").exists()
+    tree.save(str(tmp_path / "m.json"), meta={"a": "1"})
+    assert CTree.load(str(tmp_path / "m.json"), embed_fn=hash_embed, judge="embedding").exchanges
+
+
 def test_events_say_which_judge_decided(hash_embed):
     tree = CTree(judge="embedding", embed_fn=hash_embed)
     seen = []

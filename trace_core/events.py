@@ -51,6 +51,18 @@ class LLMFailed(EngineEvent):
 
 
 @dataclass(frozen=True)
+class AutoSaveFailed(EngineEvent):
+    """The JSON export written after each change (``auto_save_path``) failed; the
+    exchange is stored all the same (raising made a caller's retry store it twice)."""
+
+    path: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"auto-save to {self.path} failed: {self.problem}; the exchange is stored in the session"
+
+
+@dataclass(frozen=True)
 class ExchangeAdded(EngineEvent):
     exchange_index: int
     node_id: str

@@ -25,7 +25,6 @@ the BM25 thread, and runs them in order.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import re
 import time
 from collections.abc import Collection, Mapping
@@ -93,7 +92,8 @@ class PromptSynthesizer:
         self.tree = ctree
         self.vdb = vector_db if vector_db is not None else ctree.vdb
         self.base_prompt = base_prompt
-        self.params = dataclasses.replace(params or SynthesisParams(), **settings)
+        # settings named here are kept at every budget (SynthesisParams.fixed)
+        self.params = (params or SynthesisParams()).fixed(**settings)
         self.word_stats = word_stats if word_stats is not None else ctree.word_stats
         self.last_report: RetrievalReport | None = None
         self._history_tokens: tuple[int, int] = (-1, 0)  # (messages counted, their tokens)
@@ -203,7 +203,9 @@ class PromptSynthesizer:
         compares budgets)."""
         tree = self.tree
         exchanges = tree.exchange_view()
-        if len(exchanges) == 0 or not query.strip() or all(b <= 0 for b, _ in requests):
+        # a query of punctuation or emoji only asks nothing: "?" injected 117 tokens of
+        # messages near MiniLM's reading of a bare "?" (a trial)
+        if len(exchanges) == 0 or not any(ch.isalnum() for ch in query) or all(b <= 0 for b, _ in requests):
             return [""] * len(requests)
         embedder = tree.embed_fn  # read per call: the tree's embedder may be replaced
         qvec = unit_query(query_vector, embedder.embed, query)

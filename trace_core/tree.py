@@ -212,9 +212,18 @@ class CTree(TreeReading):
         for group, before in placed.renamed:
             self.events.emit(ev.GroupRenamed(before, group.topic_name, group.node_id, level="debug"))
         self.events.emit(ev.ExchangeAdded(index, node.node_id, self.thread_path(node), elapsed, level="debug"))
-        if self.auto_save_path:
-            self.save(self.auto_save_path)
+        self._auto_save()
         return node
+
+    def _auto_save(self) -> None:
+        """The export ``auto_save_path`` names, after a change that is stored already: a
+        failure is an event, not an exception (a caller's retry stored the exchange twice)."""
+        if not self.auto_save_path:
+            return
+        try:
+            self.save(self.auto_save_path)
+        except (OSError, ValueError, SessionFileError) as exc:
+            self.events.emit(ev.AutoSaveFailed(str(self.auto_save_path), str(exc), level="warning"))
 
     def _undo_placement(self) -> None:
         """The file refused the exchange (disk full, a writer holding the lock too long):
@@ -274,6 +283,10 @@ class CTree(TreeReading):
         """Export the tree as JSON (format-versioned); written atomically. ``meta``: an
         application's rows of the session (``VectorDatabase.get_meta``) to keep with it: a
         loaded tree writes them to its new store."""
+        if meta is not None and not (isinstance(meta, Mapping) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in meta.items())):
+            # written, it made an export CTree.load refuses ("its meta is not a table of texts")
+            raise ValueError("meta must map texts to texts (VectorDatabase.get_meta's rows)")
         with self._lock:
             tree_to_json(self.structure, filepath, save_conversation, self.max_children, self.model,
                          self._embed.name if self._embed is not None else None, meta)
@@ -431,8 +444,7 @@ class CTree(TreeReading):
             renamed = self._rename_own_topic(node)
             if self._store is not None:
                 self._store.write_replaced(node, first, old_ids, vecs, renamed=renamed is not None)
-        if self.auto_save_path:
-            self.save(self.auto_save_path)
+        self._auto_save()
         return node
 
     def _rename_own_topic(self, node: MessageNode) -> str | None:

@@ -76,10 +76,27 @@ class SynthesisParams:
     # fields set by the block's budget (``at_budget``); () keeps every field as it is
     by_budget: BudgetSettings = BUDGET_SETTINGS
 
+    def __post_init__(self) -> None:
+        names = {f.name for f in dataclasses.fields(self)} - {"by_budget"}
+        for entry in self.by_budget:  # a zero budget divided by zero, a misspelt field failed late (a trial)
+            budget, fields = entry
+            if not isinstance(budget, int) or isinstance(budget, bool) or budget <= 0:
+                raise ValueError(f"by_budget: a budget must be a whole number of tokens above 0, not {budget!r}")
+            unknown = [name for name, _ in fields if name not in names]
+            if unknown:
+                raise ValueError(f"by_budget: no such setting: {', '.join(map(repr, unknown))}")
+
+    def fixed(self, **changes: object) -> "SynthesisParams":
+        """These fields set, and kept at every budget: ``by_budget`` no longer sets them
+        (``SynthesisParams(date_weight=1.0)`` alone is the default value, which the budget's
+        entry still changes)."""
+        kept = tuple((b, tuple((k, v) for k, v in fields if k not in changes)) for b, fields in self.by_budget)
+        return dataclasses.replace(self, by_budget=kept, **changes)  # type: ignore[arg-type]
+
     def at_budget(self, budget: int) -> "SynthesisParams":
         """The settings a block of ``budget`` tokens is made with: the ``by_budget`` entry
-        measured nearest to it sets the fields still at their defaults (a field given a
-        value of its own keeps it)."""
+        measured nearest to it sets the fields still at their default values (a field set
+        to another value keeps it; ``fixed`` keeps any value)."""
         if not self.by_budget:
             return self
         _, fields = min(self.by_budget, key=lambda e: abs(math.log(max(budget, 1) / e[0])))
