@@ -333,6 +333,23 @@ def test_an_export_whose_meta_is_not_text_is_refused_before_it_is_written(tmp_pa
     assert CTree.load(str(tmp_path / "m.json"), embed_fn=hash_embed, judge="embedding").exchanges
 
 
+def test_a_closed_tree_says_it_is_closed_to_every_call(tmp_path, hash_embed):
+    """After close(), retrieval, reorganisation, summaries and the sentence index raised
+    sqlite's "Cannot operate on a closed database" (a developer's trial)."""
+    from trace_core import PromptSynthesizer
+
+    tree = CTree.open(str(tmp_path / "c.db"), judge="embedding", embed_fn=hash_embed)
+    tree.add(ex("My sister Ana lives in Porto."))
+    synth = PromptSynthesizer(ctree=tree)
+    tree.close()
+    assert tree.closed
+    calls = [lambda: synth.synthesize_prompt("Where does Ana live?"), tree.reorganize, tree.generate_summaries,
+             tree.index_pending, tree.undo_reorganize, tree.restore_archived, lambda: tree.add(ex("more"))]
+    for call in calls:
+        with pytest.raises(SessionFileError, match="is closed"):
+            call()
+
+
 def test_events_say_which_judge_decided(hash_embed):
     tree = CTree(judge="embedding", embed_fn=hash_embed)
     seen = []

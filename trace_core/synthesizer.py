@@ -202,6 +202,7 @@ class PromptSynthesizer:
         (``SynthesisParams.at_budget``), selection and rendering per budget (a benchmark
         compares budgets)."""
         tree = self.tree
+        tree.refuse_if_closed("read its memory")  # not sqlite's "Cannot operate on a closed database"
         exchanges = tree.exchange_view()
         # a query of punctuation or emoji only asks nothing: "?" injected 117 tokens of
         # messages near MiniLM's reading of a bare "?" (a trial)

@@ -328,14 +328,23 @@ class CTree(TreeReading):
         """Opened with ``read_only=True``: reading and searching only."""
         return self._vdb is not None and self._vdb.read_only
 
-    def _refuse_if_closed(self) -> None:
+    @property
+    def closed(self) -> bool:
+        """Its session file was closed (``close()``): it stores and reads nothing more."""
+        return self._vdb is not None and self._vdb.closed
+
+    def refuse_if_closed(self, action: str = "add an exchange") -> None:
         """After close(), add() raised sqlite's "Cannot operate on a closed database" and
-        the tree in memory grew all the same (a trial)."""
-        if self._vdb is not None and self._vdb.closed:
-            raise SessionFileError(self._vdb.path, "is closed (tree.close() or tree.vdb.close()): nothing was "
-                                   "added; CTree.open opens it again")
+        the tree in memory grew all the same (a trial); retrieval, reorganisation and
+        summaries raised it too (a developer's trial)."""
+        if self.closed:
+            raise SessionFileError(self._vdb.path if self._vdb is not None else "", f"is closed (tree.close() or "
+                                   f"tree.vdb.close()): could not {action}; CTree.open opens it again")
+
+    _refuse_if_closed = refuse_if_closed
 
     def _refuse_if_read_only(self, action: str) -> None:
+        self.refuse_if_closed(action)
         if self._vdb is not None and self._vdb.read_only:
             raise ReadOnlySessionError(self._vdb.path, action)
 
@@ -379,6 +388,7 @@ class CTree(TreeReading):
         This is idle-time work, kept off ``add()`` (it doubles the embedding cost of an
         exchange): Nexus runs it in the background after each reply; a library user calls
         it when convenient. Retrieval works without it, with message vectors only."""
+        self.refuse_if_closed("index sentences")
         index = self._sentence_index()
         if index is None or self._vdb is None or self._vdb.read_only:
             return 0
