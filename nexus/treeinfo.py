@@ -264,12 +264,23 @@ def reorganize_lines(res: dict) -> list[tuple[str, str]]:
     """Every merge and every veto of a reorganisation, with its reason, for the log."""
     out = []
     for m in res.get("merges", []):
-        out.append((f"merge: {quoted(m['into_name'])} absorbed {quoted(m['absorbed_name'])} (cos {m['similarity']:.2f}, "
+        into, absorbed = _merge_names(m)
+        out.append((f"merge: {into} absorbed {absorbed} (cos {m['similarity']:.2f}, "
                     f"{m['judge']} judge: {m['reason']})", "info"))
     for m in res.get("vetoes", []):
-        out.append((f"veto: {quoted(m['into_name'])} and {quoted(m['absorbed_name'])} kept apart (cos {m['similarity']:.2f}, "
+        into, absorbed = _merge_names(m)
+        out.append((f"veto: {into} and {absorbed} kept apart (cos {m['similarity']:.2f}, "
                     f"{m['judge']} judge: {m['reason']})", "info"))
     return out
+
+
+def _merge_names(m: dict) -> tuple[str, str]:
+    """The two topics of a merge or veto, quoted; with the exchanges each held when their
+    names are alike ('"Ball Python Eaten" absorbed "Ball Python Eaten"', a trial)."""
+    a, b = quoted(m["into_name"]), quoted(m["absorbed_name"])
+    if m["into_name"] == m["absorbed_name"] and m.get("into_span") and m.get("absorbed_span"):
+        return f"{a} ({m['into_span']})", f"{b} ({m['absorbed_span']})"
+    return a, b
 
 
 def reorganize_marks(res: dict) -> dict[str, str]:

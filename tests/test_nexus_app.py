@@ -212,6 +212,20 @@ def test_a_reorganisation_that_changes_nothing_says_why():
     assert merged.endswith("/undo-reorganize restores the tree.") and "Nothing changed" not in merged
 
 
+def test_two_merged_topics_of_one_name_are_told_apart_in_the_log():
+    """'"Ball Python Eaten" absorbed "Ball Python Eaten"' (a trial): alike names bring the
+    exchanges each held."""
+    from nexus.treeinfo import reorganize_lines
+
+    same = {"into_name": "Ball Python Eaten", "absorbed_name": "Ball Python Eaten", "similarity": 0.8,
+            "judge": "embedding", "reason": "alike", "into_span": "#3–7", "absorbed_span": "#12–15"}
+    other = {**same, "absorbed_name": "Snake Feeding"}
+    lines = [text for text, _ in reorganize_lines({"merges": [same, other], "vetoes": [same]})]
+    assert lines[0].startswith('merge: "Ball Python Eaten" (#3–7) absorbed "Ball Python Eaten" (#12–15) (cos 0.80')
+    assert lines[1].startswith('merge: "Ball Python Eaten" absorbed "Snake Feeding" (cos')
+    assert lines[2].startswith('veto: "Ball Python Eaten" (#3–7) and "Ball Python Eaten" (#12–15) kept apart')
+
+
 def test_search_results_wrap_under_their_own_text():
     import os
 

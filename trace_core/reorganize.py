@@ -50,6 +50,10 @@ class MergeRecord:
     similarity: float
     judge: str
     reason: str
+    # the exchanges each held before the merge ("#3–7"): two topics of one name are told
+    # apart ('"Ball Python Eaten" absorbed "Ball Python Eaten"', a trial)
+    into_span: str = ""
+    absorbed_span: str = ""
 
 
 @dataclass
@@ -130,6 +134,15 @@ def is_trivial(x: MessageNode) -> bool:
     if _word_count(x.user) >= TRIVIAL_WORDS or _word_count(x.assistant) >= TRIVIAL_WORDS:
         return False
     return not any(ch.isdigit() for ch in x.user) and all(w in STOPWORDS for w in words(x.user))
+
+
+def _span(topic: TopicNode) -> str:
+    """The exchanges a topic holds, as the log names them: "#3–7", "#4"."""
+    if topic.start_index < 0:
+        return ""
+    if topic.start_index == topic.end_index:
+        return f"#{topic.start_index}"
+    return f"#{topic.start_index}–{topic.end_index}"
 
 
 def _pair(a: str, b: str) -> tuple[str, str]:
@@ -337,7 +350,7 @@ class Reorganizer:
                 state.vetoed.add(key)
                 res.vetoed += 1
                 res.vetoes.append(MergeRecord(older.node_id, newer.node_id, src_a.topic_name, src_b.topic_name,
-                                              sim, judge, why))
+                                              sim, judge, why, _span(src_a), _span(src_b)))
                 continue
             approved.append((older, newer, sim, judge, why))
             into[newer.node_id] = older
@@ -367,6 +380,7 @@ class Reorganizer:
                 if older.node_id in _ancestor_ids(newer) or newer.node_id in _ancestor_ids(older):
                     res.skipped += 1
                     continue
+                spans = (_span(older), _span(newer))
                 old_parent = newer.parent
                 for c in list(newer.children):
                     newer.remove_child(c)
@@ -385,7 +399,7 @@ class Reorganizer:
                 grown.append(older)
                 merged += 1
                 res.merges.append(MergeRecord(older.node_id, newer.node_id, older.topic_name, newer.topic_name,
-                                              sim, judge, why))
+                                              sim, judge, why, *spans))
             res.merged += merged
             # groups are named after their parts: a part merged away must not name its group
             # any more, nor the groups above it or above the absorber ("Training Marathon ·
