@@ -94,6 +94,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.outbox: list[Outgoing] = []  # messages shown, not sent yet
         # the session file beside which the queued messages were written last, and them
         self.queue_journal: tuple[Path | None, list[str]] = (None, [])
+        self.opening_journal: tuple[Path | None, list[str]] = (None, [])  # typed while the session opens
         self.running_queued = False  # a command from the outbox runs: the rest was typed after it
         self.unsent_notice: Notice | None = None  # "N messages above got no answer…", counted down by Ctrl+R
         self.resend_note: Notice | None = None  # "N more messages wait…", after the last Ctrl+R

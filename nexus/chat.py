@@ -516,6 +516,17 @@ class ChatSession:
             self.keep_unsent(queued)  # the one being answered is in the unsent row too: kept once
             if self.kept[-len(queued):] == queued and self._kept_saved == self.kept:
                 parked.journal_queued(self.path, [])
+        # typed while this session opened in a Nexus killed before it opened (kill -9 while
+        # --local started its model); a running Nexus's own file is its own
+        for path, texts in parked.left_while_opening(self.path):
+            if texts:
+                self.keep_unsent(texts)
+                if not (self.kept[-len(texts):] == texts and self._kept_saved == self.kept):
+                    continue  # not in the session file: the file beside it stays
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass
 
     def take_kept(self, text: str | None = None) -> str | None:
         """The message Ctrl+R sends next (``pending``), or ``text`` when kept, to send

@@ -6,6 +6,10 @@
 - messages queued behind a reply (``.queued.json``), written as they are queued: a
   Nexus killed meanwhile (kill -9, a power cut) finds them there when the session opens
   next, unanswered, for Ctrl+R (they were lost: a trial);
+- messages typed while the session was still opening (``.opening-PID.json``, by the
+  process that typed them), written as they are typed: a Nexus killed then (kill -9
+  while ``--local`` starts its model, 10–20 s) leaves them to the next open, which takes
+  the files of processes no longer running;
 - exchanges whose storing failed (``.unstored.json``): answered, shown, but the
   session file refused them (disk full, a damaged page); stored when it opens next,
   or with Ctrl+R.
@@ -35,9 +39,65 @@ def queued_path(session: Path) -> Path:
     return session.with_name(session.name + ".queued.json")
 
 
+def opening_path(session: Path, pid: int | None = None) -> Path:
+    return session.with_name(f"{session.name}.opening-{os.getpid() if pid is None else pid}.json")
+
+
+def opening_files(session: Path) -> list[Path]:
+    """Every process's file of messages typed while ``session`` opened."""
+    try:
+        return sorted(session.parent.glob(f"{glob_escape(session.name)}.opening-*.json"))
+    except OSError:
+        return []
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
 def side_files(session: Path) -> list[Path]:
     """The files that belong to ``session`` beside it (sized, renamed and deleted with it)."""
     return [parked_path(session), unstored_path(session), queued_path(session)]
+
+
+def journal_opening(session: Path, texts: list[str]) -> bool:
+    """Exactly ``texts`` were typed in this process while ``session`` opens (none: the
+    file goes)."""
+    path = opening_path(session)
+    if not texts:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.error("could not remove %s: %s", path, exc)
+            return False
+        return True
+    return _write_list(path, texts)
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: running
+        return True
+    return True
+
+
+def left_while_opening(session: Path) -> list[tuple[Path, list[str]]]:
+    """The files of messages typed while ``session`` opened by processes no longer
+    running (killed before it opened), with their messages, oldest file first."""
+    out = []
+    for path in opening_files(session):
+        pid_text = path.name[len(session.name) + len(".opening-"):-len(".json")]
+        if not pid_text.isdigit() or _running(int(pid_text)):
+            continue
+        texts = [t for t in _read_list(path) if isinstance(t, str) and t.strip()]
+        out.append((path, texts))
+    out.sort(key=lambda x: x[0].stat().st_mtime if x[0].exists() else 0)
+    return out
 
 
 def _read_list(path: Path) -> list:

@@ -156,12 +156,29 @@ class Replies:
         finally:
             self.journal_queue()
 
+    def journal_opening(self) -> None:
+        """(UI thread) Messages typed while the session opens, in a file of this process
+        beside it (``parked.journal_opening``): kill -9 while ``--local`` started its model
+        lost them (a clean exit parks them). The file goes once the session is open (its
+        queue journal and unsent row take over) or the messages are parked."""
+        where, written = self.opening_journal
+        opening = self.session is None and not self._leaving and not self.session_unopenable
+        path = self.session_path if opening else None
+        texts = [item.text for item in self.outbox if not item.command] if path is not None else []
+        if where is not None and where != path and written:
+            parked.journal_opening(where, [])
+            written = []
+        if path is not None and texts != written:
+            parked.journal_opening(path, texts)
+        self.opening_journal = (path, texts)
+
     def journal_queue(self) -> None:
         """(UI thread) The messages queued behind a reply, in a file beside the session from
         the moment they are queued (``parked.journal_queued``): a Nexus killed meanwhile
         (kill -9, a power cut) keeps them for Ctrl+R; only the one being answered was kept (a
         trial). The one being answered stays in the file until its turn is over. Written
         only when it changes: a message sent at once writes nothing."""
+        self.journal_opening()
         where, written = self.queue_journal
         session = self.session
         if session is None or session.read_only or session.tree is None:
@@ -496,6 +513,7 @@ class Replies:
         if session is None or session.tree is None or session.tree.vdb.closed:
             if not parked.park(path, texts):
                 return 0
+            parked.journal_opening(path, [])  # parked: this process's file of them goes
             if path == sessions.no_session_path():
                 return len(texts)
             try:  # the next start resumes this session, even if its file is not made yet

@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from .config import data_dir
-from .parked import side_files
+from .parked import opening_files, side_files
 from .paths import write_problem
 
 
@@ -368,7 +368,7 @@ def delete(session: Path) -> None:
     """Remove a session: its database, -wal, -shm and log files."""
     lock = _unused(session)
     try:
-        for f in [*files_of(session), log_path(session), *side_files(session)]:
+        for f in [*files_of(session), log_path(session), *side_files(session), *opening_files(session)]:
             f.unlink(missing_ok=True)
     finally:
         if lock is not None:

@@ -238,3 +238,67 @@ async def test_messages_queued_behind_a_reply_are_on_disk_as_they_are_queued(ser
         assert not parked.queued_path(copy).exists()  # taken into the session file
         await pilot.press("ctrl+q")
     assert len(load_kept_of(copy)) == 3
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+async def test_messages_typed_while_the_session_opens_are_on_disk_as_they_are_typed(server, tmp_path, minilm,
+                                                                                     data_dir):
+    """kill -9 while --local started its model (10–20 s, the session not open yet): the
+    messages typed meanwhile were only in memory (a clean exit parked them). Each is in a
+    file of this process beside the session as it is typed; what a killed Nexus leaves
+    (a copy of its files) is taken by the next open, unanswered, for Ctrl+R."""
+    import shutil
+
+    from nexus.local_model import LocalModel
+    from trace_core.local_llm import LocalLLMServer
+
+    path = tmp_path / "s.db"
+    tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
+    tree.add([{"role": "user", "content": "My sister Ana lives in Porto."}, {"role": "assistant", "content": "Noted."}])
+    tree.close()
+    local = LocalModel(LocalLLMServer(model=str(tmp_path / "never-started.gguf")))  # not begun: the session waits
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm, local_model=local)
+    copy = tmp_path / "after-kill" / "s.db"
+    copy.parent.mkdir()
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: app.session_path == path)
+            for text in ("My locker code is 4412", "and the gym opens at 6"):
+                await type_and_send(pilot, app, text)
+            assert app.session is None
+            assert json.loads(parked.opening_path(path).read_text()) == ["My locker code is 4412",
+                                                                        "and the gym opens at 6"]
+            for suffix in ("", "-wal", "-shm"):
+                if Path(f"{path}{suffix}").exists():
+                    shutil.copyfile(f"{path}{suffix}", f"{copy}{suffix}")
+            shutil.copyfile(parked.opening_path(path), parked.opening_path(copy, _dead_pid()))
+            await pilot.press("ctrl+q")
+    finally:
+        local.stop()
+    assert not parked.opening_path(path).exists()  # parked by the clean exit instead
+    assert load_kept_of(path) == [] and parked.read(path) == ["My locker code is 4412", "and the gym opens at 6"]
+    # a running Nexus's own file is not taken by another
+    import subprocess
+    import sys
+
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        parked.opening_path(copy, alive.pid).write_text(json.dumps(["still being typed elsewhere"]))
+        app = NexusApp(make_config(server.base_url, tmp_path), copy, embed_fn=minilm)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await ready(app, pilot)
+            await wait_for(pilot, lambda: "2 messages above have no answer yet" in notices(app))
+            assert app.session.kept == ["My locker code is 4412", "and the gym opens at 6"]
+            await pilot.press("ctrl+q")
+        assert [p.name for p in parked.opening_files(copy)] == [f"s.db.opening-{alive.pid}.json"]
+    finally:
+        alive.kill()
+    assert load_kept_of(copy) == ["My locker code is 4412", "and the gym opens at 6"]
