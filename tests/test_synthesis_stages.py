@@ -528,5 +528,8 @@ def test_openai_shaped_recent_messages_and_context_are_read_as_text(tmp_path, mi
                                            {"type": "image_url", "image_url": {"url": "data:x"}}]}]
     prompt = synth.synthesize_prompt("Where does Anna live?", recent_messages=recent, extra_context="WEB: Lisbon")
     assert "User: Where does Anna live?" in prompt and "\n\nWEB: Lisbon" in prompt and "W\n\nE" not in prompt
+    assert "Assistant: \n" not in prompt and not prompt.rstrip().endswith("Assistant:")  # the tool call is no line
+    empty = synth.synthesize_prompt("Where?", recent_messages=[{"content": None}, {"role": "user", "content": " "}])
+    assert "User:" not in empty
     assert synth.synthesize_prompt(None)
     tree.vdb.close()

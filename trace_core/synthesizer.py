@@ -156,7 +156,10 @@ class PromptSynthesizer:
         # what an OpenAI client hands over: a tool call's content None, content as parts
         # (TypeErrors, a trial), a single context string (injected a character a paragraph)
         user_query = user_query if isinstance(user_query, str) else ""
-        recent_messages = [plain_message(m) for m in recent_messages or [] if isinstance(m, Mapping)]
+        # a tool call's None content, or an empty message, is no line of the recent window
+        # ("User: " lines, a developer's trial)
+        recent_messages = [pm for m in recent_messages or [] if isinstance(m, Mapping)
+                           for pm in [plain_message(m)] if pm["content"].strip()]
         if isinstance(extra_context, str):
             extra_context = [extra_context]
         budget = self.params.memory_token_budget if memory_token_budget is None else memory_token_budget
