@@ -532,4 +532,9 @@ def test_openai_shaped_recent_messages_and_context_are_read_as_text(tmp_path, mi
     empty = synth.synthesize_prompt("Where?", recent_messages=[{"content": None}, {"role": "user", "content": " "}])
     assert "User:" not in empty
     assert synth.synthesize_prompt(None)
+    import numpy as np
+
+    for bad in (np.zeros(384), np.full(384, np.nan)):  # ranked every message alike, silently (a trial)
+        with pytest.raises(ValueError, match="query_vector"):
+            synth.synthesize_prompt("Where does Anna live?", query_vector=bad)
     tree.vdb.close()

@@ -76,9 +76,13 @@ class UnitTable:
 
 
 def unit_query(qvec, embed: Callable[[str], np.ndarray], query: str) -> np.ndarray:
-    """The query vector, unit length (embedded when not given)."""
+    """The query vector, unit length (embedded when not given). A given vector of zeros
+    or with NaN is refused: it ranked every message alike, silently (a developer's trial)."""
     q = np.asarray(qvec if qvec is not None else embed(query), dtype=np.float32)
-    return q / (np.linalg.norm(q) or 1.0)
+    norm = float(np.linalg.norm(q))
+    if qvec is not None and (not np.isfinite(norm) or norm == 0.0):
+        raise ValueError("query_vector must be a vector with a length (not all zeros, no NaN or infinity)")
+    return q / (norm or 1.0)
 
 
 def focused_query_vector(query: str, words: DocumentFrequency, embed: Callable[[str], np.ndarray],
