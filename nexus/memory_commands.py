@@ -23,11 +23,12 @@ def reorganize_summary(res: dict, threshold: float) -> str:
         return done + " /undo-reorganize restores the tree."
     at = f"{threshold:g}"
     if res.get("candidates", 0) < 2:
-        why = ("only topics the conversation has left are merged (the current one and those above it stay "
+        why = ("only topics off the active path are merged (the current one and those above it stay "
                f"as they are), and there {'is' if res.get('candidates', 0) == 1 else 'are'} "
                f"{res.get('candidates', 0)} such")
     elif not res.get("pairs"):
-        why = f"no two of the {res['candidates']} topics the conversation has left are alike enough (cosine ≥ {at})"
+        why = (f"no two of the {res['candidates']} topics off the active path (the current one and those above "
+               f"it stay as they are) are alike enough (cosine ≥ {at})")
     elif res.get("kept_apart") and not (res["vetoed"] or res["skipped"]):
         # an idle run said "0 vetoed, 0 skipped" and "the 2 pairs were vetoed or skipped" (a trial)
         why = (f"the {counted(res['pairs'], 'similar pair')} {'is' if res['pairs'] == 1 else 'are'} kept apart: "
