@@ -24,8 +24,12 @@ def branch_line(path, exchanges) -> str:
     own = dict.fromkeys(x.thread_path.rsplit(ARROW, 1)[-1] for x in exchanges
                         if x.index in path.entries and x.thread_path and x.thread_path != path.path)
     via = f" (from {'its topic' if len(own) == 1 else 'its topics'} {', '.join(own)})" if own else ""
-    return (f"  branch {path.path}{via}  best entry cos {path.best_entry:.2f}, topic score {path.similarity:.2f} "
-            f"bm25 {path.keyword:.2f}  ({counted(len(path.entries), 'exchange')})")  # as the inspector counts
+    # an entry far in meaning came for a word it shares with the question: said, or the
+    # line read as "cos 0.07" injected against the evidence rule (a trial)
+    words = max((x.keyword for x in exchanges if x.index in path.entries), default=0.0)
+    shared = f" (an entry shares a word with the question: bm25 {words:.2f})" if words > 0 else ""
+    return (f"  branch {path.path}{via}  best entry cos {path.best_entry:.2f}{shared}, topic score "
+            f"{path.similarity:.2f} bm25 {path.keyword:.2f}  ({counted(len(path.entries), 'exchange')})")
 
 
 class EngineView:

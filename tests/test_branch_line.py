@@ -25,3 +25,13 @@ def test_a_group_names_the_topics_its_entries_came_from():
 def test_a_topic_shown_as_itself_names_nothing_more():
     path = InjectedPath("t1", "Cat Miso", "", 0.4, 0.0, 1, entries=(0,), best_entry=0.6)
     assert branch_line(path, [entry(0, "Cat Miso")]).startswith("  branch Cat Miso  best entry")
+
+
+def test_an_entry_that_came_for_a_shared_word_says_so():
+    """"best entry cos 0.07" read as injected against the evidence rule (a trial): the entry
+    shared a word with the question."""
+    path = InjectedPath("t1", "Sourdough Starter", "", 0.06, 0.0, 1, entries=(3,), best_entry=0.07)
+    far = InjectedExchange(3, "m3", "Sourdough Starter", "2026-12-04T03:00:00", 0.07, 2.31, 0.06, 1.0)
+    line = branch_line(path, [far])
+    assert "best entry cos 0.07 (an entry shares a word with the question: bm25 2.31), topic score 0.06" in line
+    assert "shares a word" not in branch_line(path, [entry(3, "Sourdough Starter")])
