@@ -63,15 +63,7 @@ def side_files(session: Path) -> list[Path]:
 def journal_opening(session: Path, texts: list[str]) -> bool:
     """Exactly ``texts`` were typed in this process while ``session`` opens (none: the
     file goes)."""
-    path = opening_path(session)
-    if not texts:
-        try:
-            path.unlink(missing_ok=True)
-        except OSError as exc:
-            log.error("could not remove %s: %s", path, exc)
-            return False
-        return True
-    return _write_list(path, texts)
+    return _journal(opening_path(session), texts)
 
 
 def _running(pid: int) -> bool:
@@ -159,7 +151,11 @@ def read_queued(session: Path) -> list[str]:
 def journal_queued(session: Path, texts: list[str]) -> bool:
     """Exactly ``texts`` are queued for ``session`` now (none: the file goes). False when
     they cannot be written."""
-    path = queued_path(session)
+    return _journal(queued_path(session), texts)
+
+
+def _journal(path: Path, texts: list[str]) -> bool:
+    """``path`` holds exactly ``texts`` (none: it goes). False when it cannot be written."""
     if not texts:
         try:
             path.unlink(missing_ok=True)
