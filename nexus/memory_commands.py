@@ -20,7 +20,10 @@ def reorganize_summary(res: dict, threshold: float) -> str:
     done = (f"Reorganised: {res['merged']} merged, {res['pruned']} archived, {res['vetoed']} vetoed, "
             f"{res['skipped']} skipped in {res['duration_secs']:.2f} s.")
     if res["merged"] or res["pruned"]:
-        return done + " /undo-reorganize restores the tree."
+        # which exchanges went: a trial's fact was archived unnamed, and /search found it no more
+        gone = res.get("archived") or []
+        named = f" Archived: {', '.join(f'#{i}' for i in gone[:12])}{' …' if len(gone) > 12 else ''}." if gone else ""
+        return done + named + " /undo-reorganize restores the tree."
     at = f"{threshold:g}"
     if res.get("candidates", 0) < 2:
         why = ("only topics off the active path are merged (the current one and those above it stay "

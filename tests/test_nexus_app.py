@@ -209,6 +209,8 @@ def test_a_reorganisation_that_changes_nothing_says_why():
     undone = reorganize_summary({**base, "kept_apart": 2, "candidates": 6, "pairs": 2}, 0.55)
     assert "the 2 similar pairs are kept apart: an undo took their merge back" in undone
     assert "vetoed or skipped" not in undone
+    pruned = reorganize_summary({**base, "pruned": 2, "archived": [3, 7], "candidates": 6, "pairs": 0}, 0.55)
+    assert "2 archived" in pruned and "Archived: #3, #7." in pruned  # which, not only how many (a trial)
     merged = reorganize_summary({**base, "merged": 1, "candidates": 6, "pairs": 2}, 0.55)
     assert merged.endswith("/undo-reorganize restores the tree.") and "Nothing changed" not in merged
 

@@ -228,6 +228,7 @@ def test_prune_trivial_leaves_archives_and_restores(tmp_path, minilm):
     archived = {x.user for x in tree.archived}
     assert {"ok thanks", "hi"} <= archived and res["pruned"] >= 2
     assert long_q not in archived and not archived & {u for u, _ in SHORT_FACTS}
+    assert sorted(res["archived"]) == sorted(x.index for x in tree.archived)
     synth = PromptSynthesizer(ctree=tree)
     prompt = synth.synthesize_prompt("ok thanks hi hello", None, None, [])
     assert "you're welcome" not in prompt and "hello there" not in prompt

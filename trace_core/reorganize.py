@@ -65,6 +65,7 @@ class ReorganizeResult:
     candidates: int = 0
     pairs: int = 0
     kept_apart: int = 0  # similar pairs not merged again: an undo took their merge back
+    archived: list[int] = field(default_factory=list)  # the exchanges --prune archived, by index
     duration_secs: float = 0.0
     op_id: str = ""
     merges: list[MergeRecord] = field(default_factory=list)
@@ -75,6 +76,7 @@ class ReorganizeResult:
         return {
             "merged": self.merged, "pruned": self.pruned, "skipped": self.skipped, "vetoed": self.vetoed,
             "candidates": self.candidates, "pairs": self.pairs, "kept_apart": self.kept_apart,
+            "archived": list(self.archived),
             "duration_secs": self.duration_secs,
             "op_id": self.op_id, "cancelled": self.cancelled,
             "merges": [m.__dict__ for m in self.merges], "vetoes": [m.__dict__ for m in self.vetoes],
@@ -235,6 +237,7 @@ class Reorganizer:
                     state.touched += [t for t in model.get_ancestors(x.parent) if t is not model.root]
                     model.detach(x)
                     res.pruned += 1
+                    res.archived.append(x.index)
             if res.merged or res.pruned:
                 self._settle(state.touched)
                 self._commit(state.before, res)
