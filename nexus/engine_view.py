@@ -27,7 +27,7 @@ def branch_line(path, exchanges) -> str:
     # an entry far in meaning came for a word it shares with the question: said, or the
     # line read as "cos 0.07" injected against the evidence rule (a trial)
     words = max((x.keyword for x in exchanges if x.index in path.entries), default=0.0)
-    shared = f" (an entry shares a word with the question: bm25 {words:.2f})" if words > 0 else ""
+    shared = f" (an entry shares a word with the question: bm25 {words:.2f})" if words >= 0.005 else ""
     return (f"  branch {path.path}{via}  best entry cos {path.best_entry:.2f}{shared}, topic score "
             f"{path.similarity:.2f} bm25 {path.keyword:.2f}  ({counted(len(path.entries), 'exchange')})")
 

@@ -206,9 +206,20 @@ class SessionCommands:
         except OSError as exc:  # said with the user's path: the engine writes a temporary file first
             self.file_not_written("Not saved", path, exc)
             return
-        also = f" and {counted(len(s.kept), 'message')} with no answer" if s.kept else ""
+        waiting = self.unanswered_now(s)
+        also = f" and {counted(len(waiting), 'message')} with no answer" if waiting else ""
         said = f"Saved the tree{also} to {path}{folders_made(made)}"
         self.chat_notice(ends_a_sentence(said, path))
+
+    def unanswered_now(self, session) -> list[str]:
+        """The messages with no answer now: those kept for Ctrl+R and the one being answered
+        (an /export during a reply left it out, and /save counted one message less than it
+        wrote: a trial)."""
+        waiting = list(session.kept)
+        turn = self.turn
+        if turn is not None and turn.stored is None and not turn.replace and turn.text not in waiting:
+            waiting.append(turn.text)
+        return waiting
 
     def replacing_confirmed(self, command: str, path: Path, own_kind: bytes) -> bool:
         """Whether ``/command path`` may write over what is at ``path``: nothing, an earlier
@@ -320,8 +331,9 @@ class SessionCommands:
             return
         if not self.replacing_confirmed("export", path, f"# {EXPORT_TITLE}".encode()):
             return
+        waiting = self.unanswered_now(session)
         text = conversation_markdown(session.tree, f"{EXPORT_TITLE}{self.session_path.stem}", with_tree,
-                                     session.settings.system, list(session.kept))
+                                     session.settings.system, waiting)
         try:
             if args:
                 made = make_folders(path.parent)
@@ -332,7 +344,7 @@ class SessionCommands:
         except OSError as exc:
             self.file_not_written("Not exported", path, exc)
             return
-        also = f" and {counted(len(session.kept), 'message')} with no answer" if session.kept else ""
+        also = f" and {counted(len(waiting), 'message')} with no answer" if waiting else ""
         self.chat_notice(ends_a_sentence(
             f"Exported {counted(len(session.tree.exchanges), 'exchange')}{also} to {path.resolve()}"
             + (" with the topic outline" if with_tree else "") + folders_made(made), path.resolve()))

@@ -302,3 +302,27 @@ async def test_messages_typed_while_the_session_opens_are_on_disk_as_they_are_ty
     finally:
         alive.kill()
     assert load_kept_of(copy) == ["My locker code is 4412", "and the gym opens at 6"]
+
+
+async def test_export_and_save_during_a_reply_keep_the_message_being_answered(server, tmp_path, minilm, data_dir):
+    """/export while a reply streamed left out the message being answered, and /save said
+    "1 message with no answer" of a file holding 2 (a trial)."""
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply("a slow answer " * 40, chunk_delay=0.05))
+    path = tmp_path / "s.db"
+    out = tmp_path / "out"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Remember: my locker number is 317.")
+        await wait_for(pilot, lambda: app.current_reply is not None and "slow" in app.current_reply.text)
+        await type_and_send(pilot, app, f"/export {out}/during.md")
+        await wait_for(pilot, lambda: "Exported" in notices(app))
+        assert "Exported 0 exchanges and 1 message with no answer" in notices(app)
+        await type_and_send(pilot, app, f"/save {out}/during.json")
+        await wait_for(pilot, lambda: "Saved the tree and 1 message with no answer" in notices(app))
+        await pilot.press("ctrl+q")
+    text = (out / "during.md").read_text()
+    assert "## Not answered" in text and "my locker number is 317" in text
+    saved = json.loads((out / "during.json").read_text())
+    assert "Remember: my locker number is 317." in json.dumps(saved)
