@@ -88,6 +88,12 @@ class SessionCommands:
         except ValueError as exc:
             self.chat_notice(f"Not renamed: {exc}.", "warning")
             return
+        # renaming closes the file: at once, it cancelled the reply streaming and answered the
+        # message queued behind it first (a trial); queued, it runs in its turn
+        if not self.running_queued and (self.turn is not None or self.outbox):
+            self.defer_command("/rename " + " ".join(args))
+            self.chat_notice("/rename waits for the reply (and the messages queued before it), then runs.")
+            return
         self.rename_worker(" ".join(args))  # "my chat" becomes the file name my-chat
 
     @background(group="session", exclusive=True)

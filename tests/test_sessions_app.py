@@ -1181,3 +1181,28 @@ async def test_what_a_killed_load_left_goes_at_the_next_start_and_is_said(server
             assert sessions.imported_session_path(Path("trip.json")).name == "trip.db"
     finally:
         running.close()
+
+
+async def test_a_rename_during_a_reply_waits_for_it_and_keeps_the_order(server, tmp_path, minilm, data_dir):
+    """/rename while a reply streamed cancelled it, answered the message queued behind it
+    first, then renamed (a trial): answers came in the reverse of the order asked."""
+    from scripted_server import Reply
+
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply("an answer " * 15, chunk_delay=0.05))
+    path = sessions.sessions_dir() / "running.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "What is a good pace for a 10 km run?")
+        await wait_for(pilot, lambda: app.current_reply is not None and "answer" in app.current_reply.text)
+        await type_and_send(pilot, app, "And how should I stretch after running?")
+        await type_and_send(pilot, app, "/rename marathon")
+        assert "/rename waits for the reply" in notices(app)
+        await wait_for(pilot, lambda: app.session is not None and app.session_path.stem == "marathon"
+                       and app.session.tree is not None, timeout=60)
+        users = [x.user for x in app.session.tree.exchanges]
+        assert users == ["What is a good pace for a 10 km run?", "And how should I stretch after running?"]
+        assert "[reply cancelled]" not in app.session.tree.exchanges[0].assistant
+        assert app.session.kept == []
+        await pilot.press("ctrl+q")
