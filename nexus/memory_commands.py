@@ -10,7 +10,7 @@ from . import commands as C
 from .abandon import Abandoned, call_abandonable
 from .failures import TaskFailed, background
 from .memory_service import SEARCH_FLOOR
-from .text import counted, quoted
+from .text import around_words, counted, quoted
 from .treeinfo import check_health
 from .widgets import MemoryTree, two_columns
 
@@ -77,7 +77,7 @@ class MemoryCommands:
         # one hit started beside it and the others' below (a trial); cut with "…" (mid-word,
         # it read as whole)
         rows = [(f"{h.similarity:.2f}" + (" ≡" if lift else ""), f"{h.thread_path}\n#{h.exchange_index} {h.role}: "
-                 f"{clip_text(h.text, 120)}") for h, lift in hits]
+                 f"{around_words(h.text, query)}") for h, lift in hits]
         self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}" for a, b in rows]),
                               "info", two_columns([(title, rows)]))
 
@@ -95,7 +95,7 @@ class MemoryCommands:
         if any(h.words for h in res.hits):
             title += "  (≡ holds its words)"
         rows = [(f"{h.score:.2f}" + (" ≡" if h.words else ""), f"[{h.session}]  {h.branch}\n#{h.exchange} {h.role}: "
-                 f"{clip_text(h.text, 120)}") for h in res.hits]
+                 f"{around_words(h.text, query)}") for h in res.hits]
         rows += [("", f"(not searched: {why})") for why in res.skipped]
         self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}".rstrip() for a, b in rows]),
                               "info", two_columns([(title, rows)]))

@@ -86,3 +86,22 @@ def cluster_start(text: str, end: int) -> int:
         if (k - run) % 2 == 1:
             k -= 1
     return k
+
+
+def around_words(text: str, query: str, width: int = 120) -> str:
+    """``text`` on one line in ``width`` characters: its start, or, when none of the query's
+    words is there but one is further on, the part around the first of them ("…Line 0042:
+    the number 42…"). A 60-line paste found for "number 42" showed its first lines (a trial)."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    from trace_core.textutil import STOPWORDS, words
+
+    wanted = [w for w in dict.fromkeys(words(query)) if w not in STOPWORDS] or list(dict.fromkeys(words(query)))
+    lower = flat.lower()
+    spots = [m.start() for w in wanted for m in [re.search(rf"(?<!\w){re.escape(w)}(?!\w)", lower)] if m]
+    if not spots or min(spots) + 20 < width:
+        return flat[: width - 1].rstrip() + "…"
+    start = max(0, min(spots) - width // 3)
+    part = flat[start: start + width - 2].strip()
+    return "…" + part + ("…" if start + width - 2 < len(flat) else "")
