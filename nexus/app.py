@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from .replies import Outgoing, Replies
 from .scenario_runner import ScenarioController
 from .session_commands import SessionCommands, human_size
 from .session_view import SessionView, read_only_reason
+from .text import CONTROL_AND_C1
 from .typeahead import read_typeahead
 from .widgets import AssistantMessage, ChatScroll, EventLog, MemoryTree, Notice, PromptInput, UserMessage
 
@@ -47,7 +47,6 @@ __all__ = ["NexusApp", "NoSession", "Cancelled", "Outgoing", "CommandProvider", 
            "human_size", "read_only_reason", "server_problem"]  # names older code imports from here
 
 log = logging.getLogger("nexus")
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 class NoSession(RuntimeError):
@@ -166,7 +165,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         """What is copied is text to paste: the control characters a model wrote (ESC, BEL,
         a window-title sequence) are left out — the clipboard held them raw, for a terminal
         to obey when pasted (a trial). Tabs and line breaks stay."""
-        super().copy_to_clipboard(CONTROL_CHARACTERS.sub("", text))
+        super().copy_to_clipboard(CONTROL_AND_C1.sub("", text))
 
     @property
     def editing(self) -> int | None:

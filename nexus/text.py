@@ -6,6 +6,7 @@ import re
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*(\x07|\x1b\\)|\x1b.")
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+CONTROL_AND_C1 = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # and the 8-bit forms (CSI 0x9b)
 SURROGATE = re.compile("[\ud800-\udfff]")  # lone halves: a terminal write of one would raise
 
 
@@ -97,7 +98,8 @@ def around_words(text: str, query: str, width: int = 120) -> str:
         return flat
     from trace_core.textutil import STOPWORDS, words
 
-    wanted = [w for w in dict.fromkeys(words(query)) if w not in STOPWORDS] or list(dict.fromkeys(words(query)))
+    said = list(dict.fromkeys(words(query)))
+    wanted = [w for w in said if w not in STOPWORDS] or said
     lower = flat.lower()
     spots = [m.start() for w in wanted for m in [re.search(rf"(?<!\w){re.escape(w)}(?!\w)", lower)] if m]
     if not spots or min(spots) + 20 < width:

@@ -25,6 +25,7 @@ the BM25 thread, and runs them in order.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import time
 from collections.abc import Collection, Mapping
@@ -213,27 +214,29 @@ class PromptSynthesizer:
             return [""] * len(requests)
         embedder = tree.embed_fn  # read per call: the tree's embedder may be replaced
         qvec = unit_query(query_vector, embedder.embed, query)
+        # budgets of other settings find their own candidates: the focused reading of the
+        # query is embedded once for all of them
+        embed = functools.lru_cache(maxsize=2)(embedder.embed)
         by_params: dict[SynthesisParams, list[int]] = {}
         for k, (budget, _) in enumerate(requests):
             by_params.setdefault(self.params.at_budget(budget), []).append(k)
         out = [""] * len(requests)
         for params, ks in by_params.items():
-            blocks = self._blocks(params, query, qvec, exchanges, recent_messages, top_k_docs, top_k_history,
+            blocks = self._blocks(params, query, qvec, embed, exchanges, recent_messages, top_k_docs, top_k_history,
                                   min_history_similarity, [requests[k] for k in ks], frozenset(exclude))
             for k, block in zip(ks, blocks):
                 out[k] = block
         return out
 
-    def _blocks(self, params: SynthesisParams, query, qvec, exchanges, recent_messages, top_k_docs, top_k_history,
-                min_history_similarity, requests: list[tuple[int, RetrievalReport]],
+    def _blocks(self, params: SynthesisParams, query, qvec, embed, exchanges, recent_messages, top_k_docs,
+                top_k_history, min_history_similarity, requests: list[tuple[int, RetrievalReport]],
                 exclude: frozenset[int]) -> list[str]:
         """``memory_blocks`` for budgets that share ``params``: one ranking."""
         tree = self.tree
-        embedder = tree.embed_fn
         recent_texts = {m.get("content", "") for m in recent_messages}
         timings: dict[str, float] = {}
         # stage 1: candidates
-        cands = self._finder.find(query, qvec, exchanges, recent_texts, embedder.embed, tree.exchange_vector, timings,
+        cands = self._finder.find(query, qvec, exchanges, recent_texts, embed, tree.exchange_vector, timings,
                                   exclude=exclude, params=params)
         for _, report in requests:
             report.embed_seconds = timings.get("embed_seconds", 0.0)

@@ -176,8 +176,7 @@ class CTree(TreeReading):
         """Store one completed exchange (user + assistant, optional system message)."""
         msgs = validate_exchange(messages)
         timestamp = validate_timestamp(timestamp)
-        self._refuse_if_read_only("add an exchange")
-        self._refuse_if_closed()
+        self._refuse_if_read_only("add an exchange")  # closed, it says so first
         started = time.perf_counter()
         ts = timestamp or datetime.now(UTC).isoformat(timespec="seconds")
         by_role = {m["role"]: m["content"] for m in msgs}
@@ -190,7 +189,7 @@ class CTree(TreeReading):
         # the tree pane, the inspector and recall wait for the lock (9 s in a trial)
         decided = self.placer.decide(ctx)
         with self._lock:
-            self._refuse_if_closed()  # closed while the judges decided: nothing placed
+            self.refuse_if_closed()  # closed while the judges decided: nothing placed
             index = len(self.structure.exchanges)
             node = MessageNode(index, msgs, ts)
             if self._vdb is not None and index == 0:
@@ -337,11 +336,9 @@ class CTree(TreeReading):
         """After close(), add() raised sqlite's "Cannot operate on a closed database" and
         the tree in memory grew all the same (a trial); retrieval, reorganisation and
         summaries raised it too (a developer's trial)."""
-        if self.closed:
-            raise SessionFileError(self._vdb.path if self._vdb is not None else "", f"is closed (tree.close() or "
-                                   f"tree.vdb.close()): could not {action}; CTree.open opens it again")
-
-    _refuse_if_closed = refuse_if_closed
+        if self._vdb is not None and self._vdb.closed:
+            raise SessionFileError(self._vdb.path, f"is closed (tree.close() or tree.vdb.close()): could not "
+                                   f"{action}; CTree.open opens it again")
 
     def _refuse_if_read_only(self, action: str) -> None:
         self.refuse_if_closed(action)
