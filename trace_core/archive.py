@@ -38,7 +38,7 @@ class Archive:
         """Bring archived exchanges back (all of them by default)."""
         with self.lock:
             todo = list(self.model.archived if exchanges is None else exchanges)
-            done = [x for x in todo if x.archived]
+            done = [x for x in todo if x.archived and not x.forgotten]  # nothing of those is left
             touched: list[TopicNode] = []
             for x in sorted(done, key=lambda m: m.index):
                 touched += self.model.attach(x)

@@ -208,6 +208,14 @@ class TreeModel:
             self.stale.add(t)
         return first
 
+    def first_message_indices(self) -> list[int]:
+        """Where each exchange's first message is in ``conversation``, by exchange index."""
+        out, at = [], 0
+        for x in self._exchanges:
+            out.append(at)
+            at += len(x.messages)
+        return out
+
     def register(self, node: MessageNode, vector: np.ndarray) -> None:
         """An exchange already linked into a structure built by hand (benchmarks,
         imports): the next index, its vector, its messages."""

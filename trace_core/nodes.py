@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 GROUP_PREFIX = "g"  # node ids of grouping nodes (see ``TopicNode.is_group``)
+FORGOTTEN = "[forgotten]"  # each message of a forgotten exchange (``CTree.forget``)
 
 
 def new_id(prefix: str) -> str:
@@ -47,6 +48,11 @@ class MessageNode:
     @property
     def system(self) -> str:
         return self.role_text("system")
+
+    @property
+    def forgotten(self) -> bool:
+        """Forgotten (``CTree.forget``): archived, every message's text gone."""
+        return self.archived and bool(self.messages) and all(m.get("content") == FORGOTTEN for m in self.messages)
 
     @property
     def text(self) -> str:

@@ -152,6 +152,29 @@ class TreeStore:
                 self.db.set_exchange_archived(x.node_id, archived)
             self.write_structure()
 
+    def write_forgotten(self, exchanges: list[MessageNode], vector: np.ndarray, old_names: list[str]) -> bool:
+        """Forgotten exchanges (``Forgetting``): their rows written again from their new
+        text (``vector``: its embedding), archived; the sentence parts cued by them
+        dropped; the structure, and the paths that named ``old_names``; the reorganisation
+        journal dropped (it holds the names and summaries of before); the file purged.
+        Returns whether an undo record was dropped."""
+        db = self.db
+        firsts = self.model.first_message_indices()
+        with db.purging():
+            with db.transaction():
+                # a user message's parts include it read after the reply before it
+                db.delete_message_parts([message_id(x.index + 1, "user") for x in exchanges])
+                for x in exchanges:
+                    db.delete_exchange_rows(x.index, [message_id(x.index, m["role"]) for m in x.messages])
+                    db.append_messages(x.index, firsts[x.index], x.messages, x.timestamp)
+                    for cv in conversation_vectors(self.model, x, firsts[x.index], np.array([vector] * len(x.messages))):
+                        db.add_conversation_message(cv)
+                    db.set_exchange_archived(x.node_id, True)
+                dropped = db.journal_clear()
+                self.write_structure()
+                db.replace_stored_paths(old_names)
+        return dropped
+
     def write_reorganized(self, op_id: str, journal: list[tuple[str, dict]]) -> None:
         """A reorganisation: its journal (the before state first), archive flags, the structure."""
         with self.db.transaction():

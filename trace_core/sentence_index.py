@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import numpy as np
+
 from .embedders import Embedder, normalise
 from .model import TreeModel
 from .nodes import MessageNode
@@ -54,13 +56,7 @@ class SentenceIndex:
                         for x in model.exchanges[start:stop] for m in x.messages]
             if stop <= start:
                 break
-            texts = [t for _, parts in todo for t in parts]
-            vecs = self.embedder().embed_batch(texts) if texts else []  # outside the lock
-            rows, k = [], 0
-            for mid, parts in todo:
-                for p, t in enumerate(parts):
-                    rows.append((mid, p, t, normalise(vecs[k])))
-                    k += 1
+            rows = self._embedded(todo)  # outside the lock
             with self.lock, self.db.transaction():
                 if self.indexed() != start:
                     continue  # another thread did this batch meanwhile
@@ -68,3 +64,25 @@ class SentenceIndex:
                 self.db.set_meta("parts_indexed", str(stop))
             done += stop - start
         return done
+
+    def _embedded(self, todo: list[tuple[str, list[str]]]) -> list[tuple[str, int, str, np.ndarray]]:
+        """``(message id, parts)`` as the store's rows, each part embedded."""
+        texts = [t for _, parts in todo for t in parts]
+        vecs = self.embedder().embed_batch(texts) if texts else []
+        rows, k = [], 0
+        for mid, parts in todo:
+            for p, t in enumerate(parts):
+                rows.append((mid, p, t, normalise(vecs[k])))
+                k += 1
+        return rows
+
+    def redo(self, units: list[tuple[MessageNode, str]]) -> None:
+        """The parts of these messages (exchange, role) made again, for those indexed
+        already (the message they answer was forgotten); the rest wait for ``run``."""
+        with self.lock:
+            done = self.indexed()
+            todo = [(message_id(x.index, role), message_parts(x.role_text(role), previous_text(self.model, x, {"role": role})))
+                    for x, role in units if x.index < done and not x.archived]
+        rows = self._embedded(todo)
+        with self.lock, self.db.transaction():
+            self.db.add_message_parts(rows)

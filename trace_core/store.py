@@ -478,6 +478,36 @@ class VectorDatabase(TopicSummaries, TreeTables):
                 self.con.execute(f"DELETE FROM message_parts WHERE message_id IN ({q})", chunk)
             self._drop_message_caches()
 
+    @contextmanager
+    def purging(self) -> Iterator[None]:
+        """What is deleted inside made unreadable in the file: freed pages and cells zeroed
+        (``secure_delete``), then the full-text indexes merged (a deleted row's words stay
+        in their old segments until a merge) and the write-ahead log emptied."""
+        with self._lock:
+            before = self.con.execute("PRAGMA secure_delete").fetchone()[0]  # some builds have it on
+            self.con.execute("PRAGMA secure_delete=ON")
+            try:
+                yield
+                for table in ("messages_fts", "topics_fts"):
+                    self.con.execute(f"INSERT INTO {table}({table}) VALUES('optimize')")
+                self.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                self.con.execute(f"PRAGMA secure_delete={int(before)}")
+
+    def delete_message_parts(self, message_ids: list[str]) -> None:
+        with self._lock:
+            for chunk, q in _chunks(message_ids):
+                self.con.execute(f"DELETE FROM message_parts WHERE message_id IN ({q})", chunk)
+
+    def replace_stored_paths(self, names: list[str]) -> None:
+        """The path each message was first stored with (``thread_paths`` overrides it)
+        made the current one where it names one of ``names`` (topics named again)."""
+        with self._lock:
+            for name in names:
+                self.con.execute(
+                    "UPDATE conversation_vectors SET thread_path = COALESCE((SELECT path FROM thread_paths tp"
+                    " WHERE tp.node_id = conversation_vectors.node_id), '') WHERE instr(thread_path, ?) > 0", (name,))
+
     def set_exchange_archived(self, node_id: str, archived: bool) -> None:
         with self._lock:
             self.con.execute(

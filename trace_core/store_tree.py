@@ -75,3 +75,10 @@ class TreeTables:
     def journal_delete(self, op_id: str) -> None:
         with self._lock:
             self.con.execute("DELETE FROM journal WHERE op_id=?", (op_id,))
+
+    def journal_clear(self) -> bool:
+        """Drop every reorganisation's record; True when there was one."""
+        with self._lock:
+            had = self.con.execute("SELECT 1 FROM journal LIMIT 1").fetchone() is not None
+            self.con.execute("DELETE FROM journal")
+        return had

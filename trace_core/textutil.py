@@ -159,6 +159,16 @@ class DocumentFrequency:
         self.counts.update(words_of(text))
         self.docs += 1
 
+    def forget(self, text: str) -> None:
+        """Take back what ``observe(text)`` counted (a forgotten exchange)."""
+        for w in words_of(text):
+            left = self.counts.get(w, 0) - 1
+            if left > 0:
+                self.counts[w] = left
+            else:
+                self.counts.pop(w, None)
+        self.docs = max(self.docs - 1, 0)
+
     def is_common(self, word: str) -> bool:
         """In more than half of the exchanges (the speakers' names, "the"): names nothing
         in particular."""

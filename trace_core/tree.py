@@ -17,6 +17,7 @@ from .archive import Archive
 from .embedders import Embedder, EmbedFnLike, as_embedder, exchange_vector
 from .exchange_input import storable, validate_exchange, validate_timestamp
 from .fanout import FanoutBalancer, max_children_problem
+from .forget import ForgetResult, Forgetting
 from .group_names import GroupNames
 from .judges import EmbeddingJudge, Judges, LLMJudge
 from .model import ARROW, ROOT_ID, TreeModel
@@ -426,6 +427,20 @@ class CTree(TreeReading):
         """Bring soft-archived exchanges back into the tree (all by default)."""
         self._refuse_if_read_only("restore exchanges")
         return self._archive().restore(exchanges)
+
+    def forget(self, exchanges: Iterable[MessageNode]) -> ForgetResult:
+        """Forget ``exchanges`` for good (unlike ``archive``): each stays in its place,
+        archived, its messages' text replaced by ``FORGOTTEN`` in memory and in the
+        session file, its words gone from the vectors, the keyword index, the sentence
+        parts, the topic names and summaries, and from the undo record of the last
+        reorganisation (which can then no longer be undone)."""
+        self._refuse_if_read_only("forget exchanges")
+        with self._lock:
+            done = Forgetting(self.structure, self._archive(), self.judges, self.group_names, self.summaries,
+                              self._store, self._sentence_index(), self._undo, self.word_stats, lambda: self.embed_fn,
+                              self._lock).forget(exchanges)
+        self._auto_save()
+        return done
 
     def _archive(self) -> Archive:
         return Archive(self.structure, self.balancer, self.summaries, self._store, self._lock)

@@ -1,0 +1,103 @@
+"""Forgetting: an exchange's words gone from memory and from the session file's bytes."""
+
+from __future__ import annotations
+
+import glob
+import json
+
+import pytest
+
+from trace_core import CTree, PromptSynthesizer
+from trace_core.invariants import check_invariants
+from trace_core.nodes import FORGOTTEN
+from trace_core.reorganize import UndoError
+
+SECRET = "97531"  # a number: FTS keeps it as written, so the file's bytes can be searched for it
+
+TALK = [("My sister Ana lives in Porto.", "Nice, Porto is lovely."),
+        (f"My gym locker code is {SECRET}, remember it.", f"Got it: your gym locker code is {SECRET}."),
+        ("I train at the gym on Mondays.", "Mondays at the gym, noted."),
+        ("My cat is called Miso.", "Miso is a cute name."),
+        ("Ana is an architect.", "An architect in Porto, great.")]
+
+
+def ex(user: str, assistant: str) -> list[dict]:
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
+
+def build(path, minilm, talk=TALK, **kw) -> CTree:
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm, **kw)
+    for u, a in talk:
+        tree.add(ex(u, a))
+    tree.index_pending()  # the idle sentence index: parts hold a message read after the one before
+    return tree
+
+
+def file_bytes(path) -> bytes:
+    return b"".join(open(f, "rb").read() for f in sorted(glob.glob(f"{path}*")) if not f.endswith(".lock"))
+
+
+def test_forgotten_words_leave_memory_names_and_the_file(tmp_path, minilm):
+    path = tmp_path / "f.db"
+    tree = build(path, minilm)
+    locker = tree.exchanges[1]
+    assert "Locker" in locker.parent.topic_name  # named after the words to forget
+    assert SECRET.encode() in file_bytes(path)
+
+    res = tree.forget([locker])
+    check_invariants(tree)
+    assert res.forgotten == [1]
+    assert locker.archived and locker.forgotten and locker.user == FORGOTTEN
+    assert [old for old, _ in res.renamed] and not any("Locker" in new for _, new in res.renamed)
+    assert "locker" not in tree.render_tree().lower()
+    assert tree.vdb.keyword_search_messages(SECRET) == []
+    with PromptSynthesizer(ctree=tree, vector_db=tree.vdb) as synth:
+        block = synth.synthesize_prompt("what is my gym locker code?", None, None, [])
+    assert SECRET not in block and "Mondays" in block  # the rest of the gym is still remembered
+    # the next message's sentence parts (it read after the forgotten reply) are made again
+    parts = tree.vdb.message_parts(["x2-user"])
+    assert parts and not any(SECRET in t for t in parts["x2-user"][0])
+    tree.close()
+    data = file_bytes(path)
+    assert SECRET.encode() not in data and b"locker" not in data.lower()
+
+    reopened = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    check_invariants(reopened)
+    x = reopened.exchanges[1]
+    assert x.forgotten and [m["content"] for m in x.messages] == [FORGOTTEN, FORGOTTEN]
+    assert reopened.restore_archived() == []  # nothing of it is left to restore
+    assert [y.user for y in reopened.exchanges if not y.archived] == [u for i, (u, _) in enumerate(TALK) if i != 1]
+    assert reopened.forget([x]).forgotten == []  # again: nothing to do
+    reopened.close()
+
+
+def test_forgetting_drops_the_undo_record_that_holds_the_old_names(tmp_path, minilm):
+    talk = [("How do I start a sourdough starter?", "Mix flour and water and feed it daily."),
+            ("My sourdough starter smells sour.", "That's normal, feed it more often."),
+            ("How do I roll back a Kubernetes deployment?", "Use kubectl rollout undo."),
+            ("What flour is best for a sourdough starter?", "Whole rye flour gets a sourdough starter going fast."),
+            ("How often should I feed my sourdough starter?", "Feed the starter twice a day at room temperature."),
+            ("When is the income tax deadline?", "Mid-April usually.")]
+    path = tmp_path / "u.db"
+    tree = build(path, minilm, talk)
+    assert tree.reorganize(similarity_threshold=0.5)["merged"]
+    res = tree.forget([tree.exchanges[2]])
+    assert res.undo_dropped
+    with pytest.raises(UndoError):
+        tree.undo_reorganize()
+    tree.close()
+    assert b"kubernetes" not in file_bytes(path).lower()
+
+
+def test_a_tree_without_a_store_forgets_in_its_json_export(tmp_path, minilm):
+    out = tmp_path / "auto.json"
+    tree = CTree(judge="embedding", embed_fn=minilm, auto_save_path=str(out))
+    for u, a in TALK:
+        tree.add(ex(u, a))
+    assert SECRET in out.read_text()
+    tree.forget([tree.exchanges[1]])
+    text = out.read_text()
+    assert SECRET not in text and "locker" not in text.lower()
+    assert json.loads(text)["archived"]
+    loaded = CTree.load(str(out), embed_fn=minilm, judge="embedding")
+    assert loaded.exchanges[1].forgotten
