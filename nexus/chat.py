@@ -152,7 +152,7 @@ class ChatSession:
         if n <= 0:  # [-0:] is the whole list: recent_exchanges = 0 sent the whole history
             return []
         xs = self.tree.exchanges[:-1] if before_newest else self.tree.exchanges
-        return [dict(m) for x in xs[-n:] for m in x.messages if m["role"] != "system"]
+        return [dict(m) for x in xs[-n:] if not x.forgotten for m in x.messages if m["role"] != "system"]
 
     def close(self) -> None:
         if self.tree is not None and self.tree.vdb is not None:
@@ -766,6 +766,14 @@ class ChatSession:
             similarity_threshold=float(threshold) if threshold is not None else mem.reorganize_threshold,
             prune_trivial_leaves=mem.prune_trivial if prune is None else bool(prune), should_stop=should_stop,
             redo_undone=asked)
+
+    def forget(self, indices: tuple[int, ...]):
+        """``CTree.forget`` of these exchanges; the recent window the model is sent no
+        longer holds them."""
+        assert self.tree is not None
+        res = self.tree.forget([self.tree.exchanges[i] for i in indices])
+        self.recent = self.recent_from_tree()
+        return res
 
     def stats(self) -> dict:
         assert self.tree is not None

@@ -18,6 +18,7 @@ class Command:
 COMMANDS = [
     Command("tree", "/tree [--messages]", "print the context tree (with exchanges: --messages)", "tree"),
     Command("search", "/search [--all] <query>", "search memory (--all: every session): messages with paths and scores", "search"),
+    Command("forget", "/forget <#N …|words>", "erase exchanges for good: from memory and the session file (asks to confirm)", "forget"),
     Command("reorganize", "/reorganize [--threshold X] [--prune]", "merge similar frozen topics now", "reorganize"),
     Command("undo-reorganize", "/undo-reorganize", "restore the tree from before the last reorganisation", "undo"),
     Command("check", "/check", "check the tree's invariants; its depth, levels, fan-out and archive", "check"),

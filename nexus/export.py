@@ -71,6 +71,9 @@ def conversation_markdown(tree, title: str, with_tree: bool = False, system: str
         if stamp[:10] != day:
             day = stamp[:10]
             lines += [f"## {day or 'undated'}", ""]
+        if x.forgotten:  # /forget: only that it was there is left
+            lines += [f"### #{x.index} · {stamp[11:] or '—'} · forgotten", ""]
+            continue
         lines += [f"### #{x.index} · {stamp[11:] or '—'}" + (" · archived" if x.archived else ""), ""]
         if x.system:
             lines += [f"*{x.system}*", ""]

@@ -1,7 +1,8 @@
-"""Slash commands on the memory: /tree, /search, /reorganize, /undo-reorganize, /ingest, /check, /find, /stats."""
+"""Slash commands on the memory: /tree, /search, /forget, /reorganize, /undo-reorganize, /ingest, /check, /find, /stats."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 from trace_core.synthesizer import clip_text
@@ -158,6 +159,57 @@ class MemoryCommands:
         self.call_from_thread(self.chat_notice, "The last reorganisation was undone.")
         self.call_from_thread(self.log_line, "reorganisation undone: the tree is as it was before it")
         self.call_from_thread(lambda: self.query_one(MemoryTree).clear_marks())
+        self.call_from_thread(self.refresh_tree)
+
+    def cmd_forget(self, args: list[str]) -> None:
+        from .forgetting import forget_question, forget_request
+
+        if not args:
+            raise C.UsageError(C.BY_NAME["forget"].usage)
+        s = self.need_session()
+        if self.refused_read_only("/forget") or self.refused_while_busy():
+            return
+        line = "/forget " + " ".join(args)
+        # the reply in flight may repeat what is to be forgotten: it is stored first, then looked at
+        if not self.running_queued and (self.turn is not None or self.outbox):
+            self.defer_command(line)
+            self.chat_notice("/forget waits for the reply (and the messages queued before it), then runs.")
+            return
+        exchanges = s.tree.exchanges
+        req = forget_request(exchanges, args)
+        if req.unknown:
+            self.chat_notice(f"Nothing forgotten: there is no exchange {', '.join(req.unknown)} "
+                             f"(this session has #0–#{len(exchanges) - 1}).", "warning")
+            return
+        if not req.indices:
+            what = f"no exchange holds every word of {quoted(req.by_words, 80)}" if req.by_words else \
+                "those exchanges are forgotten already"
+            self.chat_notice(f"Nothing to forget: {what}.", "warning")
+            return
+        asked = self._forget_asked
+        if asked is None or asked[0] != req.indices or time.monotonic() - asked[1] > 30:
+            question = self.chat_notice(forget_question(exchanges, req, line), "warning")
+            self._forget_asked = (req.indices, time.monotonic(), question)
+            return
+        self._forget_asked = None
+        if asked[2] is not None:
+            asked[2].remove()  # it quotes what is forgotten
+        self.forget_worker(req.indices)
+
+    @background(group="memory", exclusive=True)
+    def forget_worker(self, indices: tuple[int, ...]) -> None:
+        s = self.need_session()
+        users = [s.tree.exchanges[i].user for i in indices]
+        res = s.forget(indices)
+        self.call_from_thread(self.forget_prompts, users)  # ↑ recalls them no more
+        said = f"Forgot {', '.join(f'#{i}' for i in res.forgotten)}: gone from memory and the session file."
+        if res.renamed:  # the new names only: the old ones hold the words
+            said += f" {counted(len(res.renamed), 'topic')} named again: " + ", ".join(quoted(b) for _, b in res.renamed) + "."
+        if res.undo_dropped:
+            said += " The last reorganisation can no longer be undone (its record held the old names)."
+        self.call_from_thread(self.chat_notice, said)
+        self.call_from_thread(self.log_line, f"forgot {counted(len(res.forgotten), 'exchange')}")
+        self.call_from_thread(self.show_forgotten, set(res.forgotten))
         self.call_from_thread(self.refresh_tree)
 
     def cmd_ingest(self, args: list[str]) -> None:

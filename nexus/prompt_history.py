@@ -67,6 +67,27 @@ class PromptHistory:
         except OSError:
             pass  # history is a convenience: a read-only data dir must not stop a message
 
+    def forget(self, texts: list[str], commands: str = "") -> None:
+        """``texts``, and the lines starting with ``commands`` (the /forget that named
+        them), recalled no more and gone from the file (read again first: another Nexus
+        may have added to it; written beside it and renamed over it)."""
+        gone = set(texts)
+
+        def kept(t: str) -> bool:
+            return t not in gone and not (commands and t.lstrip().startswith(commands))
+
+        self.items = [t for t in self.items if kept(t)]
+        self._pos = None
+        try:
+            left = [t for t in self._read() if kept(t)]
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write("".join(json.dumps(t) + "\n" for t in left))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # no file (or a read-only data dir): nothing recalled after a restart either way
+
     def _torn(self) -> bool:
         try:
             with open(self.path, "rb") as fh:

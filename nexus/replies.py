@@ -464,6 +464,30 @@ class Replies:
                     if isinstance(after, AssistantMessage):
                         break
 
+    def show_forgotten(self, indices: set[int]) -> None:
+        """(UI thread) The chat no longer shows what /forget erased: each exchange's head
+        stays, saying so; its message and reply go."""
+        chat = list(self.query_one("#chat").children)
+        for k, widget in enumerate(chat):
+            if isinstance(widget, UserMessage) and widget.text.lstrip().startswith("/forget"):
+                widget.remove()  # a /forget queued behind a reply: it may name the words
+            elif isinstance(widget, PastExchangeView) and widget.exchange.index in indices:
+                widget.mark_forgotten()
+            elif isinstance(widget, ExchangeHead) and widget.index in indices:
+                widget.mark_forgotten()
+                for after in chat[k + 1:]:  # its message and its reply (notes may sit between)
+                    if isinstance(after, (ExchangeHead, PastExchangeView)):
+                        break
+                    if isinstance(after, (UserMessage, AssistantMessage)):
+                        after.remove()
+                    if isinstance(after, AssistantMessage):
+                        break
+
+    def forget_prompts(self, texts: list[str]) -> None:
+        """(UI thread) ↑ no longer recalls these messages, nor a /forget (it may name the
+        words), here or after a restart."""
+        self.query_one(PromptInput).prompts.forget(texts, commands="/forget")
+
     def settle_reply(self, keep: bool = True, timeout: float = 15.0) -> bool:
         """Cancel the reply in flight and wait until its exchange is stored (the message
         and the partial reply, marked cancelled). Call it from a worker thread before a

@@ -17,6 +17,7 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Collapsible, Markdown, RichLog, Static, TextArea
 
+from trace_core.nodes import FORGOTTEN
 from trace_core.textutil import marks, without_marks
 
 from .completion import Completer
@@ -116,6 +117,10 @@ class ExchangeHead(Static):
         self.add_class("replaced")
         self.update(Text(head_line(self.index, self.when, "replaced below"), justify="center"))
 
+    def mark_forgotten(self) -> None:
+        self.add_class("forgotten")
+        self.update(Text(head_line(self.index, self.when, "forgotten"), justify="center"))
+
 
 class UserMessage(Static):
     can_focus = True  # selectable: click it or Ctrl+↑/↓, then Ctrl+Y copies it
@@ -211,6 +216,13 @@ class PastExchangeView(Widget):
         self.marks = [safe(m) for m in marks(x.assistant)]
         self._reply = None  # parsed once: render() runs for layout and for each paint
         self.replaced = False  # /retry or /edit put another exchange in its place (shown below)
+        self.forgotten = x.archived and x.user == FORGOTTEN and x.assistant == FORGOTTEN
+
+    def mark_forgotten(self) -> None:
+        """/forget erased it: its head alone stays, saying so."""
+        self.forgotten = True
+        self.add_class("forgotten")
+        self.refresh(layout=True)
 
     def mark_replaced(self) -> None:
         self.replaced = True
@@ -225,6 +237,9 @@ class PastExchangeView(Widget):
             self._reply = dotted_markdown()(self.source)
 
         x = self.exchange
+        if self.forgotten:
+            return Text(head_line(x.index, x.when, "forgotten"), justify="center",
+                        style=self.get_component_rich_style("past-exchange--date"))
         head = head_line(x.index, x.when, "archived" if x.archived else "", "replaced below" if self.replaced else "")
         parts: list = [Text(head, style=self.get_component_rich_style("past-exchange--date"), justify="center")]
         if x.note:

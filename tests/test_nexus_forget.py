@@ -1,0 +1,81 @@
+"""/forget in Nexus: asked, confirmed, then gone from the chat, memory, ↑ and the file."""
+
+from __future__ import annotations
+
+import glob
+import json
+
+from test_nexus_app import chat_reply, make_config, notices, ready, type_and_send, wait_for
+from test_sessions_app import rendered
+
+from nexus.app import NexusApp
+from nexus.forgetting import forget_request
+from nexus.prompt_history import history_path
+from nexus.widgets import PastExchangeView, UserMessage
+from trace_core import CTree
+
+SECRET = "97531"
+
+
+def file_bytes(path) -> bytes:
+    return b"".join(open(f, "rb").read() for f in glob.glob(f"{path}*") if not f.endswith(".lock"))
+
+
+def test_a_request_names_exchanges_by_number_or_by_every_word(minilm):
+    tree = CTree(judge="embedding", embed_fn=minilm)
+    for u in ("My gym locker code is 97531.", "I go to the gym on Mondays.", "Locker rooms are cold."):
+        tree.add([{"role": "user", "content": u}, {"role": "assistant", "content": "Noted."}])
+    assert forget_request(tree.exchanges, ["gym", "LOCKER"]).indices == (0,)  # every word, any case
+    assert forget_request(tree.exchanges, ["#2", "#0"]).indices == (2, 0)
+    assert forget_request(tree.exchanges, ["97531"]).indices == (0,)  # a bare number is a word
+    assert forget_request(tree.exchanges, ["#9"]).unknown == ("#9",)
+    assert forget_request(tree.exchanges, ["loc"]).indices == ()  # words, not parts of them
+    tree.forget([tree.exchanges[0]])
+    assert forget_request(tree.exchanges, ["#0"]).indices == ()  # forgotten already
+
+
+async def test_forget_asks_then_erases_from_chat_memory_prompt_history_and_file(server, tmp_path, minilm):
+    path = tmp_path / "s.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    tree.add([{"role": "user", "content": f"Old note: the safe code is {SECRET}."},
+              {"role": "assistant", "content": "Noted the safe code."}])
+    tree.add([{"role": "user", "content": "My sister Ana lives in Porto."},
+              {"role": "assistant", "content": "Porto is lovely."}])
+    tree.close()
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, f"My gym locker code is {SECRET}.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 3)
+        assert SECRET in history_path().read_text()
+        await type_and_send(pilot, app, f"/forget {SECRET}")
+        await wait_for(pilot, lambda: "again within 30 s to confirm" in notices(app))
+        assert "#0" in notices(app) and "#2" in notices(app) and "#1 " not in notices(app)
+        assert not app.session.tree.exchanges[0].archived  # only asked so far
+        await type_and_send(pilot, app, f"/forget {SECRET}")
+        await wait_for(pilot, lambda: "Forgot #0, #2" in notices(app))
+        tree = app.session.tree
+        assert [x.forgotten for x in tree.exchanges] == [True, False, True]
+        # the chat: the reopened exchange says forgotten, the live one's message is gone
+        past = [v for v in app.query(PastExchangeView) if v.exchange.index == 0]
+        assert past and "forgotten" in rendered(past[0]) and SECRET not in rendered(past[0])
+        assert not [m for m in app.query(UserMessage) if SECRET in m.text]
+        assert SECRET not in notices(app)  # the question quoted it: it went with it
+        assert SECRET not in history_path().read_text()
+        # the next turn's prompt holds it nowhere (memory block, recent window)
+        before = len(server.chat_requests())
+        await type_and_send(pilot, app, "What was my locker code?")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 4)
+        asked = [r for r in server.chat_requests()[before:] if not r.get("response_format")]
+        assert asked and SECRET not in json.dumps(asked) and "Porto" in json.dumps(asked)
+    assert SECRET.encode() not in file_bytes(path)
+    # reopened: the forgotten exchanges show as such
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: len(app.query(PastExchangeView)) == 4)
+        views = {v.exchange.index: rendered(v) for v in app.query(PastExchangeView)}
+        assert "forgotten" in views[0] and "forgotten" in views[2] and "Porto" in views[1]
+        await type_and_send(pilot, app, "/forget #0")
+        await wait_for(pilot, lambda: "forgotten already" in notices(app))
