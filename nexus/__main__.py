@@ -259,10 +259,24 @@ def _run(args: argparse.Namespace, typed: str = "") -> int | None:
         terminal_writer.install()  # a closed terminal cannot block the app's way out
         app.run(headless=bool(os.environ.get("NEXUS_STARTUP_PROBE")))
         code = app.return_code  # 1 after an unhandled exception: a crash never exits 0
+        print_lost(app.lost_at_exit)
     finally:
         if local is not None:
             local.stop()
     return int(code or 0)
+
+
+def print_lost(exchanges: list[tuple[str, str]]) -> None:
+    """Exchanges no file could take (a full disk), left anyway: on the terminal, to copy."""
+    if not exchanges:
+        return
+    lines = [f"nexus: {len(exchanges)} answered exchange(s) could not be stored (no file could be written); "
+             "here they are:"]
+    from .text import safe
+
+    for user, reply in exchanges:  # the model's text may hold escape sequences
+        lines += ["", f"You: {safe(user)}", f"Assistant: {safe(reply)}"]
+    print("\n".join(lines), file=sys.stderr)
 
 
 EXIT_WAIT_SECONDS = 10.0

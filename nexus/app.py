@@ -107,6 +107,8 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.model_found = ""  # the chat model a session or the probe found: the next session's
         self.server_answered = True  # False: the start-up probe found no server (until a reply comes)
         self._leaving = False
+        self._quit_asked: float | None = None  # a /quit refused for exchanges only in this window, at (monotonic)
+        self.lost_at_exit: list[tuple[str, str]] = []  # such exchanges when it left anyway (printed)
         self._ui_thread = threading.get_ident()
         self.handle_signals = False  # main() sets it: SIGTERM/SIGHUP store the reply in flight, then exit
         self.embedder_state = "loading"

@@ -95,6 +95,7 @@ class ChatSession:
         self.replacing: dict[str, int] = {}
         self._kept_saved: list[str] = []
         self.unstored: list[tuple[str, str]] = []  # exchanges whose storing failed: store again with a key
+        self.unstored_on_disk = True  # ... and they are in the file beside the session (not on a full disk)
         self._reloading = False  # reading the file again after a failed store
         self.settings = SessionSettings()  # /system, /set: read from the session file when it opens
         self.versions = ReplyVersions()  # what /retry and /edit replaced: /undo-retry puts it back
@@ -397,8 +398,8 @@ class ChatSession:
         except Exception as exc:  # kept for Ctrl+R (and beside the file, for the next start); the app keeps running
             turn.outcome = "unstored"
             self.unstored.append((text, reply))
-            parked.keep_unstored(self.path, self.unstored)
-            self.emit(ev.StoreFailed(text, reply, store_problem(exc), turn.id))
+            self.unstored_on_disk = parked.keep_unstored(self.path, self.unstored)
+            self.emit(ev.StoreFailed(text, reply, store_problem(exc), turn.id, self.unstored_on_disk))
             self.reload()
             self.let_go(text, retried)
             return None
@@ -685,6 +686,11 @@ class ChatSession:
         self.index_sentences()
         return node, k + 1, len(self.versions.versions)
 
+    def only_here(self) -> list[tuple[str, str]]:
+        """The answered exchanges held in this process alone: neither the session file nor
+        the file beside it could take them (a full disk). Quitting loses them."""
+        return list(self.unstored) if self.unstored and not self.unstored_on_disk else []
+
     def store_unstored(self) -> tuple[int, str]:
         """Store again the exchanges whose storing failed (no new request to the model).
         Returns (stored, problem of the first that failed again or "")."""
@@ -697,7 +703,7 @@ class ChatSession:
                 self.reload()
                 return done, store_problem(exc)
             self.unstored.pop(0)
-            parked.keep_unstored(self.path, self.unstored)
+            self.unstored_on_disk = parked.keep_unstored(self.path, self.unstored)
             done += 1
             # answered and stored now: its copy held in the unsent row (the row could not be
             # written when the store failed) is no message without an answer (trial: Ctrl+R

@@ -62,6 +62,7 @@ class StoreFailed:
     reply: str
     problem: str
     turn: int = 0
+    kept_on_disk: bool = True  # False: nor could it be written beside the session (a full disk)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from trace_core.llm import shown_url, without_credentials
 from . import events as ev
 from .exit_guard import SignalExit, guard_exit
 from .failures import background
+from .text import counted
 
 log = logging.getLogger("nexus")
 
@@ -160,6 +161,8 @@ class Lifecycle:
         cancelled and stored with the user's message, queued messages are stored, then exit."""
         if self._leaving:
             return
+        if code == 0 and await self.unstored_keep_us():
+            return
         self._leaving = True
         self.give_up_memory_model()
         self.save_draft()
@@ -169,10 +172,33 @@ class Lifecycle:
                              "first (at most 15 s)…")
         await self.settle_reply_async()
         await asyncio.to_thread(self.store_unsent, *self.take_outbox())
+        if self.session is not None:  # printed to the terminal as Nexus ends: the last place left
+            self.lost_at_exit = self.session.only_here()
         self.save_draft()  # again: keys typed just before Ctrl+Q reached the input since
         if self.handle_signals:  # the real process (not a test's app): its end is bounded
             guard_exit(code, self.close_on_signal)
         self.exit(return_code=code)
+
+    async def unstored_keep_us(self) -> bool:
+        """Exchanges held in this window alone (a full disk) are tried once more; if they
+        still are, the first /quit or Ctrl+Q says so and stays, a second within 30 s goes
+        (and they are printed to the terminal). True: stay."""
+        s = self.session
+        if s is None or not s.only_here():
+            return False
+        await asyncio.to_thread(s.store_unstored)  # space may have been freed meanwhile
+        left = s.only_here()
+        if not left:
+            return False
+        asked, self._quit_asked = self._quit_asked, time.monotonic()
+        if asked is not None and self._quit_asked - asked <= 30:
+            return False
+        self.chat_notice(f"Not quitting yet: {counted(len(left), 'answered exchange')} "
+                         f"{'is' if len(left) == 1 else 'are'} only in this window — neither the session file nor "
+                         f"the file beside it could be written. Free some space and press {self.resend_key()} to "
+                         "store them; quit again within 30 s to leave anyway (they are then printed to the "
+                         "terminal).", "error")
+        return True
 
     async def action_quit(self) -> None:
         await self.leave(0)

@@ -19,6 +19,7 @@ one), mode 0600, like the session."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -120,6 +121,8 @@ def _write_list(path: Path, items: list) -> bool:
         os.replace(tmp, path)
     except OSError as exc:
         log.error("could not keep %d item(s) in %s: %s", len(items), path, exc)
+        with contextlib.suppress(OSError):
+            os.unlink(path.with_name(path.name + ".tmp"))  # a full disk left it, empty
         return False
     return True
 

@@ -386,8 +386,14 @@ class Replies:
         if self._leaving:
             log.error("while leaving: %s", e.problem)
             return
-        self.chat_notice(f"This exchange could not be stored: {e.problem.rstrip('.')}. It is kept here — press "
-                         f"{self.resend_key()} to store it again (the model is not asked again).", "error")
+        if e.kept_on_disk:
+            self.chat_notice(f"This exchange could not be stored: {e.problem.rstrip('.')}. It is kept here — press "
+                             f"{self.resend_key()} to store it again (the model is not asked again).", "error")
+        else:  # said as it is: "kept here" read as safe, and a /quit lost it (a trial on a full disk)
+            self.chat_notice(f"This exchange could not be stored: {e.problem.rstrip('.')}. Nor could it be written "
+                             "beside the session: it is only in this window. Free some space, then press "
+                             f"{self.resend_key()} to store it (the model is not asked again); quitting before "
+                             "that would lose it.", "error")
         self.log_line(f"storing failed: {e.problem}", "error")
 
     def on_turn_settled_message(self, message: M.TurnSettledMessage) -> None:

@@ -60,6 +60,50 @@ async def test_an_exchange_the_file_refused_survives_quitting_and_is_stored_at_t
         await pilot.press("ctrl+q")
 
 
+async def test_an_exchange_no_file_could_take_holds_the_first_quit_and_is_printed_by_the_second(
+        server, tmp_path, minilm, data_dir, capsys):
+    """A full disk: the session file and the file beside it both refuse. "Kept here" read as
+    safe and a /quit lost the exchange without a word (a trial)."""
+    server.respond(chat_reply("Kept safe."))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        app.session.tree.vdb.con.execute("PRAGMA query_only = ON")  # the file refuses writes
+        blocker = parked.unstored_path(path).with_name(parked.unstored_path(path).name + ".tmp")
+        blocker.mkdir()  # ... and so does the file beside it (a folder where its draft goes)
+        await type_and_send(pilot, app, "My bike is a green Brompton.")
+        await wait_for(pilot, lambda: "it is only in this window" in notices(app))
+        refuse = "PRAGMA query_only = ON"  # again: a failed store opens the file anew
+        app.session.tree.vdb.con.execute(refuse)
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: "Not quitting yet: 1 answered exchange is only in this window" in notices(app))
+        assert app.is_running
+        # space freed (the failed try opened the file anew): the next quit stores it first, then goes
+        await pilot.press("ctrl+q")
+    assert stored_users(path, minilm) == ["My bike is a green Brompton."]
+    assert app.lost_at_exit == []
+
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "t.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        app.session.tree.vdb.con.execute("PRAGMA query_only = ON")
+        parked.unstored_path(tmp_path / "t.db").with_name("t.db.unstored.json.tmp").mkdir()
+        await type_and_send(pilot, app, "My car is red.")
+        await wait_for(pilot, lambda: "it is only in this window" in notices(app))
+        app.session.tree.vdb.con.execute(refuse)
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: "Not quitting yet" in notices(app))
+        app.session.tree.vdb.con.execute(refuse)
+        await pilot.press("ctrl+q")  # again within 30 s: leave anyway
+    assert [(u, r.strip()) for u, r in app.lost_at_exit] == [("My car is red.", "Kept safe.")]
+    from nexus.__main__ import print_lost
+
+    print_lost(app.lost_at_exit)
+    assert "You: My car is red.\nAssistant: Kept safe." in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.unstored.json.tmp.*"))
+
+
 def load_kept_of(path) -> list[str]:
     db = VectorDatabase(str(path), read_only=True)
     try:
