@@ -585,9 +585,10 @@ class MemoryTree(ReportsFailures, Tree):
     def _root_label(self, snap: TreeSnapshot) -> Text:
         """"ROOT (12 exchanges)", or "ROOT (12)" where that does not fit: a narrow pane cut
         it to "ROOT (12 ex" (a trial)."""
-        long = f"ROOT ({counted(snap.exchanges, 'exchange')})"
+        live = snap.exchanges - snap.archived  # as the pane's title counts them (archived ones are out of the tree)
+        long = f"ROOT ({counted(live, 'exchange')})"
         room = self.size.width - self.scrollbar_size_vertical - 2  # its ▼ icon
-        return Text(long if not room or len(long) <= room else f"ROOT ({snap.exchanges:,})")
+        return Text(long if not room or len(long) <= room else f"ROOT ({live:,})")
 
     def on_resize(self) -> None:
         from .inspector import NodeInspector  # drawn over the chat, beside this pane

@@ -11,7 +11,7 @@ from test_sessions_app import rendered
 from nexus.app import NexusApp
 from nexus.forgetting import forget_request
 from nexus.prompt_history import history_path
-from nexus.widgets import PastExchangeView, UserMessage
+from nexus.widgets import MemoryTree, PastExchangeView, UserMessage
 from trace_core import CTree
 
 SECRET = "97531"
@@ -69,6 +69,8 @@ async def test_forget_asks_then_erases_from_chat_memory_prompt_history_and_file(
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 4)
         asked = [r for r in server.chat_requests()[before:] if not r.get("response_format")]
         assert asked and SECRET not in json.dumps(asked) and "Porto" in json.dumps(asked)
+        # the pane's root counts what is in the tree, as its title does (it said 4 of 2)
+        await wait_for(pilot, lambda: "ROOT (2 exchanges)" in str(app.query_one(MemoryTree).root.label))
     assert SECRET.encode() not in file_bytes(path)
     # reopened: the forgotten exchanges show as such
     app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
