@@ -224,10 +224,16 @@ def _run(args: argparse.Namespace, typed: str = "") -> int | None:
         print(f"nexus: the data folder cannot be used: {write_problem(data_dir() / 'sessions', exc)} "
               "(NEXUS_DATA_DIR chooses another)", file=sys.stderr)
         return None
-    from .paths import data_folder_problem, log_dir
+    from .config import data_dir
+    from .paths import data_folder_problem, folder_problem, log_dir
 
     # a folder that takes no files showed the app, then lost every message typed into it
-    problem = data_folder_problem([log_dir()] + ([session_path.parent] if session_path.parent.exists() else []))
+    problem = data_folder_problem([log_dir(), data_dir()])
+    if not problem and not session_path.exists() and session_path.parent.exists():
+        why = folder_problem(session_path.parent)
+        problem = f"the session cannot be made there: {why}" if why else None
+    # an existing session in a folder that takes no files opens read-only, and says so
+    # (``--session`` on a read-only mount named the data folder as the problem: a trial)
     if problem:
         print(f"nexus: {problem}", file=sys.stderr)
         return None
