@@ -20,6 +20,11 @@ class ForgetRequest:
     by_words: str  # the words, "" when named by number
     unknown: tuple[str, ...] = ()  # numbers with no exchange
 
+    def names(self, text: str) -> bool:
+        """Whether ``text`` holds every word the request gave (a /search for the same code)."""
+        wanted = set(_WORD.findall(self.by_words.casefold()))
+        return bool(wanted) and wanted <= set(_WORD.findall(text.casefold()))
+
 
 def forget_request(exchanges, args: list[str]) -> ForgetRequest:
     """``#3 #7``: those exchanges; anything else: the exchanges (archived ones
@@ -30,11 +35,21 @@ def forget_request(exchanges, args: list[str]) -> ForgetRequest:
         have = [i for i in dict.fromkeys(wanted) if i < len(exchanges) and not exchanges[i].forgotten]
         unknown = tuple(f"#{i}" for i in dict.fromkeys(wanted) if i >= len(exchanges))
         return ForgetRequest(tuple(have), "", unknown)
-    phrase = " ".join(args)
-    wanted_words = set(_WORD.findall(phrase.casefold()))
-    hits = [x.index for x in exchanges if not x.forgotten and wanted_words
-            and wanted_words <= set(_WORD.findall(f"{x.user}\n{x.assistant}\n{x.system}".casefold()))]
-    return ForgetRequest(tuple(hits), phrase)
+    req = ForgetRequest((), " ".join(args))
+    hits = [x.index for x in exchanges if not x.forgotten and req.names(f"{x.user}\n{x.assistant}\n{x.system}")]
+    return ForgetRequest(tuple(hits), req.by_words)
+
+
+_ASKS_TO_FORGET = re.compile(
+    r"^\W*(?:(?:please|pls|can you|could you|would you|now)\W+)*(?:forget|erase|delete|do not remember|"
+    r"don'?t remember|stop remembering)\s+(?:about\s+)?(?:my|me|that|this|these|those|what|the|everything|all|it|our|"
+    r"his|her|their|anything)\b", re.IGNORECASE)  # an object: "Delete key is broken" asks nothing
+
+
+def asks_to_forget(text: str) -> bool:
+    """A message asking the model to forget something ("Please forget my locker code"):
+    English only, as the web router's cues are."""
+    return bool(_ASKS_TO_FORGET.match(text))
 
 
 def forget_question(exchanges, req: ForgetRequest, command: str, limit: int = 8) -> str:

@@ -194,14 +194,21 @@ class MemoryCommands:
         self._forget_asked = None
         if asked[2] is not None:
             asked[2].remove()  # it quotes what is forgotten
-        self.forget_worker(req.indices)
+        self.forget_worker(req)
 
     @background(group="memory", exclusive=True)
-    def forget_worker(self, indices: tuple[int, ...]) -> None:
+    def forget_worker(self, req) -> None:
         s = self.need_session()
-        users = [s.tree.exchanges[i].user for i in indices]
-        res = s.forget(indices)
-        self.call_from_thread(self.forget_prompts, users)  # ↑ recalls them no more
+        users = {s.tree.exchanges[i].user for i in req.indices}
+        res = s.forget(req.indices)
+
+        def gone(prompt: str) -> bool:  # ↑ recalls them no more, nor a command that names them
+            return prompt in users or prompt.lstrip().startswith("/forget") or req.names(prompt)
+
+        def shown(note: str) -> bool:  # a /search's results quoted them
+            return req.names(note) or any(u[:60] in note for u in users if u.strip())
+
+        self.call_from_thread(self.forget_prompts, gone)
         said = f"Forgot {', '.join(f'#{i}' for i in res.forgotten)}: gone from memory and the session file."
         if res.renamed:  # the new names only: the old ones hold the words
             said += f" {counted(len(res.renamed), 'topic')} named again: " + ", ".join(quoted(b) for _, b in res.renamed) + "."
@@ -209,7 +216,7 @@ class MemoryCommands:
             said += " The last reorganisation can no longer be undone (its record held the old names)."
         self.call_from_thread(self.chat_notice, said)
         self.call_from_thread(self.log_line, f"forgot {counted(len(res.forgotten), 'exchange')}")
-        self.call_from_thread(self.show_forgotten, set(res.forgotten))
+        self.call_from_thread(self.show_forgotten, set(res.forgotten), shown)
         self.call_from_thread(self.refresh_tree)
 
     def cmd_ingest(self, args: list[str]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from .config import data_dir
@@ -67,14 +68,12 @@ class PromptHistory:
         except OSError:
             pass  # history is a convenience: a read-only data dir must not stop a message
 
-    def forget(self, texts: list[str], commands: str = "") -> None:
-        """``texts``, and the lines starting with ``commands`` (the /forget that named
-        them), recalled no more and gone from the file (read again first: another Nexus
-        may have added to it; written beside it and renamed over it)."""
-        gone = set(texts)
+    def forget(self, gone: Callable[[str], bool]) -> None:
+        """The prompts ``gone`` says, recalled no more and gone from the file (read again
+        first: another Nexus may have added to it; written beside it and renamed over it)."""
 
         def kept(t: str) -> bool:
-            return t not in gone and not (commands and t.lstrip().startswith(commands))
+            return not gone(t)
 
         self.items = [t for t in self.items if kept(t)]
         self._pos = None

@@ -16,6 +16,7 @@ from . import messages as M
 from . import parked, sessions
 from .chat import CANCELLED_MARK, ChatSession, Turn
 from .failures import TaskFailed, background
+from .forgetting import asks_to_forget
 from .history import when
 from .inspector import NodeInspector
 from .text import counted
@@ -66,7 +67,10 @@ class Replies:
         if editing is not None and not replace:  # its notice said it would replace #N: say it did not
             self.chat_notice(f"#{editing} is no longer the newest exchange: this message is sent as a new one.",
                              "warning")
-        self.send(text, replace=replace)
+        if self.send(text, replace=replace) is not None and asks_to_forget(text):
+            # the model answers "OK, forgotten" and the request itself is filed (a trial)
+            self.chat_notice("The model cannot forget: memory keeps every exchange, this one too. "
+                             "/forget <words> or /forget #N erases exchanges for good (it lists them first).")
 
     def refuse_at_enter(self, text: str, why: str) -> None:
         """A message too long for the context, said at Enter: back in the input, selected."""
@@ -470,12 +474,14 @@ class Replies:
                     if isinstance(after, AssistantMessage):
                         break
 
-    def show_forgotten(self, indices: set[int]) -> None:
+    def show_forgotten(self, indices: set[int], shown=lambda note: False) -> None:
         """(UI thread) The chat no longer shows what /forget erased: each exchange's head
-        stays, saying so; its message and reply go."""
+        stays, saying so; its message and reply go, and the notes ``shown(text)`` names."""
         chat = list(self.query_one("#chat").children)
         for k, widget in enumerate(chat):
-            if isinstance(widget, UserMessage) and widget.text.lstrip().startswith("/forget"):
+            if isinstance(widget, Notice) and shown(widget.plain):
+                widget.remove()
+            elif isinstance(widget, UserMessage) and widget.text.lstrip().startswith("/forget"):
                 widget.remove()  # a /forget queued behind a reply: it may name the words
             elif isinstance(widget, PastExchangeView) and widget.exchange.index in indices:
                 widget.mark_forgotten()
@@ -489,10 +495,10 @@ class Replies:
                     if isinstance(after, AssistantMessage):
                         break
 
-    def forget_prompts(self, texts: list[str]) -> None:
-        """(UI thread) ↑ no longer recalls these messages, nor a /forget (it may name the
-        words), here or after a restart."""
-        self.query_one(PromptInput).prompts.forget(texts, commands="/forget")
+    def forget_prompts(self, gone) -> None:
+        """(UI thread) ↑ no longer recalls the prompts ``gone(text)`` names, here or after
+        a restart."""
+        self.query_one(PromptInput).prompts.forget(gone)
 
     def settle_reply(self, keep: bool = True, timeout: float = 15.0) -> bool:
         """Cancel the reply in flight and wait until its exchange is stored (the message

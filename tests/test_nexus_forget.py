@@ -9,7 +9,7 @@ from test_nexus_app import chat_reply, make_config, notices, ready, type_and_sen
 from test_sessions_app import rendered
 
 from nexus.app import NexusApp
-from nexus.forgetting import forget_request
+from nexus.forgetting import asks_to_forget, forget_request
 from nexus.prompt_history import history_path
 from nexus.widgets import MemoryTree, PastExchangeView, UserMessage
 from trace_core import CTree
@@ -19,6 +19,15 @@ SECRET = "97531"
 
 def file_bytes(path) -> bytes:
     return b"".join(open(f, "rb").read() for f in glob.glob(f"{path}*") if not f.endswith(".lock"))
+
+
+def test_a_message_asking_to_forget_is_told_apart():
+    for text in ("Please forget my gym locker code 4471", "forget what I said about Ana", "Can you erase that?",
+                 "please, don't remember my address", "Could you please delete my last message"):
+        assert asks_to_forget(text), text
+    for text in ("I always forget my keys", "Don't forget the milk", "What did I ask you to forget?",
+                 "Delete key is broken on my laptop?"):
+        assert not asks_to_forget(text), text
 
 
 def test_a_request_names_exchanges_by_number_or_by_every_word(minilm):
@@ -48,7 +57,10 @@ async def test_forget_asks_then_erases_from_chat_memory_prompt_history_and_file(
         await ready(app, pilot)
         await type_and_send(pilot, app, f"My gym locker code is {SECRET}.")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 3)
+        await type_and_send(pilot, app, "/stats")  # a prompt ↑ keeps
         assert SECRET in history_path().read_text()
+        await type_and_send(pilot, app, f"/search {SECRET}")  # a command naming it is recalled by ↑ too
+        await wait_for(pilot, lambda: "Memory search" in notices(app))
         await type_and_send(pilot, app, f"/forget {SECRET}")
         await wait_for(pilot, lambda: "again within 30 s to confirm" in notices(app))
         assert "#0" in notices(app) and "#2" in notices(app) and "#1 " not in notices(app)
@@ -62,7 +74,7 @@ async def test_forget_asks_then_erases_from_chat_memory_prompt_history_and_file(
         assert past and "forgotten" in rendered(past[0]) and SECRET not in rendered(past[0])
         assert not [m for m in app.query(UserMessage) if SECRET in m.text]
         assert SECRET not in notices(app)  # the question quoted it: it went with it
-        assert SECRET not in history_path().read_text()
+        assert SECRET not in history_path().read_text() and "/stats" in history_path().read_text()
         # the next turn's prompt holds it nowhere (memory block, recent window)
         before = len(server.chat_requests())
         await type_and_send(pilot, app, "What was my locker code?")
