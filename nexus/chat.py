@@ -20,6 +20,7 @@ from trace_core.tokens import count_tokens, truncate_to_tokens
 
 from . import events as ev
 from . import parked, sessions
+from .abandon import Abandoned, call_abandonable
 from .config import Config
 from .failures import Foreseen
 from .memory_service import SEARCH_FLOOR, search_messages
@@ -347,8 +348,14 @@ class ChatSession:
         if not self.is_retry(text, turn):  # a /retry that fails leaves its exchange: nothing to hold
             self.hold_in_flight(text)
         try:
-            model = self.resolve_model()
-            _decision, results = self.route(text, turn.forced_query)
+            # the model's name and the web routing may ask the server first (a stalled one for
+            # 120 s): Esc and a quit stop waiting for them, as for the reply (a trial)
+            try:
+                model = call_abandonable(self.resolve_model, give_up=turn.cancelled.is_set, name="list models")
+                _decision, results = call_abandonable(self.route, text, turn.forced_query,
+                                                      give_up=turn.cancelled.is_set, name="web routing")
+            except Abandoned:
+                model = ""
             if not turn.cancelled.is_set():
                 system = self.with_system_prompt(self.build_prompt(text, results, replacing=turn.replace,
                                                                    message_tokens=size))

@@ -48,6 +48,7 @@ class ServerState:
     embeddings_error: str | None = None  # /v1/embeddings answers HTTP 500 with this (a chat-only llama.cpp)
     requests: list[Recorded] = field(default_factory=list)
     models: list[str] = field(default_factory=lambda: ["test-model"])
+    models_delay: float = 0.0  # seconds before /v1/models answers (a server that stalls)
     # LM Studio / Ollama model state: key -> {"type": "llm"|"vlm", "loaded": [instance ids]}
     catalogue: dict[str, dict] = field(default_factory=dict)
     refuse_load: set[str] = field(default_factory=set)
@@ -114,6 +115,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self._key_refused():
             return
         if self.path.rstrip("/") == "/v1/models":
+            time.sleep(st.models_delay)
             return self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in st.models]})
         if self.path.rstrip("/") == "/api/v1/models":
             models = [

@@ -145,6 +145,30 @@ async def test_escape_cancels_before_the_first_byte_and_a_late_timeout_touches_n
         assert app.session.pending is None
 
 
+async def test_escape_cancels_while_the_server_is_asked_which_model_it_has(server, tmp_path, minilm, data_dir):
+    """No chat model set: the first reply asks the server to list its models first. A
+    server that stalls there held the turn 120 s, Esc ignored under "(Esc cancels)" (a trial)."""
+    server.respond(chat_only(lambda req: Reply("Here.")))
+    cfg = make_config(server.base_url, tmp_path, {("models", "chat"): ""})
+    server.state.models_delay = 30.0  # from the start: its check at start gets no answer either
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Are you there?")
+        await wait_for(pilot, lambda: app.current_reply is not None)
+        hung = app.current_reply
+        await wait_for(pilot, lambda: "waiting for the model server" in hung.waiting_text, timeout=10)
+        await pilot.press("escape")
+        started = time.monotonic()
+        await wait_for(pilot, lambda: app.turn is None, timeout=5)
+        assert time.monotonic() - started < 3
+        assert "cancelled before the first word" in hung.note
+        assert app.session.pending == "Are you there?" and not app.session.tree.exchanges
+        server.state.models_delay = 0.0
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+
+
 async def test_ctrl_r_that_fails_again_says_once_what_still_waits(server, tmp_path, minilm, data_dir):
     """Each Ctrl+R whose message came back empty again added "N more messages without an
     answer: Ctrl+R again sends the next": four in a row read as four messages sent (trial)."""
