@@ -6,6 +6,7 @@ from __future__ import annotations
 from trace_core.llm import shown_url
 
 from . import commands as C
+from .abandon import Abandoned, call_abandonable
 from .chat import ChatSession
 from .failures import TaskFailed, background
 from .history import past_exchange
@@ -63,29 +64,36 @@ class ChatCommands:
             return
         s.use_chat_model(args[0])
         self.update_header()
+        self.chat_notice(f"Chat model is now {args[0]}.")  # at once: the server's list may take seconds
+        self.log_line(f"chat model: {args[0]} (/model)")
         self.model_check_worker(s, args[0])
 
     @background(group="models")
     def model_check_worker(self, s: ChatSession, name: str) -> None:
         """/model NAME: set, and checked against the server's list (a name it does not list
         fails at the next message, or — llama.cpp — is answered by the model it has)."""
-        try:
-            models = s.list_models()
+        try:  # a quit does not wait for a stalled server's list (it held /quit 15 s: a trial)
+            models = call_abandonable(s.list_models, give_up=self.quit_check(), name="list models")
+        except Abandoned:
+            return
         except Exception as exc:
-            self.call_from_thread(self.chat_notice, f"Chat model is now {name} (not checked: {exc}).", "warning")
+            self.call_from_thread(self.chat_notice, f"{name} could not be checked against the server's models: "
+                                  f"{exc}.", "warning")
             return
         self.call_from_thread(self.models_listed, models)
         if name in models or not models:
-            self.call_from_thread(self.chat_notice, f"Chat model is now {name}.")
             return
-        self.call_from_thread(self.chat_notice, f"Chat model is now {name}, but the server at "
+        self.call_from_thread(self.chat_notice, f"Chat model {name}: the server at "
                               f"{shown_url(self.config.base_url)} does not list it (it lists {', '.join(models)}): replies "
                               "may fail, or come from another model. /model alone lists them.", "warning")
 
     @background(group="models")
     def model_worker(self, s: ChatSession) -> None:
         """/model: the server's models (fails in words: "Cannot list models: …")."""
-        models = s.list_models()
+        try:
+            models = call_abandonable(s.list_models, give_up=self.quit_check(), name="list models")
+        except Abandoned:
+            return
         self.call_from_thread(self.models_listed, models)
         current = s.model or "(first listed)"
         self.call_from_thread(self.chat_notice, f"Chat model: {current}\nAvailable: " + ", ".join(models))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -123,7 +124,9 @@ async def test_app_state_is_assigned_on_the_ui_thread_only(server, tmp_path, min
         await type_and_send(pilot, app, "/model beta-model")
         await wait_for(pilot, lambda: "Chat model is now beta-model." in notices(app))
         await type_and_send(pilot, app, "/model no-such-model")
-        await wait_for(pilot, lambda: "Chat model is now no-such-model, but the server" in notices(app))
+        await wait_for(pilot, lambda: "Chat model no-such-model: the server" in notices(app))
+        assert "Chat model is now no-such-model." in notices(app)  # said at once, then checked
+        assert "chat model: no-such-model (/model)" in log_text(app)
         assert "does not list it (it lists alpha-model, beta-model)" in notices(app)
         await type_and_send(pilot, app, "/model alpha-model")
         await wait_for(pilot, lambda: "Chat model is now alpha-model." in notices(app))
@@ -138,3 +141,19 @@ async def test_app_state_is_assigned_on_the_ui_thread_only(server, tmp_path, min
         on_purpose.start()
         on_purpose.join()
     assert off_thread == ["model_found"]  # only the assignment made from a thread on purpose, to show the check sees one
+
+
+async def test_a_quit_does_not_wait_for_a_stalled_model_list(server, tmp_path, minilm, data_dir):
+    """/model NAME then Ctrl+Q against a server that stalls on its list: 15 s of a blank
+    terminal (a trial)."""
+    app = NexusApp(make_config(server.base_url, tmp_path), data_dir / "sessions" / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        server.state.models_delay = 30.0
+        await type_and_send(pilot, app, "/model other-model")
+        await wait_for(pilot, lambda: "Chat model is now other-model." in notices(app))
+        await wait_for(pilot, lambda: any(r.path.rstrip("/") == "/v1/models" for r in server.state.requests[-2:]))
+        started = time.monotonic()
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: not app.is_running, timeout=10)
+    assert time.monotonic() - started < 5
