@@ -75,6 +75,20 @@ _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\s*\n\s*")
 QUERY_CHARS = 200
 
 
+# a message of this many lines or more holds pasted material (a log, a statement, a
+# document): its years and "latest"s are the material's, not what the user asks
+PASTE_LINES = 6
+
+
+def own_words(text: str) -> str | None:
+    """The lines around a paste, where a user writes what they want of it (first and
+    last); None when ``text`` is no paste."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < PASTE_LINES:
+        return None
+    return "\n".join(dict.fromkeys((lines[0], lines[-1])))
+
+
 def _asks(sentence: str) -> bool:
     return sentence.rstrip().endswith(("?", "？"))
 
@@ -131,6 +145,14 @@ class WebRouter:
 
     def decide(self, text: str) -> RouteDecision:
         q = text.strip()
+        around = own_words(q)
+        if around is not None:
+            # a paste: searched only for a question of the user's that holds a now-word; a
+            # year in a pasted log sent "Can you summarise it?" to the search engine (a trial)
+            asked = search_query(around)
+            if not (_asks(asked) and NEEDS_WEB.search(asked)) or ABOUT_ME.search(asked) or ABOUT_US.search(asked):
+                return RouteDecision(False, "a paste, and no question of yours about the world around it")
+            return RouteDecision(True, f"a paste; you ask '{asked[:80]}'", asked)
         m = ABOUT_US.search(q)
         if m:
             return RouteDecision(False, f"about the conversation ('{m.group(0)}'): memory answers it")

@@ -66,6 +66,20 @@ def test_rule_table(question, search):
     assert d.by == "rules" or not search
 
 
+def test_a_paste_is_searched_only_for_a_question_of_the_users_own_around_it():
+    """A year in pasted text sent the paste's lines, or "Can you summarise it?", to the
+    search engine (a trial)."""
+    r = WebRouter(ask_llm=None)
+    lines = "\n".join(f"line {i:04d} of the paste" for i in range(1990, 2030))
+    assert not r.decide(lines).search
+    log = "\n".join(f"2024-03-0{i} 10:00 ERROR worker {i} lost its lease" for i in range(1, 8))
+    assert not r.decide(log + "\nCan you summarise it?").search
+    statement = "Bank statement 2023\n" + "\n".join(f"03/{d:02d} card payment 12.50" for d in range(1, 9))
+    assert not r.decide(statement + "\nWhat should I do with it?").search
+    d = r.decide(log + "\nIs there an outage of the cloud provider today?")
+    assert d.search and d.query == "Is there an outage of the cloud provider today?"
+
+
 def test_only_the_sentence_that_asks_is_searched():
     """The whole message was the query: "My password is hunter2 …" went to the web and
     to the log (a trial). Now the sentence with the now-word, or the model's question."""
