@@ -90,6 +90,7 @@ class ChatSession:
         self.turn: Turn | None = None  # the request in flight
         self.kept: list[str] = []  # messages without an answer (failed, empty, cancelled early): resend with a key
         self.latest_kept: str | None = None  # the one whose failure was said last (Ctrl+R's hint is under it)
+        self.kept_here: list[str] = []  # those whose failure was said in this window, in the order written
         # the newest message written, while it has no answer: /edit's after /clear took the chat's bubbles
         self.newest_unanswered: str | None = None
         # kept messages of /retry and /edit: the exchange their answer is to replace
@@ -456,10 +457,13 @@ class ChatSession:
     def pending(self) -> str | None:
         """The message Ctrl+R sends next (a failed, empty or early-cancelled reply): the
         one whose failure was said last in this window, the one its "Ctrl+R" hint is
-        under; otherwise the oldest kept."""
+        under; then the others that failed in this window, in the order written (after an
+        outage, the one written before it came eleven presses later, behind every earlier
+        run's: a trial); then the oldest kept."""
         if self.latest_kept in self.kept:
             return self.latest_kept
-        return self.kept[0] if self.kept else None
+        here = next((t for t in self.kept_here if t in self.kept), None)
+        return here if here is not None else (self.kept[0] if self.kept else None)
 
     def is_retry(self, text: str, turn: Turn | None) -> bool:
         """A /retry: the newest exchange's own question asked again (an /edit asks another)."""
@@ -478,6 +482,9 @@ class ChatSession:
             self.replacing.pop(text, None)
         self.keep_unsent([text])  # written with what it replaces
         self.latest_kept = self.newest_unanswered = text
+        if text in self.kept_here:
+            self.kept_here.remove(text)
+        self.kept_here.append(text)
         return True
 
     def replaces(self, text: str) -> bool:

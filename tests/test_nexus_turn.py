@@ -232,6 +232,32 @@ async def test_ctrl_r_sends_the_message_its_newest_hint_is_under(server, tmp_pat
         assert app.session.kept == ["ok thanks"]
 
 
+async def test_after_an_outage_ctrl_r_sends_this_windows_failures_before_an_earlier_runs(server, tmp_path, minilm,
+                                                                                           data_dir):
+    """A and B failed in an outage: Ctrl+R sent B (its hint), then an unanswered message of
+    an earlier run, and A came eleven presses later (a trial)."""
+    state = {"down": True}
+    server.respond(chat_only(lambda req: Reply("", status=500) if state["down"] else
+                             Reply(f"answer to {user_of(req)}", chunk_delay=0.0)))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "an old question")
+        await wait_for(pilot, lambda: app.turn is None and app.session.kept == ["an old question"])
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "question A")
+        await type_and_send(pilot, app, "question B")
+        await wait_for(pilot, lambda: app.turn is None and not app.outbox and len(app.session.kept) == 3)
+        state["down"] = False
+        for n in (1, 2, 3):
+            await pilot.press("ctrl+r")
+            await wait_for(pilot, lambda n=n: len(app.session.tree.exchanges) == n and app.turn is None)
+        assert [x.user for x in app.session.tree.exchanges] == ["question B", "question A", "an old question"]
+
+
 async def test_failures_are_reported_in_words_kept_and_never_stored(server, tmp_path, minilm, data_dir):
     script = [
         (Reply(body="<html><body><h1>502 Bad Gateway</h1><p>nginx</p></body></html>"),
