@@ -193,6 +193,12 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
                          "in the input as a new message.")
 
     def on_mount(self) -> None:
+        from .logs import setup_file_log
+
+        try:  # first: the settings' notes and the server probe's answer were in the pane, not the file (a trial)
+            setup_file_log()
+        except OSError as exc:  # the session's opening says what is wrong with the folder
+            log.warning("the log file cannot be opened yet: %s", exc)
         ui = self.config.section("ui")
         self.query_one("#tree").display = ui.show_tree
         self.query_one("#log").display = ui.show_log

@@ -118,3 +118,24 @@ async def test_a_password_in_the_base_url_is_used_and_never_shown(tmp_path, monk
 
     exc = openai.APIConnectionError(request=__import__("httpx").Request("GET", url))
     assert "SECRET9" not in describe_error(exc, url)
+
+
+async def test_the_probes_warning_at_start_is_in_the_log_file(tmp_path, monkeypatch, minilm):
+    """Nothing listening: said in the log pane at once, but not in nexus.log, which was
+    opened with the session, after the probe had answered (a trial)."""
+    import socket
+
+    from test_nexus_app import log_text, make_config, ready, wait_for
+
+    from nexus.app import NexusApp
+    from nexus.logs import log_path
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    app = NexusApp(make_config(f"http://127.0.0.1:{port}/v1", tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: "nothing is listening there" in log_text(app))
+    assert "nothing is listening there" in log_path().read_text()
