@@ -633,8 +633,9 @@ class ChatSession:
         if self.tree is not None and self.tree.vdb is not None and not self.read_only:
             self.settings.save(self.tree.vdb)
 
-    def set_value(self, name: str, value: str) -> float | int:
-        """``/set name value``: validated (ValueError names the allowed range), stored."""
+    def set_value(self, name: str, value: str) -> float | int | None:
+        """``/set name value``: validated (ValueError names the allowed range), stored;
+        ``default`` takes the session's own value back (None)."""
         assert self.tree is not None and self.tree.vdb is not None
         number = parse_setting(name, value)
         self._set_setting(name, number)

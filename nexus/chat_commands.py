@@ -144,6 +144,11 @@ class ChatCommands:
         except ValueError as exc:
             self.chat_notice(f"Not set: {exc}.", "warning")
             return
+        if value is None:
+            now = session.sampling(session.limits()[1]).get(args[0])
+            self.chat_notice(f"{args[0]} is back to the default for {self.session_path.stem}: "
+                             + (f"{now:g} (the settings')." if now is not None else "the server's own."))
+            return
         said = f"{args[0]} = {value:g} for {self.session_path.stem} (stored with the session)."
         ctx, used = session.limits()
         if args[0] == "max_tokens" and value and used < value:  # sent as 4,096, unsaid (a trial)

@@ -37,7 +37,7 @@ COMMANDS = [
     Command("sessions", "/sessions", "list sessions with sizes and last writes", "sessions"),
     Command("stats", "/stats", "session statistics", "stats"),
     Command("system", "/system [text|--clear]", "show or set this session's system prompt (sent before memory)", "system"),
-    Command("set", "/set temperature|top_p|max_tokens <value>", "this session's sampling (stored with it)", "set"),
+    Command("set", "/set temperature|top_p|max_tokens <value|default>", "this session's sampling (stored with it)", "set"),
     Command("retry", "/retry", "regenerate the last reply (it replaces that exchange in memory; /undo-retry puts it back)", "retry"),
     Command("undo-retry", "/undo-retry", "put back the exchange the last /retry or /edit replaced (again: the one before it)", "undo_retry"),
     Command("edit", "/edit", "put the last message back in the input; sending replaces that exchange (one that got no answer is sent as new)", "edit"),

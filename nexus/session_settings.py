@@ -63,15 +63,19 @@ class SessionSettings:
         db.set_meta(META_KEY, json.dumps(asdict(self)))
 
 
-def parse_setting(name: str, value: str) -> float | int:
-    """``/set NAME VALUE`` → the value; ValueError says what is allowed."""
+def parse_setting(name: str, value: str) -> float | int | None:
+    """``/set NAME VALUE`` → the value, None for ``default`` (the session's own value
+    dropped: once set, top_p could never go back to the server's: a trial); ValueError
+    says what is allowed."""
     limit = LIMITS.get(name)
     if limit is None:
         raise ValueError(f"unknown setting {name!r}: /set takes {', '.join(LIMITS)}")
+    if value.strip().lower() == "default":
+        return None
     try:
         number = int(value) if limit.integer else float(value)
     except ValueError:
-        raise ValueError(f"{name} must be {limit.describe()}, not {value!r}") from None
+        raise ValueError(f"{name} must be {limit.describe()} (or default), not {value!r}") from None
     if (math.isnan(number) or number < limit.low or number > limit.high
             or (limit.low_open and number == limit.low)):
         raise ValueError(f"{name} must be {limit.describe()}, not {value}")

@@ -626,6 +626,13 @@ async def test_system_prompt_and_sampling_are_stored_with_the_session(server, tm
         await type_and_send(pilot, app2, "/set max_tokens 100000")
         await wait_for(pilot, lambda: f"Replies get at most {ctx // 2:,} tokens: half of the model's context "
                        f"({ctx:,}, models.context_tokens)" in notices(app2))
+        # and back: once set, top_p could never go back to the server's own (a trial)
+        await type_and_send(pilot, app2, "/set top_p default")
+        await wait_for(pilot, lambda: "top_p is back to the default" in notices(app2))
+        assert app2.session.settings.top_p is None
+        await type_and_send(pilot, app2, "Any treasure left?")
+        await wait_for(pilot, lambda: len(app2.session.tree.exchanges) == 3)
+        assert "top_p" not in chat_bodies(server)[-1] and chat_bodies(server)[-1]["temperature"] == 0.2
 
 
 async def test_retry_replaces_the_last_exchange(server, tmp_path, minilm, data_dir):
