@@ -268,7 +268,7 @@ async def test_failures_are_reported_in_words_kept_and_never_stored(server, tmp_
         (Reply(status=500, body="<html><title>oops</title>Internal failure in the model</html>"),
          ["HTTP 500", "Internal failure in the model"]),
         (Reply(body="data: {not json at all\n\n", content_type="text/event-stream"),
-         ["sent a broken reply (not valid JSON"]),
+         ["sent a broken reply (not valid JSON: expecting property name enclosed in double quotes at character 1)"]),
         (Reply("", chunks=[]), None),  # empty
         (Reply("", chunks=["   ", "\n\n"]), None),  # whitespace only
         (Reply("", chunks=["<think>hmm</think>", "  "]), None),  # reasoning only: no answer

@@ -115,7 +115,9 @@ def describe_error(exc: BaseException, base_url: str) -> str:
     if isinstance(exc, openai.APIError):  # an error event in the middle of a stream ("APIError: …" said)
         return f"the model server at {base_url} reported an error during the reply: {getattr(exc, 'message', exc)}"
     if isinstance(exc, json.JSONDecodeError):  # a streamed chunk that is not JSON
-        return f"the model server at {base_url} sent a broken reply (not valid JSON: {exc.msg})"
+        # the message alone stopped mid-phrase ("Unterminated string starting at": a trial)
+        where = f"{'' if exc.msg.endswith(' at') else ' at'} character {exc.pos}"
+        return f"the model server at {base_url} sent a broken reply (not valid JSON: {exc.msg.lower()}{where})"
     return f"{type(exc).__name__}: {exc}"
 
 
