@@ -143,6 +143,24 @@ def test_newer_fact_supersedes_older(tmp_path, minilm):
     assert {x.index: x.status for x in synth.last_report.exchanges}[2] == "current"
 
 
+def test_a_branch_header_does_not_state_a_superseded_fact_as_its_summary(minilm):
+    """The header of the old fact's branch read "— Sarah is allergic to peanuts." (its
+    extractive summary) above the line marking it superseded (a trial)."""
+    tree = CTree(judge="embedding", embed_fn=minilm)
+    tree.add(ex("Sarah is allergic to peanuts.", "Noted: no peanuts for Sarah."), timestamp="2024-01-01T10:00")
+    tree.add(ex("What's a good name for a goldfish?", "How about Bubbles?"), timestamp="2024-01-02T10:00")
+    tree.add(ex("Actually, Sarah is no longer allergic to peanuts; she can eat nuts now.",
+                "Good news: Sarah can eat peanuts now."), timestamp="2024-03-01T10:00")
+    q = "Can Sarah eat peanuts?"
+    shown = PromptSynthesizer(ctree=tree, topic_threshold=0.0)  # every matched branch shows its summary
+    prompt = shown.synthesize_prompt(q, minilm.embed(q), None, [])
+    assert "[superseded] User: Sarah is allergic to peanuts." in prompt
+    assert not [line for line in prompt.splitlines() if line.startswith("## ") and "allergic to peanuts." in line]
+    # a summary that repeats no superseded fact is still shown
+    q = "What did we call the goldfish?"
+    assert "## Name Goldfish Bubbles — What's a good name" in shown.synthesize_prompt(q, minilm.embed(q), None, [])
+
+
 def test_a_plain_correction_that_names_the_subject_supersedes(tmp_path, minilm):
     """ "Actually, my deadline moved to Friday." was no update of "My project deadline is
     Wednesday the 10th." (cosine 0.52, under 0.65; a trial): a correction naming a rarer

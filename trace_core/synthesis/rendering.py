@@ -7,6 +7,7 @@ shown.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 from .. import prompts
@@ -17,6 +18,18 @@ from .fusion import ROLE_ORDER, asks
 from .report import InjectedPath
 
 ARCHIVED = "archived"  # the branch id of entries whose exchange has no topic
+
+
+_SENTENCE = re.compile(r"(?<=[.!?…])\s+")
+
+
+def repeats_superseded(summary: str, status: dict[int, str], exchanges) -> bool:
+    """A summary that quotes a fact the block marks [superseded] (an extractive summary is
+    the topic's own sentences): in the branch header it stated the old fact as current,
+    above the lines that say it was corrected (a trial)."""
+    old = [exchanges[i].text for i, s in status.items() if s == "superseded"]
+    return bool(old) and any(len(s) >= 16 and any(s in t for t in old)
+                             for s in (p.strip() for p in _SENTENCE.split(summary)))
 
 
 def clip_text(text: str, max_chars: int) -> str:
@@ -179,7 +192,8 @@ def render(chosen: list[tuple[int, str]], status: dict[int, str], budget: int, t
         topic = topics[bid]
         # TRACE's topic hits: a branch whose summary matched the query shows it
         if (gi >= top_k_docs or topic is None or not is_frozen(topic) or not topic.summary
-                or topic_score.get(topic.node_id, 0.0) < topic_threshold):
+                or topic_score.get(topic.node_id, 0.0) < topic_threshold
+                or repeats_superseded(topic.summary, status, layout.exchanges)):
             continue
         head = layout.header(topic, topic.summary)
         extra = count_tokens(head) - count_tokens(blocks[bid][0])
