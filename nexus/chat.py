@@ -90,6 +90,7 @@ class ChatSession:
         self.turn: Turn | None = None  # the request in flight
         self.kept: list[str] = []  # messages without an answer (failed, empty, cancelled early): resend with a key
         self.latest_kept: str | None = None  # the one whose failure was said last (Ctrl+R's hint is under it)
+        self.last_sent: tuple[str, str] | None = None  # the newest message sent and the system text it went with
         self.kept_here: list[str] = []  # those whose failure was said in this window, in the order written
         # the newest message written, while it has no answer: /edit's after /clear took the chat's bubbles
         self.newest_unanswered: str | None = None
@@ -360,6 +361,7 @@ class ChatSession:
             if not turn.cancelled.is_set():
                 system = self.with_system_prompt(self.build_prompt(text, results, replacing=turn.replace,
                                                                    message_tokens=size))
+                self.last_sent = (text, system)  # /memory shows it
                 finish = self._stream(turn, model, system, text, max_tokens)
         except Exception as exc:
             turn.outcome = "failed"
@@ -794,6 +796,7 @@ class ChatSession:
         assert self.tree is not None
         res = self.tree.forget([self.tree.exchanges[i] for i in indices])
         self.recent = self.recent_from_tree()
+        self.last_sent = None  # its memory block may quote them (/memory)
         return res
 
     def stats(self) -> dict:

@@ -36,6 +36,7 @@ COMMANDS = [
     Command("repair", "/repair <name>", "rebuild a damaged session from what it holds (the damaged file is kept)", "repair"),
     Command("sessions", "/sessions", "list sessions with sizes and last writes", "sessions"),
     Command("stats", "/stats", "session statistics", "stats"),
+    Command("memory", "/memory", "the system text and memory block the newest message was sent with", "memory"),
     Command("system", "/system [text|--clear]", "show or set this session's system prompt (sent before memory)", "system"),
     Command("set", "/set temperature|top_p|max_tokens <value|default>", "this session's sampling (stored with it)", "set"),
     Command("retry", "/retry", "regenerate the last reply (it replaces that exchange in memory; /undo-retry puts it back)", "retry"),

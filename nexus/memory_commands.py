@@ -305,6 +305,18 @@ class MemoryCommands:
     def cmd_scenario(self, args: list[str]) -> None:
         self.scenarios.command(args)
 
+    def cmd_memory(self, args: list[str]) -> None:
+        """The system text the newest message went to the model with: the memory block as
+        the model read it (the log gave counts and scores only: a trial)."""
+        session = self.need_session()
+        if session.last_sent is None:
+            self.chat_notice("No message has been sent in this window yet: the memory block is made for each "
+                             "message, from what it asks.")
+            return
+        text, system = session.last_sent
+        self.chat_notice(f"What the model was sent with {quoted(text, 80)} (system text, memory block included):\n\n"
+                         + system)
+
     def cmd_stats(self, args: list[str]) -> None:
         session = self.need_session()
         st = session.stats()

@@ -74,6 +74,8 @@ async def test_forget_asks_then_erases_from_chat_memory_prompt_history_and_file(
         assert past and "forgotten" in rendered(past[0]) and SECRET not in rendered(past[0])
         assert not [m for m in app.query(UserMessage) if SECRET in m.text]
         assert SECRET not in notices(app)  # the question quoted it: it went with it
+        await type_and_send(pilot, app, "/memory")  # the last block sent quoted it: not shown any more
+        await wait_for(pilot, lambda: "No message has been sent in this window yet" in notices(app))
         assert SECRET not in history_path().read_text() and "/stats" in history_path().read_text()
         # the next turn's prompt holds it nowhere (memory block, recent window)
         before = len(server.chat_requests())
@@ -81,6 +83,10 @@ async def test_forget_asks_then_erases_from_chat_memory_prompt_history_and_file(
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 4)
         asked = [r for r in server.chat_requests()[before:] if not r.get("response_format")]
         assert asked and SECRET not in json.dumps(asked) and "Porto" in json.dumps(asked)
+        # /memory shows the system text that message went with, memory block included
+        await type_and_send(pilot, app, "/memory")
+        await wait_for(pilot, lambda: "What the model was sent with \"What was my locker code?\"" in notices(app))
+        assert asked[-1]["messages"][0]["content"] in notices(app)
         # the pane's root counts what is in the tree, as its title does (it said 4 of 2)
         await wait_for(pilot, lambda: "ROOT (2 exchanges)" in str(app.query_one(MemoryTree).root.label))
     assert SECRET.encode() not in file_bytes(path)
