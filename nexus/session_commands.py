@@ -138,8 +138,13 @@ class SessionCommands:
         del self._delete_asked[path]
         try:
             sessions.delete(path)
-        except (OSError, sessions.SessionInUse) as exc:
+        except sessions.SessionInUse as exc:
             self.chat_notice(f"Not deleted: {exc}.", "error")
+            return
+        except OSError as exc:  # "[Errno 1] Operation not permitted: '…'" reached the chat (a trial)
+            from .paths import os_problem
+
+            self.chat_notice(f"Not deleted: {os_problem(exc)}.", "error")
             return
         self.chat_notice(f"Deleted {path.stem}.")
 
