@@ -779,6 +779,10 @@ class ChatSession:
         with self.tree.lock:  # the tree's own lock: add() holds it while it writes
             return search_messages(self.tree.vdb, qv, query, top_k, SEARCH_FLOOR)
 
+    def corrections(self, indices: list[int]) -> dict[int, list[int]]:
+        """Which of these exchanges a later one corrected (the memory block's [superseded])."""
+        return self.synth.corrections(indices) if self.synth is not None else {}
+
     def reorganize(self, threshold: float | None = None, prune: bool | None = None, should_stop=None,
                    asked: bool = False) -> dict:
         """``asked``: the user's /reorganize (it may make again what /undo-reorganize took

@@ -74,11 +74,19 @@ class MemoryCommands:
         title = f"Memory search: {clip_text(query, 120)}"
         if any(lift for _, lift in hits):
             title += "  (≡ holds its words)"
+        # a corrected fact is said so, as the memory block tags it: "where does my sister live"
+        # showed the old city first, unmarked (a trial)
+        corrected = self.need_session().corrections([h.exchange_index for h, _ in hits])
+
+        def mark(i: int) -> str:
+            later = corrected.get(i)
+            return f"  [superseded by #{max(later)}]" if later else ""
+
         # the branch on a line, the message under it: run on after a short path, the text of
         # one hit started beside it and the others' below (a trial); cut with "…" (mid-word,
         # it read as whole)
-        rows = [(f"{h.similarity:.2f}" + (" ≡" if lift else ""), f"{h.thread_path}\n#{h.exchange_index} {h.role}: "
-                 f"{around_words(h.text, query)}") for h, lift in hits]
+        rows = [(f"{h.similarity:.2f}" + (" ≡" if lift else ""), f"{h.thread_path}{mark(h.exchange_index)}\n"
+                 f"#{h.exchange_index} {h.role}: {around_words(h.text, query)}") for h, lift in hits]
         self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}" for a, b in rows]),
                               "info", two_columns([(title, rows)]))
 

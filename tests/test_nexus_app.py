@@ -621,6 +621,31 @@ async def test_search_finds_the_words_themselves(server, tmp_path, minilm, data_
         assert app.session.search("my cat is hungry") == []  # neither its words nor its meaning
 
 
+async def test_search_says_which_hit_a_later_message_corrected(server, tmp_path, minilm, data_dir):
+    """"/search where does my sister live" showed Porto first, unmarked, above the message
+    that corrected it (a trial): the hit says it was superseded, as the memory block does."""
+    from trace_core import CTree
+
+    path = tmp_path / "s.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
+    for user, reply in (("My sister Ana lives in Porto.", "Porto is lovely."),
+                        ("I bought a green bike.", "Nice."),
+                        ("Actually, my sister Ana moved to Lisbon last month.", "Lisbon, noted.")):
+        tree.add([{"role": "user", "content": user}, {"role": "assistant", "content": reply}])
+    tree.close()
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/search where does my sister live")
+        await wait_for(pilot, lambda: "Memory search: where does my sister live" in notices(app))
+        said = notices(app)
+        porto = said.index("#0 user: My sister Ana lives in Porto.")
+        assert said[:porto].rstrip().endswith("[superseded by #2]")
+        lisbon = said.index("#2 user: Actually")
+        assert "superseded" not in said[said.rindex("\n", 0, lisbon - 1):lisbon]
+
+
 async def test_engine_events_read_as_sentences_in_the_log(server, tmp_path, minilm, data_dir):
     """The log pane showed "TopicsFrozen(level='debug', topics=(…))"; a branch's line counted
     its lines ("4 entries", date lines too) where the inspector counted 3 exchanges."""

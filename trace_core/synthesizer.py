@@ -298,6 +298,16 @@ class PromptSynthesizer:
         report.memory_tokens = count_tokens(text)
         return text
 
+    def corrections(self, indices: list[int]) -> dict[int, list[int]]:
+        """Which of these exchanges a later one corrected, by the rule the memory block
+        tags ``[superseded]`` with (any later exchange may be the correction): exchange ->
+        the exchanges that corrected it."""
+        self.tree.refuse_if_closed("look for corrections")
+        exchanges = self.tree.exchange_view()
+        with self.tree.lock:
+            return self._supersessions.find(sorted(set(indices)), exchanges, self.tree.exchange_vector,
+                                            message_vector=self.message_vector_lookup())
+
     def message_vector_lookup(self):
         """A function (exchange index, role) -> the stored message's unit vector (None for
         a message not stored), or None without a store."""
