@@ -101,3 +101,38 @@ def test_a_tree_without_a_store_forgets_in_its_json_export(tmp_path, minilm):
     assert json.loads(text)["archived"]
     loaded = CTree.load(str(out), embed_fn=minilm, judge="embedding")
     assert loaded.exchanges[1].forgotten
+
+
+def test_an_exchange_archived_before_takes_its_words_out_of_the_names(tmp_path, minilm):
+    """Archived first (/reorganize --prune): its topic, found by where it was archived
+    from, kept the name "Sourdough Starter Wobblewick" (a trial)."""
+    talk = [("My sourdough starter is called Wobblewick.", "Wobblewick is a fine name for a starter."),
+            ("How often should I feed my sourdough starter?", "Feed it twice a day."),
+            ("My sourdough starter smells of acetone.", "Feed it more often.")]
+    path = tmp_path / "w.db"
+    tree = build(path, minilm, talk)
+    assert "Wobblewick" in tree.render_tree()
+    tree.archive([tree.exchanges[0]])
+    res = tree.forget([tree.exchanges[0]])
+    assert res.renamed and "wobblewick" in res.words and "sourdough" not in res.words  # others hold that
+    assert "wobblewick" not in tree.render_tree(show_messages=True).lower()
+    tree.close()
+    assert b"wobblewick" not in file_bytes(path).lower()
+
+
+def test_a_reader_keeps_the_old_log_pages_until_the_next_open_and_the_result_says_so(tmp_path, minilm):
+    path = tmp_path / "r.db"
+    tree = build(path, minilm)
+    reader = CTree.open(str(path), judge="embedding", embed_fn=minilm, read_only=True)  # another window
+    res = tree.forget([tree.exchanges[1]], meta={"app.copy": None, "app.note": "kept"})
+    assert res.forgotten == [1] and not res.file_purged
+    assert tree.vdb.get_meta("app.note") == "kept"
+    tree.close()
+    reader.close()  # last, and read-only: it cannot empty the log
+    assert SECRET.encode() in file_bytes(path)
+    again = CTree.open(str(path), judge="embedding", embed_fn=minilm)  # the next open empties the log
+    assert SECRET.encode() not in file_bytes(path)
+    again.close()
+    solo = build(tmp_path / "s.db", minilm)
+    assert solo.forget([solo.exchanges[1]]).file_purged
+    solo.close()

@@ -13,7 +13,8 @@ log emptied, so the words cannot be read back from the file either.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .archive import Archive
@@ -34,6 +35,12 @@ class ForgetResult:
     forgotten: list[int] = field(default_factory=list)  # exchange indices forgotten now
     renamed: list[tuple[str, str]] = field(default_factory=list)  # topic names made again (old, new)
     undo_dropped: bool = False  # the last reorganisation can no longer be undone
+    # the words only the forgotten exchanges held: an app's own copies of them (a search
+    # typed, a note shown) can be told by these
+    words: frozenset[str] = frozenset()
+    # the write-ahead log was emptied; False while another connection reads the file (its
+    # old pages stay until the next open), or with no store
+    file_purged: bool = False
 
 
 class Forgetting:
@@ -57,30 +64,44 @@ class Forgetting:
         self.embedder = embedder
         self.lock = lock
 
-    def forget(self, exchanges: Iterable[MessageNode]) -> ForgetResult:
+    def forget(self, exchanges: Iterable[MessageNode], meta: Mapping[str, str | None] | None = None) -> ForgetResult:
+        meta = dict(meta or {})
         with self.lock:
             todo = [x for x in dict.fromkeys(exchanges) if not x.forgotten]
-            if not todo:
+            if not todo and not meta:
                 return ForgetResult()
             said = set().union(*(words_of(f"{x.user}\n{x.assistant}\n{x.system}") for x in todo))
-            above = [t for x in todo if x.parent is not None for t in self.model.get_ancestors(x.parent)]
+            unique = self._only_in(todo, said)
+            homes = [x.parent if x.parent is not None else self.model.find(x.home_id) for x in todo]
+            above = [t for h in homes if h is not None and h.is_topic for t in self.model.get_ancestors(h)]
             self.archive.archive([x for x in todo if not x.archived])
-            live = set(self.model.root.iter_topics())
-            touched = [t for t in dict.fromkeys(above) if t in live and t is not self.model.root]
+            live = [t for t in self.model.root.iter_topics() if t is not self.model.root]
+            # the topics it was in, and any other that names or sums up a word only it held
+            # (one archived earlier by /reorganize --prune kept "Wobblewick": a trial)
+            mentions = [t for t in live if words_of(f"{t.topic_name}\n{t.summary}") & unique]
+            touched = list(dict.fromkeys([t for t in above if t in set(live)] + mentions))
             vec = self.embedder().embed_batch([FORGOTTEN])[0]
             self._scrub(todo, vec)
             renamed = self._rename(touched, said)
             # a summary may quote the forgotten words: the archive wrote those off the
-            # active path again; the rest (on it) are still marked stale
-            self.summaries.summarize([t for t in touched if t in self.model.stale])
+            # active path again; those on it, and those that mention them, are written now
+            self.summaries.summarize([t for t in touched if t in self.model.stale or t in mentions])
             had_undo = self.undo.last is not None
             self.undo.last = None
+            purged = False
             if self.store is not None:
-                had_undo = self.store.write_forgotten(todo, vec, [old for old, _ in renamed]) or had_undo
+                dropped, purged = self.store.write_forgotten(todo, vec, [old for old, _ in renamed], meta)
+                had_undo = dropped or had_undo
             if self.sentence_index is not None:
                 after = self.model.exchanges
                 self.sentence_index.redo([(after[x.index + 1], "user") for x in todo if x.index + 1 < len(after)])
-            return ForgetResult([x.index for x in todo], renamed, had_undo)
+            return ForgetResult([x.index for x in todo], renamed, had_undo, frozenset(unique), purged)
+
+    def _only_in(self, todo: list[MessageNode], said: set[str]) -> set[str]:
+        """The words of ``said`` no other exchange holds (by the word statistics, which
+        count each exchange once)."""
+        here = Counter(w for x in todo for w in words_of(f"{x.user}\n{x.assistant}"))
+        return {w for w in said if self.words.counts.get(w, 0) <= here.get(w, 0)}
 
     def _scrub(self, todo: list[MessageNode], vec) -> None:
         """Each message's text replaced, in the exchange, the conversation and the word

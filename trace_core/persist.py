@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -152,16 +152,23 @@ class TreeStore:
                 self.db.set_exchange_archived(x.node_id, archived)
             self.write_structure()
 
-    def write_forgotten(self, exchanges: list[MessageNode], vector: np.ndarray, old_names: list[str]) -> bool:
+    def write_forgotten(self, exchanges: list[MessageNode], vector: np.ndarray, old_names: list[str],
+                        meta: Mapping[str, str | None]) -> tuple[bool, bool]:
         """Forgotten exchanges (``Forgetting``): their rows written again from their new
         text (``vector``: its embedding), archived; the sentence parts cued by them
         dropped; the structure, and the paths that named ``old_names``; the reorganisation
-        journal dropped (it holds the names and summaries of before); the file purged.
-        Returns whether an undo record was dropped."""
+        journal dropped (it holds the names and summaries of before); ``meta`` rows
+        written (None: deleted); the file purged. Returns whether an undo record was
+        dropped, and whether the purge was complete."""
         db = self.db
         firsts = self.model.first_message_indices()
-        with db.purging():
+        with db.purging() as purge:
             with db.transaction():
+                for key, value in meta.items():
+                    if value is None:
+                        db.delete_meta(key)
+                    else:
+                        db.set_meta(key, value)
                 # a user message's parts include it read after the reply before it
                 db.delete_message_parts([message_id(x.index + 1, "user") for x in exchanges])
                 for x in exchanges:
@@ -173,7 +180,7 @@ class TreeStore:
                 dropped = db.journal_clear()
                 self.write_structure()
                 db.replace_stored_paths(old_names)
-        return dropped
+        return dropped, purge.complete
 
     def write_reorganized(self, op_id: str, journal: list[tuple[str, dict]]) -> None:
         """A reorganisation: its journal (the before state first), archive flags, the structure."""

@@ -86,6 +86,11 @@ def fts_query(text: str) -> str:
     return " OR ".join(f'"{w}"' for w in sorted(query_terms(text)))
 
 
+@dataclass
+class Purge:
+    complete: bool = False  # the write-ahead log was emptied (no other connection was reading)
+
+
 class VectorDatabase(TopicSummaries, TreeTables):
     """The session store. ``VectorDatabase(path)`` creates the file if missing (mode 0600:
     conversations are private) and holds the session's writer lock until ``close()``; a
@@ -126,6 +131,8 @@ class VectorDatabase(TopicSummaries, TreeTables):
                 self.con.execute("PRAGMA journal_mode=WAL")
                 self.con.execute(f"PRAGMA synchronous={synchronous}")
                 self._migrate()
+                # a log a reader kept from being emptied (``purging``) is emptied now
+                self.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             except sqlite3.DatabaseError as exc:
                 raise SessionFileError(self.path, f"cannot be used as a session: {exc}") from exc
         except BaseException:
@@ -479,20 +486,28 @@ class VectorDatabase(TopicSummaries, TreeTables):
             self._drop_message_caches()
 
     @contextmanager
-    def purging(self) -> Iterator[None]:
+    def purging(self) -> Iterator[Purge]:
         """What is deleted inside made unreadable in the file: freed pages and cells zeroed
         (``secure_delete``), then the full-text indexes merged (a deleted row's words stay
-        in their old segments until a merge) and the write-ahead log emptied."""
+        in their old segments until a merge) and the write-ahead log emptied. The log
+        keeps its old pages while another connection reads (a read-only window):
+        ``Purge.complete`` is then False, and the next open empties it."""
+        purge = Purge()
         with self._lock:
             before = self.con.execute("PRAGMA secure_delete").fetchone()[0]  # some builds have it on
             self.con.execute("PRAGMA secure_delete=ON")
             try:
-                yield
+                yield purge
                 for table in ("messages_fts", "topics_fts"):
                     self.con.execute(f"INSERT INTO {table}({table}) VALUES('optimize')")
-                self.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                busy = self.con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                purge.complete = not busy
             finally:
                 self.con.execute(f"PRAGMA secure_delete={int(before)}")
+
+    def delete_meta(self, key: str) -> None:
+        with self._lock:
+            self.con.execute("DELETE FROM meta WHERE key=?", (key,))
 
     def delete_message_parts(self, message_ids: list[str]) -> None:
         with self._lock:

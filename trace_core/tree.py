@@ -428,17 +428,19 @@ class CTree(TreeReading):
         self._refuse_if_read_only("restore exchanges")
         return self._archive().restore(exchanges)
 
-    def forget(self, exchanges: Iterable[MessageNode]) -> ForgetResult:
+    def forget(self, exchanges: Iterable[MessageNode], meta: Mapping[str, str | None] | None = None) -> ForgetResult:
         """Forget ``exchanges`` for good (unlike ``archive``): each stays in its place,
         archived, its messages' text replaced by ``FORGOTTEN`` in memory and in the
         session file, its words gone from the vectors, the keyword index, the sentence
         parts, the topic names and summaries, and from the undo record of the last
-        reorganisation (which can then no longer be undone)."""
+        reorganisation (which can then no longer be undone). ``meta``: an application's
+        rows of the session file written in the same purge (None deletes one), for its
+        own copies of the text."""
         self._refuse_if_read_only("forget exchanges")
         with self._lock:
             done = Forgetting(self.structure, self._archive(), self.judges, self.group_names, self.summaries,
                               self._store, self._sentence_index(), self._undo, self.word_stats, lambda: self.embed_fn,
-                              self._lock).forget(exchanges)
+                              self._lock).forget(exchanges, meta)
         self._auto_save()
         return done
 
