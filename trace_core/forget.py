@@ -12,8 +12,8 @@ log emptied, so the words cannot be read back from the file either.
 
 from __future__ import annotations
 
+import re
 import threading
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -27,7 +27,9 @@ from .persist import TreeStore
 from .reorganize import UndoLog
 from .sentence_index import SentenceIndex
 from .summaries import Summaries
-from .textutil import DocumentFrequency, words_of
+from .textutil import STOPWORDS, DocumentFrequency, words_of
+
+_TOKEN = re.compile(r"\w+")  # words and numbers (a code), in any script
 
 
 @dataclass(frozen=True)
@@ -71,14 +73,14 @@ class Forgetting:
             if not todo and not meta:
                 return ForgetResult()
             said = set().union(*(words_of(f"{x.user}\n{x.assistant}\n{x.system}") for x in todo))
-            unique = self._only_in(todo, said)
+            unique = self._only_in(todo)
             homes = [x.parent if x.parent is not None else self.model.find(x.home_id) for x in todo]
             above = [t for h in homes if h is not None and h.is_topic for t in self.model.get_ancestors(h)]
             self.archive.archive([x for x in todo if not x.archived])
             live = [t for t in self.model.root.iter_topics() if t is not self.model.root]
             # the topics it was in, and any other that names or sums up a word only it held
             # (one archived earlier by /reorganize --prune kept "Wobblewick": a trial)
-            mentions = [t for t in live if words_of(f"{t.topic_name}\n{t.summary}") & unique]
+            mentions = [t for t in live if set(_TOKEN.findall(f"{t.topic_name}\n{t.summary}".casefold())) & unique]
             touched = list(dict.fromkeys([t for t in above if t in set(live)] + mentions))
             vec = self.embedder().embed_batch([FORGOTTEN])[0]
             self._scrub(todo, vec)
@@ -97,11 +99,21 @@ class Forgetting:
                 self.sentence_index.redo([(after[x.index + 1], "user") for x in todo if x.index + 1 < len(after)])
             return ForgetResult([x.index for x in todo], renamed, had_undo, frozenset(unique), purged)
 
-    def _only_in(self, todo: list[MessageNode], said: set[str]) -> set[str]:
-        """The words of ``said`` no other exchange holds (by the word statistics, which
-        count each exchange once)."""
-        here = Counter(w for x in todo for w in words_of(f"{x.user}\n{x.assistant}"))
-        return {w for w in said if self.words.counts.get(w, 0) <= here.get(w, 0)}
+    def _only_in(self, todo: list[MessageNode]) -> set[str]:
+        """The words (and numbers: a code) of ``todo`` that no other exchange holds,
+        common words aside."""
+        def tokens(x: MessageNode) -> set[str]:
+            return {w for w in _TOKEN.findall(f"{x.user}\n{x.assistant}\n{x.system}".casefold())
+                    if w not in STOPWORDS and (len(w) > 2 or w.isdigit())}
+
+        gone = set(todo)
+        mine = set().union(*(tokens(x) for x in todo))
+        for x in self.model.exchanges:
+            if x not in gone and not x.forgotten:
+                mine -= tokens(x)
+                if not mine:
+                    break
+        return mine
 
     def _scrub(self, todo: list[MessageNode], vec) -> None:
         """Each message's text replaced, in the exchange, the conversation and the word
