@@ -276,12 +276,11 @@ def print_lost(exchanges: list[tuple[str, str]]) -> None:
     """Exchanges no file could take (a full disk), left anyway: on the terminal, to copy."""
     if not exchanges:
         return
-    lines = [f"nexus: {len(exchanges)} answered exchange(s) could not be stored (no file could be written); "
-             "here they are:"]
+    lines = [f"nexus: {len(exchanges)} message(s) could not be kept (no file could be written); here they are:"]
     from .text import safe
 
     for user, reply in exchanges:  # the model's text may hold escape sequences
-        lines += ["", f"You: {safe(user)}", f"Assistant: {safe(reply)}"]
+        lines += ["", f"You: {safe(user)}", f"Assistant: {safe(reply)}" if reply else "(not answered)"]
     print("\n".join(lines), file=sys.stderr)
 
 

@@ -91,6 +91,7 @@ class ChatSession:
         self.kept: list[str] = []  # messages without an answer (failed, empty, cancelled early): resend with a key
         self.latest_kept: str | None = None  # the one whose failure was said last (Ctrl+R's hint is under it)
         self.last_sent: tuple[str, str] | None = None  # the newest message sent and the system text it went with
+        self.sent_forgotten = False  # /forget cleared last_sent
         self.kept_here: list[str] = []  # those whose failure was said in this window, in the order written
         # the newest message written, while it has no answer: /edit's after /clear took the chat's bubbles
         self.newest_unanswered: str | None = None
@@ -704,9 +705,20 @@ class ChatSession:
         return node, k + 1, len(self.versions.versions)
 
     def only_here(self) -> list[tuple[str, str]]:
-        """The answered exchanges held in this process alone: neither the session file nor
-        the file beside it could take them (a full disk). Quitting loses them."""
-        return list(self.unstored) if self.unstored and not self.unstored_on_disk else []
+        """What this process alone holds (a full disk): answered exchanges neither the
+        session file nor the file beside it could take, and messages without an answer
+        the session file could not keep ("" as their reply). Quitting loses them."""
+        answered = list(self.unstored) if self.unstored and not self.unstored_on_disk else []
+        if self.read_only:  # it keeps nothing of its own in the file
+            return answered
+        return answered + [(t, "") for t in self.kept if t not in self._kept_saved]
+
+    def keep_again(self) -> None:
+        """Another try at what only this process holds: space may have been freed."""
+        if self.kept != self._kept_saved:
+            self.save_kept()
+        if self.unstored:
+            self.store_unstored()
 
     def store_unstored(self) -> tuple[int, str]:
         """Store again the exchanges whose storing failed (no new request to the model).
@@ -794,14 +806,36 @@ class ChatSession:
             prune_trivial_leaves=mem.prune_trivial if prune is None else bool(prune), should_stop=should_stop,
             redo_undone=asked)
 
-    def forget(self, indices: tuple[int, ...]):
-        """``CTree.forget`` of these exchanges; the recent window the model is sent no
-        longer holds them."""
+    def forget(self, indices: tuple[int, ...], names: Callable[[str], bool] = lambda text: False):
+        """``CTree.forget`` of these exchanges, and of this session's own copies: the
+        versions /retry and /edit kept of them, and the messages ``names(text)`` says
+        among those without an answer (kept for Ctrl+R) or not stored (a full disk) — in
+        the same purge of the file. The recent window the model is sent no longer holds
+        them. Returns the result and how many unanswered or unstored messages went."""
         assert self.tree is not None
-        res = self.tree.forget([self.tree.exchanges[i] for i in indices])
+        meta: dict[str, str | None] = {}
+        versions = self.versions
+        if versions.exchange in indices or any(names(m["content"]) for v in versions.versions for m in v.messages):
+            self.versions = ReplyVersions()  # a /retry's earlier answer held the code (a trial)
+            meta[VERSIONS_KEY] = None
+        kept = [t for t in self.kept if not names(t)]
+        dropped = len(self.kept) - len(kept)
+        if dropped:
+            self.kept = kept
+            meta[UNSENT_KEY] = json.dumps(kept)
+            meta[REPLACES_KEY] = json.dumps({t: i for t, i in self.replacing.items() if t in kept})
+        unstored = [x for x in self.unstored if not (names(x[0]) or names(x[1]))]
+        if len(unstored) < len(self.unstored):
+            dropped += len(self.unstored) - len(unstored)
+            self.unstored = unstored
+            self.unstored_on_disk = parked.keep_unstored(self.path, unstored)
+        res = self.tree.forget([self.tree.exchanges[i] for i in indices], meta=meta)
+        if UNSENT_KEY in meta:
+            self._kept_saved = list(self.kept)
         self.recent = self.recent_from_tree()
         self.last_sent = None  # its memory block may quote them (/memory)
-        return res
+        self.sent_forgotten = True
+        return res, dropped
 
     def stats(self) -> dict:
         assert self.tree is not None

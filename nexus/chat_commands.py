@@ -168,7 +168,11 @@ class ChatCommands:
         if not session.tree or not session.tree.exchanges:
             self.chat_notice(f"Nothing to {what} yet: no exchange in this session.", "warning")
             return None
-        return session.tree.exchanges[-1]
+        last = session.tree.exchanges[-1]
+        if last.forgotten:  # /retry sent "[forgotten]" to the model, /edit put it in the input (a trial)
+            self.chat_notice(f"Cannot {what}: #{last.index}, the newest exchange, was forgotten.", "warning")
+            return None
+        return last
 
     def cmd_retry(self, args: list[str]) -> None:
         if args:

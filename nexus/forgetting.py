@@ -19,6 +19,9 @@ class ForgetRequest:
     indices: tuple[int, ...]
     by_words: str  # the words, "" when named by number
     unknown: tuple[str, ...] = ()  # numbers with no exchange
+    # messages with no exchange that hold the words: unanswered (kept for Ctrl+R) or not
+    # stored (a full disk); /forget said "no exchange holds" and left them (a trial)
+    unanswered: tuple[str, ...] = ()
 
     def names(self, text: str) -> bool:
         """Whether ``text`` holds every word the request gave (a /search for the same code)."""
@@ -26,10 +29,10 @@ class ForgetRequest:
         return bool(wanted) and wanted <= set(_WORD.findall(text.casefold()))
 
 
-def forget_request(exchanges, args: list[str]) -> ForgetRequest:
+def forget_request(exchanges, args: list[str], unanswered: list[str] = ()) -> ForgetRequest:  # type: ignore[assignment]
     """``#3 #7``: those exchanges; anything else: the exchanges (archived ones
     too: their text is still in the file) that hold every word given, as words, in any
-    case. Exchanges already forgotten are left out."""
+    case, and the ``unanswered`` messages that do. Exchanges already forgotten are left out."""
     if all(_INDEX.fullmatch(a) for a in args):
         wanted = [int(_INDEX.fullmatch(a).group(1)) for a in args]  # type: ignore[union-attr]
         have = [i for i in dict.fromkeys(wanted) if i < len(exchanges) and not exchanges[i].forgotten]
@@ -37,30 +40,39 @@ def forget_request(exchanges, args: list[str]) -> ForgetRequest:
         return ForgetRequest(tuple(have), "", unknown)
     req = ForgetRequest((), " ".join(args))
     hits = [x.index for x in exchanges if not x.forgotten and req.names(f"{x.user}\n{x.assistant}\n{x.system}")]
-    return ForgetRequest(tuple(hits), req.by_words)
+    return ForgetRequest(tuple(hits), req.by_words, (), tuple(dict.fromkeys(t for t in unanswered if req.names(t))))
 
 
+# a request to forget, English only (as the web router's cues are): a verb of forgetting
+# with something of the user's as its object ("Forget the milk" asks nothing of memory)
 _ASKS_TO_FORGET = re.compile(
-    r"^\W*(?:(?:please|pls|can you|could you|would you|now)\W+)*(?:forget|erase|delete|do not remember|"
-    r"don'?t remember|stop remembering)\s+(?:about\s+)?(?:my|me|that|this|these|those|what|the|everything|all|it|our|"
-    r"his|her|their|anything)\b", re.IGNORECASE)  # an object: "Delete key is broken" asks nothing
+    r"^\W*(?:(?:please|pls|can you|could you|would you|now|i want you to|i'd like you to|i would like you to)\W+)*"
+    r"(?:forget|erase|delete|remove|do not (?:remember|store|save|keep)|don'?t (?:remember|store|save|keep)|"
+    r"stop remembering)\s+(?:about\s+)?(?:my|what i|that i|this|everything i|all (?:that|of what) i|"
+    r"our|the \w+ i (?:said|told|gave|mentioned))\b"
+    r"|\b(?:remove|delete|erase|take|wipe)\b[^.?!]{0,40}\b(?:from|out of) (?:your )?memory\b", re.IGNORECASE)
 
 
 def asks_to_forget(text: str) -> bool:
-    """A message asking the model to forget something ("Please forget my locker code"):
-    English only, as the web router's cues are."""
-    return bool(_ASKS_TO_FORGET.match(text))
+    """A message asking the model to forget something ("Please forget my locker code")."""
+    return bool(_ASKS_TO_FORGET.search(text))
 
 
 def forget_question(exchanges, req: ForgetRequest, command: str, limit: int = 8) -> str:
     """The list of what would be forgotten, and how to confirm."""
-    lines = [f"/forget would erase {counted(len(req.indices), 'exchange')} for good: from memory, the topic "
-             "names and summaries, and the session file (an export or copy made before keeps it):"]
+    what = [counted(len(req.indices), "exchange")] if req.indices else []
+    what += [counted(len(req.unanswered), "message without an answer")] if req.unanswered else []
+    lines = [f"/forget would erase {' and '.join(what)} for good: from memory, the topic names and summaries, "
+             "and the session file (an export or copy made before keeps it):"]
     for i in req.indices[:limit]:
         x = exchanges[i]
-        text = around_words(x.user, req.by_words, 70)
-        lines.append(f"  #{i}" + (" (archived)" if x.archived else "") + f"  {quoted(text)}")
+        # the words may be in the reply only: said so, or the message listed read as unrelated (a trial)
+        where, text = ("", x.user) if not req.by_words or req.names(x.user) or not req.names(x.assistant) \
+            else (" (in the reply)", x.assistant)
+        lines.append(f"  #{i}" + (" (archived)" if x.archived else "") + f"{where}  {quoted(around_words(text, req.by_words, 70))}")
     if len(req.indices) > limit:
         lines.append(f"  … and {len(req.indices) - limit} more")
+    for text in req.unanswered[:limit]:
+        lines.append(f"  (not answered)  {quoted(around_words(text, req.by_words, 70))}")
     lines.append(f"Type {command} again within 30 s to confirm. It cannot be undone.")
     return "\n".join(lines)

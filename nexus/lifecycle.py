@@ -186,18 +186,21 @@ class Lifecycle:
         s = self.session
         if s is None or not s.only_here():
             return False
-        await asyncio.to_thread(s.store_unstored)  # space may have been freed meanwhile
+        await asyncio.to_thread(s.keep_again)  # space may have been freed meanwhile
         left = s.only_here()
         if not left:
             return False
         asked, self._quit_asked = self._quit_asked, time.monotonic()
         if asked is not None and self._quit_asked - asked <= 30:
             return False
-        self.chat_notice(f"Not quitting yet: {counted(len(left), 'answered exchange')} "
-                         f"{'is' if len(left) == 1 else 'are'} only in this window — neither the session file nor "
-                         f"the file beside it could be written. Free some space and press {self.resend_key()} to "
-                         "store them; quit again within 30 s to leave anyway (they are then printed to the "
-                         "terminal).", "error")
+        answered = sum(1 for _, reply in left if reply)
+        what = " and ".join(([counted(answered, "answered exchange")] if answered else [])
+                            + ([counted(len(left) - answered, "message without an answer")]
+                               if len(left) > answered else []))
+        self.chat_notice(f"Not quitting yet: {what} {'is' if len(left) == 1 else 'are'} only in this window — the "
+                         "session file could not be written. Free some space and press "
+                         f"{self.resend_key()} to store them; quit again within 30 s to leave anyway (they are "
+                         "then printed to the terminal).", "error")
         return True
 
     async def action_quit(self) -> None:

@@ -184,20 +184,23 @@ class MemoryCommands:
             self.chat_notice("/forget waits for the reply (and the messages queued before it), then runs.")
             return
         exchanges = s.tree.exchanges
-        req = forget_request(exchanges, args)
+        req = forget_request(exchanges, args, s.kept + [u for u, _ in s.unstored])
         if req.unknown:
             self.chat_notice(f"Nothing forgotten: there is no exchange {', '.join(req.unknown)} "
                              f"(this session has #0–#{len(exchanges) - 1}).", "warning")
             return
-        if not req.indices:
+        if not req.indices and not req.unanswered:
             what = f"no exchange holds every word of {quoted(req.by_words, 80)}" if req.by_words else \
                 "those exchanges are forgotten already"
             self.chat_notice(f"Nothing to forget: {what}.", "warning")
             return
+        # what was asked, and in which session: a confirmation typed after /open erased
+        # the other session's #3 unasked (a trial)
+        key = (str(s.path), req.indices, req.unanswered)
         asked = self._forget_asked
-        if asked is None or asked[0] != req.indices or time.monotonic() - asked[1] > 30:
+        if asked is None or asked[0] != key or time.monotonic() - asked[1] > 30:
             question = self.chat_notice(forget_question(exchanges, req, line), "warning")
-            self._forget_asked = (req.indices, time.monotonic(), question)
+            self._forget_asked = (key, time.monotonic(), question)
             return
         self._forget_asked = None
         if asked[2] is not None:
@@ -206,25 +209,38 @@ class MemoryCommands:
 
     @background(group="memory", exclusive=True)
     def forget_worker(self, req) -> None:
+        from trace_core.textutil import words_of
+
         s = self.need_session()
-        users = {s.tree.exchanges[i].user for i in req.indices}
-        res = s.forget(req.indices)
+        users = {s.tree.exchanges[i].user for i in req.indices} | set(req.unanswered)
+        try:
+            res, dropped = s.forget(req.indices, req.names)
+        except Exception as exc:  # a full disk: memory is read again from the file, which is as it was
+            s.reload()
+            self.call_from_thread(self.refresh_tree)
+            raise TaskFailed("Nothing was forgotten (the session is as the file holds it); /forget again "
+                             "once that is mended") from exc
+
+        def names(text: str) -> bool:  # a word only they held ("/search Quuxbank", a /tree with its name)
+            return req.names(text) or bool(words_of(text) & res.words) or any(u[:60] in text for u in users if u)
 
         def gone(prompt: str) -> bool:  # ↑ recalls them no more, nor a command that names them
-            return prompt in users or prompt.lstrip().startswith("/forget") or req.names(prompt)
-
-        def shown(note: str) -> bool:  # a /search's results quoted them
-            return req.names(note) or any(u[:60] in note for u in users if u.strip())
+            return prompt in users or prompt.lstrip().startswith("/forget") or names(prompt)
 
         self.call_from_thread(self.forget_prompts, gone)
-        said = f"Forgot {', '.join(f'#{i}' for i in res.forgotten)}: gone from memory and the session file."
+        what = [", ".join(f"#{i}" for i in res.forgotten)] if res.forgotten else []
+        what += [counted(dropped, "message without an answer")] if dropped else []
+        said = f"Forgot {' and '.join(what)}: gone from memory and the session file."
+        if not res.file_purged:
+            said += (" Another Nexus has this session open: it shows them until it is closed, and the file's "
+                     "log keeps their old copy until this session is next opened.")
         if res.renamed:  # the new names only: the old ones hold the words
             said += f" {counted(len(res.renamed), 'topic')} named again: " + ", ".join(quoted(b) for _, b in res.renamed) + "."
         if res.undo_dropped:
             said += " The last reorganisation can no longer be undone (its record held the old names)."
+        self.call_from_thread(self.show_forgotten, set(res.forgotten), names)  # before this note is shown
         self.call_from_thread(self.chat_notice, said)
         self.call_from_thread(self.log_line, f"forgot {counted(len(res.forgotten), 'exchange')}")
-        self.call_from_thread(self.show_forgotten, set(res.forgotten), shown)
         self.call_from_thread(self.refresh_tree)
 
     def cmd_ingest(self, args: list[str]) -> None:
@@ -318,8 +334,9 @@ class MemoryCommands:
         the model read it (the log gave counts and scores only: a trial)."""
         session = self.need_session()
         if session.last_sent is None:
-            self.chat_notice("No message has been sent in this window yet: the memory block is made for each "
-                             "message, from what it asks.")
+            self.chat_notice("The last memory block was cleared by /forget: the next message shows the new one."
+                             if session.sent_forgotten else "No message has been sent in this window yet: the "
+                             "memory block is made for each message, from what it asks.")
             return
         text, system = session.last_sent
         self.chat_notice(f"What the model was sent with {quoted(text, 80)} (system text, memory block included):\n\n"

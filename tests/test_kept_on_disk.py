@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from scripted_server import Reply
 from test_nexus_app import chat_reply, log_text, make_config, notices, ready, type_and_send, wait_for
+from test_nexus_turn import chat_only
 
 from nexus import parked
 from nexus.app import NexusApp
@@ -102,6 +103,26 @@ async def test_an_exchange_no_file_could_take_holds_the_first_quit_and_is_printe
     print_lost(app.lost_at_exit)
     assert "You: My car is red.\nAssistant: Kept safe." in capsys.readouterr().err
     assert not list(tmp_path.glob("*.unstored.json.tmp.*"))
+
+
+async def test_a_message_without_an_answer_the_file_could_not_keep_holds_the_first_quit(
+        server, tmp_path, minilm, data_dir, capsys):
+    """A full disk, a failed reply: the message "kept — Ctrl+R sends it again" was in
+    memory only, and the first /quit lost it (a trial)."""
+    server.respond(chat_only(lambda req: Reply("", status=500)))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        app.session.tree.vdb.con.execute("PRAGMA query_only = ON")
+        await type_and_send(pilot, app, "The shed code is Grommlet 7790.")
+        await wait_for(pilot, lambda: app.turn is None and app.session.kept == ["The shed code is Grommlet 7790."])
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: "Not quitting yet: 1 message without an answer is only in this window"
+                       in notices(app))
+        app.session.tree.vdb.con.execute("PRAGMA query_only = OFF")  # space freed: the next quit keeps it
+        await pilot.press("ctrl+q")
+    assert load_kept_of(path) == ["The shed code is Grommlet 7790."] and app.lost_at_exit == []
 
 
 def load_kept_of(path) -> list[str]:

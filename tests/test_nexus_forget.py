@@ -22,11 +22,14 @@ def file_bytes(path) -> bytes:
 
 
 def test_a_message_asking_to_forget_is_told_apart():
-    for text in ("Please forget my gym locker code 4471", "forget what I said about Ana", "Can you erase that?",
-                 "please, don't remember my address", "Could you please delete my last message"):
+    for text in ("Please forget my gym locker code 4471", "forget what I said about Ana", "I want you to forget my PIN",
+                 "please, don't remember my address", "Could you please delete my last message",
+                 "Remove my locker code from memory", "Do not store this: code 4471"):
         assert asks_to_forget(text), text
+    # a trial's: these got the note, and the ones above (the last three) did not
     for text in ("I always forget my keys", "Don't forget the milk", "What did I ask you to forget?",
-                 "Delete key is broken on my laptop?"):
+                 "Delete key is broken on my laptop?", "Forget the milk, buy eggs", "forget me not is a flower",
+                 "Erase the whiteboard how-to", "Forget about it, what is 2+2?", "Recite the poem from memory"):
         assert not asks_to_forget(text), text
 
 
@@ -75,7 +78,7 @@ async def test_forget_asks_then_erases_from_chat_memory_prompt_history_and_file(
         assert not [m for m in app.query(UserMessage) if SECRET in m.text]
         assert SECRET not in notices(app)  # the question quoted it: it went with it
         await type_and_send(pilot, app, "/memory")  # the last block sent quoted it: not shown any more
-        await wait_for(pilot, lambda: "No message has been sent in this window yet" in notices(app))
+        await wait_for(pilot, lambda: "The last memory block was cleared by /forget" in notices(app))
         assert SECRET not in history_path().read_text() and "/stats" in history_path().read_text()
         # the next turn's prompt holds it nowhere (memory block, recent window)
         before = len(server.chat_requests())
@@ -99,3 +102,99 @@ async def test_forget_asks_then_erases_from_chat_memory_prompt_history_and_file(
         assert "forgotten" in views[0] and "forgotten" in views[2] and "Porto" in views[1]
         await type_and_send(pilot, app, "/forget #0")
         await wait_for(pilot, lambda: "forgotten already" in notices(app))
+
+
+async def test_forget_reaches_retry_versions_unanswered_messages_and_other_traces(server, tmp_path, minilm):
+    """A trial: a /retry's earlier version kept the code in the file; an unanswered
+    message holding it was left ("no exchange holds…"); /forget #N left "/search Quuxbank"
+    in ↑ and a /tree note naming the topic; a confirmation after /open erased the other
+    session's exchange unasked; /retry then sent "[forgotten]" to the model."""
+    from scripted_server import Reply
+
+    from nexus import sessions
+
+    state = {"down": False}
+    def respond(req):
+        if req.get("response_format"):
+            return Reply('{"action": "continue"}')
+        if state["down"]:
+            return Reply("", status=500)
+        asked = req["messages"][-1]["content"]
+        return Reply("It's Quuxbank 5521." if "PIN" in asked else "Noted.", chunk_delay=0.0)
+
+    server.respond(respond)
+    path = sessions.resolve("one")
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My bank PIN at Quuxbank is 5521.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, "/retry")  # the replaced version holds it too
+        await wait_for(pilot, lambda: len(app.session.versions.versions) == 2 and app.turn is None)
+        await type_and_send(pilot, app, "I like tea.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+        state["down"] = True
+        await type_and_send(pilot, app, "Also Quuxbank card 7788?")  # no answer: kept for Ctrl+R
+        await wait_for(pilot, lambda: app.turn is None and app.session.kept == ["Also Quuxbank card 7788?"])
+        state["down"] = False
+        await type_and_send(pilot, app, "/search Quuxbank")
+        await wait_for(pilot, lambda: "Memory search: Quuxbank" in notices(app))
+        await type_and_send(pilot, app, "/tree")
+        await wait_for(pilot, lambda: "ROOT" in notices(app) and "Quuxbank" in notices(app).split("Memory search")[-1])
+        # asked in one session, "confirmed" in another: asked again there
+        await type_and_send(pilot, app, "/forget #0")
+        await wait_for(pilot, lambda: "again within 30 s to confirm" in notices(app))
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path != path
+                       and app.session.tree is not None)
+        await type_and_send(pilot, app, "Hello there.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, "/forget #0")
+        await wait_for(pilot, lambda: "again within 30 s to confirm" in notices(app))
+        assert not app.session.tree.exchanges[0].archived and "Hello there" in notices(app)
+        await type_and_send(pilot, app, "/open one")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path == path
+                       and app.session.tree is not None and app.embedder_state == "ready")
+        # by words: the exchange, the unanswered message (listed), the versions
+        await type_and_send(pilot, app, "/forget quuxbank")
+        await wait_for(pilot, lambda: "(not answered)" in notices(app))
+        await type_and_send(pilot, app, "/forget quuxbank")
+        await wait_for(pilot, lambda: "Forgot #0 and 1 message without an answer" in notices(app))
+        assert app.session.kept == [] and app.session.versions.versions == []
+        assert "quuxbank" not in notices(app).lower()  # the /search and /tree notes went with it
+        assert "quuxbank" not in history_path().read_text().lower()
+        await type_and_send(pilot, app, "/memory")
+        await wait_for(pilot, lambda: "cleared by /forget" in notices(app))
+        # a forgotten newest exchange is not retried
+        await type_and_send(pilot, app, "/forget #1")
+        await wait_for(pilot, lambda: "again within 30 s" in notices(app))
+        await type_and_send(pilot, app, "/forget #1")
+        await wait_for(pilot, lambda: "Forgot #1" in notices(app))
+        before = len(server.chat_requests())
+        await type_and_send(pilot, app, "/retry")
+        await wait_for(pilot, lambda: "#1, the newest exchange, was forgotten" in notices(app))
+        assert len(server.chat_requests()) == before
+    assert b"quuxbank" not in file_bytes(path).lower() and b"5521" not in file_bytes(path)
+
+
+async def test_a_forget_the_file_refuses_changes_nothing_and_can_be_done_again(server, tmp_path, minilm):
+    """A full disk: memory had the exchange archived, the file did not, and a second
+    /forget said "forgotten already" while the file still held it (a trial)."""
+    path = tmp_path / "s.db"
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, f"My locker code is {SECRET}.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, "/forget locker")
+        await wait_for(pilot, lambda: "again within 30 s" in notices(app))
+        app.session.tree.vdb.con.execute("PRAGMA query_only = ON")  # the file refuses writes
+        await type_and_send(pilot, app, "/forget locker")
+        await wait_for(pilot, lambda: "Nothing was forgotten" in notices(app))
+        assert not app.session.tree.exchanges[0].archived  # as the file holds it
+        for _ in range(2):  # the file is read again: writable
+            await type_and_send(pilot, app, "/forget locker")
+            await pilot.pause(0.2)
+        await wait_for(pilot, lambda: "Forgot #0" in notices(app))
+    assert SECRET.encode() not in file_bytes(path)
