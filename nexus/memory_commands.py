@@ -209,7 +209,7 @@ class MemoryCommands:
 
     @background(group="memory", exclusive=True)
     def forget_worker(self, req) -> None:
-        from trace_core.textutil import words_of
+        from trace_core.forget import words_in
 
         s = self.need_session()
         users = {s.tree.exchanges[i].user for i in req.indices} | set(req.unanswered)
@@ -222,7 +222,7 @@ class MemoryCommands:
                              "once that is mended") from exc
 
         def names(text: str) -> bool:  # a word only they held ("/search Quuxbank", a /tree with its name)
-            return req.names(text) or bool(words_of(text) & res.words) or any(u[:60] in text for u in users if u)
+            return req.names(text) or bool(words_in(text) & res.words) or any(u[:60] in text for u in users if u)
 
         def gone(prompt: str) -> bool:  # ↑ recalls them no more, nor a command that names them
             return prompt in users or prompt.lstrip().startswith("/forget") or names(prompt)

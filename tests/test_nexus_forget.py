@@ -139,6 +139,8 @@ async def test_forget_reaches_retry_versions_unanswered_messages_and_other_trace
         state["down"] = False
         await type_and_send(pilot, app, "/search Quuxbank")
         await wait_for(pilot, lambda: "Memory search: Quuxbank" in notices(app))
+        await type_and_send(pilot, app, "/search 5521")  # only the number: a word only it held
+        await wait_for(pilot, lambda: "Memory search: 5521" in notices(app))
         await type_and_send(pilot, app, "/tree")
         await wait_for(pilot, lambda: "ROOT" in notices(app) and "Quuxbank" in notices(app).split("Memory search")[-1])
         # asked in one session, "confirmed" in another: asked again there
@@ -162,7 +164,7 @@ async def test_forget_reaches_retry_versions_unanswered_messages_and_other_trace
         await wait_for(pilot, lambda: "Forgot #0 and 1 message without an answer" in notices(app))
         assert app.session.kept == [] and app.session.versions.versions == []
         assert "quuxbank" not in notices(app).lower()  # the /search and /tree notes went with it
-        assert "quuxbank" not in history_path().read_text().lower()
+        assert "quuxbank" not in history_path().read_text().lower() and "5521" not in history_path().read_text()
         await type_and_send(pilot, app, "/memory")
         await wait_for(pilot, lambda: "cleared by /forget" in notices(app))
         # a forgotten newest exchange is not retried

@@ -32,6 +32,11 @@ from .textutil import STOPWORDS, DocumentFrequency, words_of
 _TOKEN = re.compile(r"\w+")  # words and numbers (a code), in any script
 
 
+def words_in(text: str) -> set[str]:
+    """The words and numbers of ``text`` as ``ForgetResult.words`` counts them."""
+    return set(_TOKEN.findall(text.casefold()))
+
+
 @dataclass(frozen=True)
 class ForgetResult:
     forgotten: list[int] = field(default_factory=list)  # exchange indices forgotten now
@@ -80,7 +85,7 @@ class Forgetting:
             live = [t for t in self.model.root.iter_topics() if t is not self.model.root]
             # the topics it was in, and any other that names or sums up a word only it held
             # (one archived earlier by /reorganize --prune kept "Wobblewick": a trial)
-            mentions = [t for t in live if set(_TOKEN.findall(f"{t.topic_name}\n{t.summary}".casefold())) & unique]
+            mentions = [t for t in live if words_in(f"{t.topic_name}\n{t.summary}") & unique]
             touched = list(dict.fromkeys([t for t in above if t in set(live)] + mentions))
             vec = self.embedder().embed_batch([FORGOTTEN])[0]
             self._scrub(todo, vec)
@@ -103,7 +108,7 @@ class Forgetting:
         """The words (and numbers: a code) of ``todo`` that no other exchange holds,
         common words aside."""
         def tokens(x: MessageNode) -> set[str]:
-            return {w for w in _TOKEN.findall(f"{x.user}\n{x.assistant}\n{x.system}".casefold())
+            return {w for w in words_in(f"{x.user}\n{x.assistant}\n{x.system}")
                     if w not in STOPWORDS and (len(w) > 2 or w.isdigit())}
 
         gone = set(todo)
