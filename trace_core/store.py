@@ -125,14 +125,15 @@ class VectorDatabase(TopicSummaries, TreeTables):
                 inspect_session_file(self.path)
             else:  # created private before SQLite sees it; its -wal and -shm copy the mode
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            leftover_log = os.path.exists(self.path + "-wal") and os.path.getsize(self.path + "-wal") > 0
             try:
                 self.con = sqlite3.connect(self.path, timeout=10, check_same_thread=False, isolation_level=None)
                 self.con.execute("PRAGMA busy_timeout=10000")
                 self.con.execute("PRAGMA journal_mode=WAL")
                 self.con.execute(f"PRAGMA synchronous={synchronous}")
                 self._migrate()
-                # a log a reader kept from being emptied (``purging``) is emptied now
-                self.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                if leftover_log:  # one a reader kept from being emptied (``purging``) is emptied now
+                    self.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             except sqlite3.DatabaseError as exc:
                 raise SessionFileError(self.path, f"cannot be used as a session: {exc}") from exc
         except BaseException:
