@@ -34,6 +34,10 @@ def quiet_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("trace_core").setLevel(logging.WARNING)
     logging.getLogger("nexus.proxy").setLevel(logging.INFO)
+    # the HTTP clients log each request's full URL at INFO: the memory model's carried the
+    # upstream's password ("http://alice:pw@…", a trial)
+    for client in ("httpx", "httpx2", "httpcore", "openai"):
+        logging.getLogger(client).setLevel(logging.WARNING)
 
 SESSION_HEADER = "x-nexus-session"
 
@@ -111,9 +115,14 @@ class StreamWatch:
                 err = obj["error"]
                 self.failed = str(err.get("message") if isinstance(err, dict) else err)[:200]
                 continue
-            for choice in (obj.get("choices") or []) if isinstance(obj, dict) else []:
-                delta = (choice or {}).get("delta") or {}
-                if isinstance(delta.get("content"), str):
+            choices = obj.get("choices") if isinstance(obj, dict) else None
+            for choice in choices if isinstance(choices, list) else []:
+                # the first choice only (n=2 stored both answers mixed word by word), and
+                # nothing of a chunk not shaped as one (it ended the relay: a trial)
+                if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                    continue
+                delta = choice.get("delta")
+                if isinstance(delta, dict) and isinstance(delta.get("content"), str):
                     self.text.append(delta["content"])
 
     @property

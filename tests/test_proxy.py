@@ -101,6 +101,33 @@ def test_stream_watch_needs_done_and_spots_errors():
     assert bad.failed == "context overflow"
 
 
+def test_stream_watch_keeps_the_first_choice_and_passes_over_odd_chunks():
+    """n=2 stored "ParisRome is is sunny rainy"; a chunk whose delta was a string or whose
+    choice was a number ended the relay with a traceback (a trial)."""
+    w = StreamWatch()
+    for index, word in ((0, "Paris"), (1, "Rome"), (0, " is sunny"), (1, " is rainy")):
+        w.feed(f'data: {{"choices":[{{"index":{index},"delta":{{"content":"{word}"}}}}]}}\n\n'.encode())
+    w.feed(b'data: {"choices":[{"delta":"just a string"}]}\n\ndata: {"choices":[7]}\n\n')
+    w.feed(b'data: {"choices":"none"}\n\ndata: [DONE]\n\n')
+    assert w.answer == "Paris is sunny" and w.done
+
+
+def test_the_proxy_log_keeps_the_http_clients_urls_out():
+    """The memory model's client logged "POST http://alice:pw-SECRET@…" at INFO (a trial)."""
+    from nexus.proxy import quiet_logging
+
+    names = ("", "trace_core", "nexus.proxy", "httpx", "httpx2", "httpcore", "openai")
+    levels = {n: logging.getLogger(n).level for n in names}
+    quiet_logging()
+    logging.getLogger().setLevel(logging.INFO)  # as a proxy's own process has it (pytest's handlers kept basicConfig's off)
+    try:
+        for client in ("httpx", "httpx2", "openai"):
+            assert not logging.getLogger(client).isEnabledFor(logging.INFO)
+    finally:  # the rest of the run logs as before
+        for n, level in levels.items():
+            logging.getLogger(n).setLevel(level)
+
+
 # --- through real HTTP -------------------------------------------------------------------------
 
 
