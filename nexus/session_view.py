@@ -27,9 +27,25 @@ def read_only_reason(locked: SessionLockedError | SessionNotWritableError) -> st
     if isinstance(locked, SessionNotWritableError):
         return (f"This session file cannot be written ({locked.why}): opened read-only — you can read and "
                 "search it; /new starts another session.")
-    who = f"another Nexus (pid {locked.pid})" if locked.pid else "another Nexus"
+    kind, note = holder_kind(locked.pid) if locked.pid else ("another Nexus", "")
+    who = f"{kind} (pid {locked.pid}){note}" if locked.pid else kind
     return (f"This session is open in {who}: opened read-only — you can read and search it; "
             "/new starts another session.")
+
+
+def holder_kind(pid: int) -> tuple[str, str]:
+    """Which Nexus process holds a session, and a note: a proxy or MCP server keeps the
+    sessions it serves open, and "another Nexus" sent the user looking for a window (a trial)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            args = fh.read().split(b"\0")
+    except OSError:
+        return "another Nexus", ""
+    if b"proxy" in args:
+        return "a Nexus proxy", ", which keeps the sessions it serves open until it stops"
+    if b"mcp" in args:
+        return "a Nexus MCP server", ", which keeps its session open until it stops"
+    return "another Nexus", ""
 
 
 def repair_hint(path: Path, problem: str) -> str:

@@ -244,3 +244,19 @@ async def test_a_read_only_window_follows_a_rename_and_never_refills_a_deleted_s
         assert [x.user for x in tree.exchanges] == ["My bicycle is a green Peugeot from 1982.",
                                                     "Remember that I sold it."]
         tree.vdb.close()
+
+
+def test_a_session_held_by_a_proxy_says_so_not_another_nexus(tmp_path):
+    """A window told "open in another Nexus (pid N)" while N was the proxy (a trial)."""
+    import subprocess
+    import sys
+
+    from nexus.session_view import read_only_reason
+    from trace_core import SessionLockedError
+
+    proxy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "proxy"])
+    try:
+        said = read_only_reason(SessionLockedError(str(tmp_path / "s.db"), proxy.pid))
+    finally:
+        proxy.kill()
+    assert f"open in a Nexus proxy (pid {proxy.pid}), which keeps the sessions it serves open" in said
