@@ -250,12 +250,16 @@ def test_a_session_held_by_a_proxy_says_so_not_another_nexus(tmp_path):
     """A window told "open in another Nexus (pid N)" while N was the proxy (a trial)."""
     import subprocess
     import sys
+    import time
 
     from nexus.session_view import read_only_reason
     from trace_core import SessionLockedError
 
     proxy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "proxy"])
     try:
+        deadline = time.monotonic() + 10
+        while b"proxy" not in open(f"/proc/{proxy.pid}/cmdline", "rb").read() and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the new process shows its own arguments
         said = read_only_reason(SessionLockedError(str(tmp_path / "s.db"), proxy.pid))
     finally:
         proxy.kill()
