@@ -338,6 +338,7 @@ class ChatSession:
     def _run(self, turn: Turn) -> str | None:
         text = turn.text
         self.last_activity = time.monotonic()
+        self.reopen_if_closed()
         self.emit(ev.ReplyStarted(text, turn.id))
         ctx, max_tokens = self.limits()
         size = self.message_tokens(text, self.message_room())
@@ -376,7 +377,9 @@ class ChatSession:
             if not says_something(turn.partial, self.settings.system):  # no answer came: nothing to store, kept for resend (in the file)
                 kept = self._keep(text, turn)
                 self.emit(ev.ReplyFinished("", True, sources, turn.id, note="cancelled before the first word: " + (
-                    "your message is kept — Ctrl+R sends it again" if kept else AS_IT_WAS)))
+                    ("your message is kept" if text in self._kept_saved else "your message is kept in this "
+                     "window only (the session file could not take it)") + " — Ctrl+R sends it again"
+                    if kept else AS_IT_WAS)))
                 return None
             if turn.replace:  # a /retry or /edit stopped half-way: the exchange it was to replace stays
                 kept = self._keep(text, turn)  # an /edit's new words are kept for Ctrl+R
@@ -713,8 +716,15 @@ class ChatSession:
             return answered
         return answered + [(t, "") for t in self.kept if t not in self._kept_saved]
 
+    def reopen_if_closed(self) -> None:
+        """A reload after a failed store that could not open the file (a full disk) left the
+        session closed: every later try failed with "closed" though space was freed (a trial)."""
+        if self.tree is not None and self.tree.closed:
+            self.reload()
+
     def keep_again(self) -> None:
         """Another try at what only this process holds: space may have been freed."""
+        self.reopen_if_closed()
         if self.kept != self._kept_saved:
             self.save_kept()
         if self.unstored:
@@ -723,6 +733,7 @@ class ChatSession:
     def store_unstored(self) -> tuple[int, str]:
         """Store again the exchanges whose storing failed (no new request to the model).
         Returns (stored, problem of the first that failed again or "")."""
+        self.reopen_if_closed()
         done = 0
         while self.unstored:
             user, reply = self.unstored[0]

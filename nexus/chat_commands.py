@@ -293,7 +293,11 @@ class ChatCommands:
 
     @background(group="models")
     def models_cache_worker(self, session: ChatSession) -> None:
-        self.call_from_thread(self.models_listed, session.list_models())
+        try:  # Tab after "/model " against a stalled server held a later quit 15 s (a trial)
+            models = call_abandonable(session.list_models, give_up=self.quit_check(), name="list models")
+        except Abandoned:
+            return
+        self.call_from_thread(self.models_listed, models)
 
     def models_cache_worker_failed(self, text: str, exc: BaseException) -> None:
         self._models_fetching = False  # the next Tab asks again

@@ -197,10 +197,11 @@ class Lifecycle:
         what = " and ".join(([counted(answered, "answered exchange")] if answered else [])
                             + ([counted(len(left) - answered, "message without an answer")]
                                if len(left) > answered else []))
-        self.chat_notice(f"Not quitting yet: {what} {'is' if len(left) == 1 else 'are'} only in this window — the "
+        one = len(left) == 1
+        self.chat_notice(f"Not quitting yet: {what} {'is' if one else 'are'} only in this window — the "
                          "session file could not be written. Free some space and press "
-                         f"{self.resend_key()} to store them; quit again within 30 s to leave anyway (they are "
-                         "then printed to the terminal).", "error")
+                         f"{self.resend_key()} to store {'it' if one else 'them'}; quit again within 30 s to leave "
+                         f"anyway ({'it is' if one else 'they are'} then printed to the terminal).", "error")
         return True
 
     async def action_quit(self) -> None:

@@ -49,6 +49,8 @@ class PromptHistory:
         self._pos = None
         if not text.strip() or (self.items and self.items[-1] == text):
             return
+        if text.lstrip().startswith("/forget"):  # it names what is to go: typed again, it came back (a trial)
+            return
         self.items.append(text)
         if len(text) > MAX_STORED_CHARS:
             return

@@ -143,6 +143,7 @@ class SessionView:
             return False
         self.open_failed = None
         self.session = session
+        self._forget_asked = None  # asked in another session, or before leaving this one and coming back (a trial)
         self.mark_outbox()  # queued messages now say what they wait for (the embedder)
         return True
 

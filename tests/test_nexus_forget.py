@@ -157,8 +157,13 @@ async def test_forget_reaches_retry_versions_unanswered_messages_and_other_trace
         await type_and_send(pilot, app, "/open one")
         await wait_for(pilot, lambda: app.session is not None and app.session_path == path
                        and app.session.tree is not None and app.embedder_state == "ready")
+        # back in the session it was asked in: asked again, not done unseen (a re-trial)
+        await type_and_send(pilot, app, "/forget #0")
+        await wait_for(pilot, lambda: "again within 30 s to confirm" in notices(app))
+        assert not app.session.tree.exchanges[0].archived
         # by words: the exchange, the unanswered message (listed), the versions
         await type_and_send(pilot, app, "/forget quuxbank")
+        assert "/forget" not in history_path().read_text()  # never kept: it names what is to go
         await wait_for(pilot, lambda: "(not answered)" in notices(app))
         await type_and_send(pilot, app, "/forget quuxbank")
         await wait_for(pilot, lambda: "Forgot #0 and 1 message without an answer" in notices(app))

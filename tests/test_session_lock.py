@@ -312,3 +312,27 @@ def test_a_json_export_never_replaces_a_session_file_or_a_folder(tmp_path, hash_
     other.vdb.close()
     assert [text for _, text in stored(path)] == ["My sister lives in Lisbon.", "I like trains."]
     assert len(CTree.load(str(tmp_path / "s.json"), embed_fn=hash_embed).exchanges) == 2
+
+
+def test_a_lock_whose_pid_cannot_be_written_is_still_held_and_released(tmp_path, monkeypatch):
+    """A full disk: writing the holder's pid raised after the lock was taken, and the lock
+    stayed held by nothing the process could release — every reopen then said "open in
+    another process", its own (a trial)."""
+    import errno
+
+    from trace_core import locking
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    path = str(tmp_path / "s.db.lock")
+    lock = locking.WriterLock(path)
+    with monkeypatch.context() as m:
+        m.setattr(locking.os, "write", full)
+        lock.acquire()
+    with pytest.raises(locking.LockBusy):
+        locking.WriterLock(path).acquire()
+    lock.release()
+    again = locking.WriterLock(path)
+    again.acquire()
+    again.release()

@@ -92,10 +92,13 @@ class WriterLock:
             if same:
                 break
             os.close(fd)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
         self._fd = fd
         _HELD.add(self)
+        try:  # who holds it, for the message another opener reads; the lock is held either way
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        except OSError:  # a full disk: raised here, the lock stayed held by nobody's object (a trial)
+            pass
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
