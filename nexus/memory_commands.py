@@ -233,7 +233,7 @@ class MemoryCommands:
         said = f"Forgot {' and '.join(what)}: gone from memory and the session file."
         if not res.file_purged:
             said += (" Another Nexus has this session open: it shows them until it is closed, and the file's "
-                     "log keeps their old copy until this session is next opened.")
+                     "log keeps their old copy until the first exchange stored after that.")
         if res.renamed:  # the new names only: the old ones hold the words
             said += f" {counted(len(res.renamed), 'topic')} named again: " + ", ".join(quoted(b) for _, b in res.renamed) + "."
         if res.undo_dropped:

@@ -136,3 +136,16 @@ def test_a_reader_keeps_the_old_log_pages_until_the_next_open_and_the_result_say
     solo = build(tmp_path / "s.db", minilm)
     assert solo.forget([solo.exchanges[1]]).file_purged
     solo.close()
+
+
+def test_once_the_reader_has_left_the_next_write_empties_the_log(tmp_path, minilm):
+    """The old pages stayed in the log as long as the writing window stayed open (a re-trial)."""
+    path = tmp_path / "w.db"
+    tree = build(path, minilm)
+    reader = CTree.open(str(path), judge="embedding", embed_fn=minilm, read_only=True)
+    assert not tree.forget([tree.exchanges[1]]).file_purged
+    reader.close()
+    assert SECRET.encode() in file_bytes(path)
+    tree.add(ex("My cat likes tuna.", "Miso and tuna, noted."))
+    assert SECRET.encode() not in file_bytes(path)
+    tree.close()

@@ -108,6 +108,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
         self._writer: WriterLock | None = None
         self._lock = threading.RLock()
         self._depth = 0
+        self._purge_pending = False  # ``purging`` could not empty the log (another connection read)
         self._conv_index: VectorIndex | None = None
         self._postings: MessagePostings | None = None  # BM25's row sizes, loaded with the index
         self._topic_index: VectorIndex | None = None
@@ -227,6 +228,8 @@ class VectorDatabase(TopicSummaries, TreeTables):
             self._depth -= 1
             if self._depth == 0:
                 self.con.execute("COMMIT")
+                if self._purge_pending:  # a reader kept a purge's old log pages: gone once it has left
+                    self._purge_pending = bool(self.con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0])
 
     def close(self) -> None:
         """Close the file and release the writer lock (closing twice is harmless)."""
@@ -503,6 +506,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
                     self.con.execute(f"INSERT INTO {table}({table}) VALUES('optimize')")
                 busy = self.con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
                 purge.complete = not busy
+                self._purge_pending = bool(busy)
             finally:
                 self.con.execute(f"PRAGMA secure_delete={int(before)}")
 
