@@ -39,12 +39,13 @@ class BearerAuth:
 
     def __init__(self, app, token: str) -> None:
         self.app = app
-        self._expected = f"Bearer {token}".encode()
+        self._expected = token.encode()
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http":
-            given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self._expected):
+            scheme, _, given = dict(scope.get("headers") or []).get(b"authorization", b"").partition(b" ")
+            # the scheme's name in any case (RFC 7235): "bearer tok" was refused (a trial)
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self._expected):
                 body = b'{"error": {"message": "missing or wrong bearer token", "type": "unauthorized"}}'
                 await send({"type": "http.response.start", "status": 401,
                             "headers": [(b"content-type", b"application/json"),

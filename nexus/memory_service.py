@@ -356,7 +356,14 @@ class MemoryService:
     def remember(self, user: str, assistant: str, system: str | None = None) -> Remembered:
         """Store one completed exchange; on disk when it returns. Bad input →
         ``ValueError`` in words (nothing stored)."""
+        from .turn import strip_think
+
         self._last_request = time.monotonic()
+        # reasoning is never memory, whoever stores (MCP's remember kept "<think>…</think>": a trial)
+        if assistant.strip():  # an empty answer is refused as such below
+            assistant = strip_think(assistant)
+            if not assistant:
+                raise ValueError("the answer holds nothing but reasoning (<think>…</think>): nothing was stored")
         msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
         if system:
             msgs.insert(0, {"role": "system", "content": system})

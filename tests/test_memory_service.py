@@ -182,3 +182,15 @@ def test_recall_leaves_out_what_the_caller_already_has(data_dir, minilm):
         assert "My boat is named Albatross" in svc.recall("What is my boat called and where do I sail it?").block
     finally:
         svc.close()
+
+
+def test_reasoning_is_never_stored_by_the_one_writer(data_dir, minilm):
+    """MCP's remember kept "<think>reasoning</think>", and recall put it in the block (a trial)."""
+    svc = open_svc("think", minilm)
+    try:
+        with pytest.raises(ValueError, match="nothing but reasoning"):
+            svc.remember("hello there", "<think>reasoning</think>")
+        svc.remember("Where is Porto?", "<think>the user asks a city</think>Porto is in Portugal.")
+        assert svc.tree.exchanges[-1].assistant == "Porto is in Portugal." and len(svc.tree.exchanges) == 1
+    finally:
+        svc.close()

@@ -227,6 +227,10 @@ def test_token_body_limit_and_logs(data_dir, minilm, server, caplog):
         r = httpx.post(url + "/chat/completions", json={"model": "m", "messages": []})
         assert r.status_code == 401  # no token at all
         assert httpx.get(url + "/models").status_code == 401
+        # the scheme's name in any case (RFC 7235; "bearer" was refused: a trial), the token exactly
+        assert httpx.get(url + "/models", headers={"Authorization": f"bearer {TOKEN}"}).status_code != 401
+        assert httpx.get(url + "/models", headers={"Authorization": f"Basic {TOKEN}"}).status_code == 401
+        assert httpx.get(url + "/models", headers={"Authorization": f"Bearer {TOKEN}x"}).status_code == 401
         ok = client(url, key=TOKEN)
         private = "my bank PIN is 4321"
         assert ok.chat.completions.create(model="m", messages=[{"role": "user", "content": private}]) \
