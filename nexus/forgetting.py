@@ -4,6 +4,7 @@ is done (it cannot be undone)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .text import around_words, counted, quoted
@@ -29,7 +30,7 @@ class ForgetRequest:
         return bool(wanted) and wanted <= set(_WORD.findall(text.casefold()))
 
 
-def forget_request(exchanges, args: list[str], unanswered: list[str] = ()) -> ForgetRequest:  # type: ignore[assignment]
+def forget_request(exchanges, args: list[str], unanswered: Sequence[str] = ()) -> ForgetRequest:
     """``#3 #7``: those exchanges; anything else: the exchanges (archived ones
     too: their text is still in the file) that hold every word given, as words, in any
     case, and the ``unanswered`` messages that do. Exchanges already forgotten are left out."""
