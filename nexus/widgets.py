@@ -237,9 +237,9 @@ class PastExchangeView(Widget):
             self._reply = dotted_markdown()(self.source)
 
         x = self.exchange
-        if self.forgotten:
-            return Text(head_line(x.index, x.when, "forgotten"), justify="center",
-                        style=self.get_component_rich_style("past-exchange--date"))
+        if self.forgotten:  # in a Group, as the other heads: a bare Text was drawn flush left
+            return Group(Text(head_line(x.index, x.when, "forgotten"), justify="center",
+                              style=self.get_component_rich_style("past-exchange--date")))
         head = head_line(x.index, x.when, "archived" if x.archived else "", "replaced below" if self.replaced else "")
         parts: list = [Text(head, style=self.get_component_rich_style("past-exchange--date"), justify="center")]
         if x.note:
