@@ -30,6 +30,9 @@ log = logging.getLogger("nexus.memory")
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 DEFAULT_SESSION = "default"
+# a client's "regenerate" asks the newest question again soon after its answer; later, the
+# same words are a question asked anew, and the earlier exchange stays memory
+REGENERATE_WINDOW_SECONDS = 900.0
 
 
 class SessionNameError(ValueError):
@@ -113,6 +116,7 @@ class Remembered:
     session: str
     exchange: int
     branch: str
+    replaced: bool = False  # it took the place of the newest exchange (a regenerated answer)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -353,9 +357,38 @@ class MemoryService:
 
     # --- the one writer -------------------------------------------------------------------
 
-    def remember(self, user: str, assistant: str, system: str | None = None) -> Remembered:
+    def regenerating(self, user: str, earlier: list[dict]) -> int | None:
+        """The newest exchange's number when a request asks its question again without its
+        answer in ``earlier`` (the request's messages before the question): a client's
+        "regenerate", which rejected that answer. None otherwise."""
+        from datetime import UTC, datetime
+
+        from .turn import strip_think
+
+        user = storable(user or "").strip()
+        with self.tree.lock:
+            xs = self.tree.exchange_view()
+            newest = xs[-1] if xs else None
+            if newest is None or newest.archived or newest.forgotten or newest.user.strip() != user:
+                return None
+            answer = newest.assistant.strip()
+            stamp = newest.timestamp
+        if any(m.get("role") == "assistant" and strip_think(str(m.get("content") or "")).strip() == answer
+               for m in earlier if isinstance(m, dict)):
+            return None  # the client holds that answer: the same words asked again, a new exchange
+        try:
+            when = datetime.fromisoformat(stamp)
+            age = (datetime.now(UTC) - (when if when.tzinfo else when.replace(tzinfo=UTC))).total_seconds()
+        except (TypeError, ValueError):
+            return None
+        return newest.index if 0 <= age <= REGENERATE_WINDOW_SECONDS else None
+
+    def remember(self, user: str, assistant: str, system: str | None = None,
+                 replaces: int | None = None) -> Remembered:
         """Store one completed exchange; on disk when it returns. Bad input →
-        ``ValueError`` in words (nothing stored)."""
+        ``ValueError`` in words (nothing stored). ``replaces``: the number ``regenerating``
+        gave; when it is still the newest exchange, with the same question, the new answer
+        takes its place (memory never holds the rejected answer beside the new one)."""
         from .turn import strip_think
 
         self._last_request = time.monotonic()
@@ -370,10 +403,15 @@ class MemoryService:
         with self._write:
             if self._closed:
                 raise RuntimeError(f"session {self.name!r} is closed")
-            node = self.tree.add(msgs)
+            xs = self.tree.exchange_view()
+            newest = xs[-1] if xs else None
+            replace = (replaces is not None and newest is not None and newest.index == replaces
+                       and not newest.archived and not newest.forgotten
+                       and newest.user.strip() == storable(user).strip())
+            node = self.tree.replace_last(msgs) if replace else self.tree.add(msgs)
             branch = self.tree.thread_path(node)
             self._schedule_index()
-        return Remembered(self.name, node.index, branch)
+        return Remembered(self.name, node.index, branch, replace)
 
     def _schedule_index(self) -> None:
         """The sentence index (idle work) in one background thread, after writes."""

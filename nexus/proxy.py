@@ -286,9 +286,15 @@ class MemoryProxy:
             log.warning("%s: refused with 409", said)
             return _error(409, said, "session_error")
         user = last_user_text(messages)
+        replaces = None
         if user:
             recent = [{"role": m.get("role"), "content": content_text(m.get("content"))}
                       for m in messages[:-1] if isinstance(m, dict)]
+            # "regenerate": the answer it asks again for was rejected, so it is not recalled as
+            # memory, and the new answer takes its place (it was injected, and the question kept twice)
+            replaces = await run_in_threadpool(svc.regenerating, user, recent)
+            if replaces is not None:
+                recent.append({"role": "user", "content": user})
             t_recall = time.perf_counter()
             try:
                 mem = await run_in_threadpool(svc.recall, user, self.budget_tokens, recent)
@@ -325,35 +331,36 @@ class MemoryProxy:
                 if await request.is_disconnected():  # timed out and gone (its retry asks again): not remembered
                     stored = " (the client hung up: not remembered)"
                 else:
-                    stored = await self._remember_json(svc, user, raw)
+                    stored = await self._remember_json(svc, user, raw, replaces)
             log.info("session %s: %s %d in %.2f s%s", svc.name, "stream" if stream else "chat",
                      upstream.status_code, time.perf_counter() - started, stored)
             return Response(raw, status_code=upstream.status_code, media_type=ctype)
-        return self._stream(svc, user, upstream, ctype, started)
+        return self._stream(svc, user, upstream, ctype, started, replaces)
 
-    async def _remember_json(self, svc: MemoryService, user: str, raw: bytes) -> str:
+    async def _remember_json(self, svc: MemoryService, user: str, raw: bytes, replaces: int | None) -> str:
         try:
             answer = json.loads(raw)["choices"][0]["message"].get("content")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             return " (not an answer: not remembered)"
-        return await self._remember(svc, user, answer if isinstance(answer, str) else "")
+        return await self._remember(svc, user, answer if isinstance(answer, str) else "", replaces)
 
-    async def _remember(self, svc: MemoryService, user: str, answer: str) -> str:
+    async def _remember(self, svc: MemoryService, user: str, answer: str, replaces: int | None) -> str:
         from starlette.concurrency import run_in_threadpool
 
         answer = strip_think(answer)
         if not answer:
             return " (empty answer: not remembered)"
         try:
-            r = await run_in_threadpool(svc.remember, user, answer)
+            r = await run_in_threadpool(svc.remember, user, answer, None, replaces)
         except Exception as exc:  # the client still gets its answer; the failure is logged in words
             # the engine's messages name the problem (locked, read-only, disk full), not the text
             log.error("session %s: the exchange could not be stored: %s: %s", svc.name, type(exc).__name__,
                       str(exc)[:200])
             return " (NOT remembered)"
-        return f" → exchange #{r.exchange}"
+        return f" → exchange #{r.exchange}" + (" (regenerated: the answer before it is replaced)" if r.replaced else "")
 
-    def _stream(self, svc: MemoryService, user: str, upstream, ctype: str, started: float):
+    def _stream(self, svc: MemoryService, user: str, upstream, ctype: str, started: float,
+                replaces: int | None):
         import httpx
         from starlette.responses import StreamingResponse
 
@@ -367,7 +374,7 @@ class MemoryProxy:
                     last = watch.done and not watch.failed and bool(user)
                     if last:
                         # stored before the client sees [DONE]: an acknowledged answer is a kept one
-                        outcome = "done" + await self._remember(svc, user, watch.answer)
+                        outcome = "done" + await self._remember(svc, user, watch.answer, replaces)
                     yield chunk
                     if last:
                         break

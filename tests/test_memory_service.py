@@ -194,3 +194,29 @@ def test_reasoning_is_never_stored_by_the_one_writer(data_dir, minilm):
         assert svc.tree.exchanges[-1].assistant == "Porto is in Portugal." and len(svc.tree.exchanges) == 1
     finally:
         svc.close()
+
+
+def test_a_question_asked_again_is_a_regenerate_only_soon_and_without_its_answer(data_dir, hash_embed):
+    from datetime import UTC, datetime, timedelta
+
+    svc = open_svc("regen", hash_embed)
+    try:
+        old = (datetime.now(UTC) - timedelta(hours=2)).isoformat(timespec="seconds")
+        svc.tree.add([{"role": "user", "content": "Plan my week?"}, {"role": "assistant", "content": "Gym Monday."}],
+                     timestamp=old)
+        assert svc.regenerating("Plan my week?", []) is None  # two hours on: asked anew, the old one stays
+        svc.remember("Plan my week?", "Gym Monday, pool Friday.")
+        assert svc.regenerating("Plan my week?", []) == 1
+        assert svc.regenerating("Plan my week? ", [{"role": "assistant", "content": "Gym Monday, pool Friday."}]) is None
+        assert svc.regenerating("Plan my month?", []) is None
+        r = svc.remember("Plan my week?", "Rest on Sunday.", replaces=1)
+        assert (r.exchange, r.replaced) == (1, True)
+        # a number that is no longer the newest (another request stored in between) adds instead
+        svc.remember("Other question", "Other answer.")
+        r = svc.remember("Plan my week?", "Late answer.", replaces=1)
+        assert (r.exchange, r.replaced) == (3, False)
+        assert [x.assistant for x in svc.tree.exchanges] == [
+            "Gym Monday.", "Rest on Sunday.", "Other answer.", "Late answer."]
+        check_invariants(svc.tree)
+    finally:
+        svc.close()

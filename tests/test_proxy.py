@@ -157,6 +157,36 @@ def test_chat_not_streamed_then_streamed_remembers_and_recalls(data_dir, minilm,
     tree.vdb.close()
 
 
+def test_a_regenerated_answer_replaces_the_rejected_one(data_dir, minilm, server, caplog):
+    """A client's "regenerate" sends the same messages again. The rejected answer was
+    recalled as memory for its own retry and the question stored twice (a trial); now it
+    is left out of the block and the new answer takes its place. The same words asked
+    again after the answer (the client holds it) are a new exchange."""
+    answers = iter(["Noted.", "Your sister is called Bob.", "Your sister is Ana.", "Ana, as before."])
+    server.respond(lambda req: Reply(next(answers)))
+    first = [{"role": "user", "content": "My sister is called Ana and she lives in Porto."}]
+    ask = {"role": "user", "content": "What is my sister called?"}
+    caplog.set_level(logging.INFO, logger="nexus")
+    with running_proxy(make_pool(minilm), server.base_url) as url:
+        c = client(url)
+        c.chat.completions.create(model="m", messages=first)
+        history = first + [{"role": "assistant", "content": "Noted."}]
+        wrong = c.chat.completions.create(model="m", messages=history + [ask]).choices[0].message.content
+        assert wrong == "Your sister is called Bob."
+        stream = c.chat.completions.create(model="m", stream=True, messages=history + [ask])  # regenerate
+        assert "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices).strip() == "Your sister is Ana."
+        sent = server.chat_requests()[-1]["messages"][0]["content"]
+        assert "Ana" in sent and "Bob" not in sent  # the rejected answer is no memory of its retry
+        again = history + [ask, {"role": "assistant", "content": "Your sister is Ana."}, ask]
+        c.chat.completions.create(model="m", messages=again)
+    tree = stored("default", minilm)
+    assert [(x.user, x.assistant) for x in tree.exchanges] == [
+        (first[0]["content"], "Noted."), (ask["content"], "Your sister is Ana."), (ask["content"], "Ana, as before.")]
+    check_invariants(tree)
+    tree.vdb.close()
+    assert "regenerated" in caplog.text
+
+
 def test_upstream_errors_reach_the_client_and_are_not_remembered(data_dir, minilm, server):
     server.script(Reply(status=500, error="model crashed: out of memory"),
                   Reply(status=400, error="context length exceeded"),
