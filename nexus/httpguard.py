@@ -7,6 +7,7 @@ Loopback only unless a token is given; with a token every request must carry
 from __future__ import annotations
 
 import hmac
+import json
 import os
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -56,11 +57,52 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
+def size_words(n: int) -> str:
+    return f"{n / 2**20:g} MB" if n >= 2**20 else f"{n:,} bytes"
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``max_body`` gets 413 — in JSON, as OpenAI
+    clients read an error's message, saying the limit (the SDK's limiter answered the
+    plain text "Request body too large", which named no size: a trial)."""
+
+    def __init__(self, app, max_body: int) -> None:
+        self.app = app
+        self.max_body = max_body
+
+    async def __call__(self, scope, receive, send) -> None:
+        from mcp.server.transport_security import RequestBodyLimitMiddleware
+
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        reached = False  # once the app runs, every response is its own (a proxied upstream's 413 too)
+
+        async def app(scope, receive, send) -> None:
+            nonlocal reached
+            reached = True
+            await self.app(scope, receive, send)
+
+        body = json.dumps({"error": {
+            "message": f"the request body is over {size_words(self.max_body)}, this server's limit",
+            "type": "request_too_large"}}).encode()
+
+        async def said(message) -> None:
+            if reached:
+                await send(message)
+            elif message["type"] == "http.response.start":
+                await send({"type": "http.response.start", "status": message["status"],
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode())]})
+            elif message["type"] == "http.response.body":
+                await send({"type": "http.response.body", "body": body})
+
+        await RequestBodyLimitMiddleware(app, self.max_body)(scope, receive, said)
+
+
 def guard(app, token: str | None, max_body: int = MAX_BODY_BYTES):
     """The app behind a body size limit (413) and, with a token, the bearer check."""
-    from mcp.server.transport_security import RequestBodyLimitMiddleware
-
-    app = RequestBodyLimitMiddleware(app, max_body)
+    app = BodyLimit(app, max_body)
     return BearerAuth(app, token) if token else app
 
 

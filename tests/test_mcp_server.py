@@ -140,6 +140,7 @@ def test_http_server_requires_the_token(tmp_path):
         assert httpx2.post(url, json={}, headers={"Authorization": "Bearer wrong"}).status_code == 401
         big = httpx2.post(url, content=b"x" * (5 * 1024 * 1024), headers={"Authorization": f"Bearer {token}"})
         assert big.status_code == 413
+        assert big.json()["error"]["message"] == "the request body is over 4 MB, this server's limit"
 
         async def listed() -> set[str]:
             http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})

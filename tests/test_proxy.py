@@ -268,6 +268,7 @@ def test_token_body_limit_and_logs(data_dir, minilm, server, caplog):
         with pytest.raises(openai.APIStatusError) as info:
             ok.chat.completions.create(model="m", messages=[{"role": "user", "content": "x" * 30_000}])
         assert info.value.status_code == 413
+        assert "over 20,000 bytes, this server's limit" in info.value.message  # in JSON, in words
     # the client's token never travels on to the upstream
     assert all(TOKEN not in str(r.body) for r in server.state.requests)
     logged = caplog.text
