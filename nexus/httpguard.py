@@ -10,7 +10,6 @@ import hmac
 import json
 import os
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 TOKEN_ENV = "NEXUS_TOKEN"
 MAX_BODY_BYTES = 4 * 1024 * 1024  # a chat request with a long history fits; a runaway paste does not
 
@@ -25,9 +24,27 @@ def resolve_token(flag: str | None) -> str | None:
     return token or None
 
 
+def is_loopback(host: str) -> bool:
+    """``host`` (a name or address, with or without a port) is this machine: localhost,
+    127.0.0.0/8 or ::1 (127.0.0.2 was refused as "another host": a trial)."""
+    import ipaddress
+
+    host = host.strip().lower()
+    if host.startswith("["):  # "[::1]:8788"
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:  # "127.0.0.1:8788", "localhost:8788"
+        host = host.partition(":")[0]
+    if host in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def check_bind(host: str, token: str | None) -> None:
     """Refuse to serve beyond this machine without a token."""
-    if host not in LOOPBACK and not token:
+    if not is_loopback(host) and not token:
         raise UnsafeBindError(
             f"refusing to listen on {host}: another host can reach it, so a token is required "
             f"(--token T or ${TOKEN_ENV}); clients then send 'Authorization: Bearer T'")
@@ -53,6 +70,56 @@ class BearerAuth:
                                         (b"content-length", str(len(body)).encode()),
                                         (b"www-authenticate", b"Bearer")]})
                 await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def _refuse(status: int, message: str, kind: str):
+    body = json.dumps({"error": {"message": message, "type": kind}}).encode()
+    return [{"type": "http.response.start", "status": status,
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]},
+            {"type": "http.response.body", "body": body}]
+
+
+class LocalRequestsOnly:
+    """ASGI middleware for a server no token guards (loopback only): a request must name
+    this machine (``Host``: a DNS-rebinding page names its own site), come from no web page
+    but a local one (``Origin``), and post JSON. A page's text/plain or form POST needs no
+    CORS preflight, so without these any site the user visits could write into their
+    memory and spend the upstream's key (a trial did, with curl standing in for a page)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    @staticmethod
+    def problem(scope) -> list | None:
+        headers = dict(scope.get("headers") or [])
+        host = headers.get(b"host", b"").decode("latin-1")
+        if host and not is_loopback(host):
+            return _refuse(421, f"this server answers requests addressed to this machine (127.0.0.1 or "
+                                f"localhost), not to {host[:80]!r}", "forbidden_host")
+        origin = headers.get(b"origin")
+        if origin is not None:
+            from urllib.parse import urlsplit
+
+            o = urlsplit(origin.decode("latin-1"))
+            if o.scheme not in ("http", "https") or not is_loopback(o.netloc.rpartition("@")[2]):
+                return _refuse(403, "requests from web pages of other sites are refused (Origin "
+                                    f"{origin.decode('latin-1')[:80]!r}); start the server with a token to "
+                                    "serve them", "forbidden_origin")
+        if scope.get("method") == "POST":
+            ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+            if ctype != b"application/json":
+                return _refuse(415, "the request body must be JSON, sent with 'Content-Type: application/json'",
+                               "invalid_request_error")
+        return None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            refusal = self.problem(scope)
+            if refusal is not None:
+                for message in refusal:
+                    await send(message)
                 return
         await self.app(scope, receive, send)
 
@@ -83,27 +150,25 @@ class BodyLimit:
             reached = True
             await self.app(scope, receive, send)
 
-        body = json.dumps({"error": {
-            "message": f"the request body is over {size_words(self.max_body)}, this server's limit",
-            "type": "request_too_large"}}).encode()
+        start, body = _refuse(413, f"the request body is over {size_words(self.max_body)}, this server's limit",
+                              "request_too_large")
 
         async def said(message) -> None:
             if reached:
                 await send(message)
             elif message["type"] == "http.response.start":
-                await send({"type": "http.response.start", "status": message["status"],
-                            "headers": [(b"content-type", b"application/json"),
-                                        (b"content-length", str(len(body)).encode())]})
+                await send(start)
             elif message["type"] == "http.response.body":
-                await send({"type": "http.response.body", "body": body})
+                await send(body)
 
         await RequestBodyLimitMiddleware(app, self.max_body)(scope, receive, said)
 
 
 def guard(app, token: str | None, max_body: int = MAX_BODY_BYTES):
-    """The app behind a body size limit (413) and, with a token, the bearer check."""
+    """The app behind a body size limit (413) and the bearer check with a token, or
+    without one, the check that a request comes from this machine and no other site."""
     app = BodyLimit(app, max_body)
-    return BearerAuth(app, token) if token else app
+    return BearerAuth(app, token) if token else LocalRequestsOnly(app)
 
 
 def listening_socket(host: str, port: int):

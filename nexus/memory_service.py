@@ -35,6 +35,20 @@ DEFAULT_SESSION = "default"
 REGENERATE_WINDOW_SECONDS = 900.0
 
 
+def context_key(messages: list[dict]) -> str:
+    """A digest of the messages a question was asked after (roles and texts)."""
+    import hashlib
+    import json
+
+    shown = [[str(m.get("role")), str(m.get("content") or "")] for m in messages if isinstance(m, dict)]
+    return hashlib.sha256(json.dumps(shown, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class NothingToRemember(ValueError):
+    """An answer with nothing in it to keep (reasoning only, a bare role label, the system
+    prompt said back): refused, nothing stored."""
+
+
 class SessionNameError(ValueError):
     """A session name that could reach outside the sessions folder, or is not a name."""
 
@@ -263,6 +277,7 @@ class MemoryService:
         self._last_request = 0.0  # monotonic time of the last recall/remember/search
         self.index_after_idle = 2.0  # seconds without requests before the sentence index runs
         self._closed = False
+        self._newest_context: tuple[int, str] | None = None  # (exchange, context_key) of the last remember
 
     @classmethod
     def open(cls, path: Path, *, embed_fn=None, judge: str = "embedding", base_url: str | None = None,
@@ -358,24 +373,23 @@ class MemoryService:
     # --- the one writer -------------------------------------------------------------------
 
     def regenerating(self, user: str, earlier: list[dict]) -> int | None:
-        """The newest exchange's number when a request asks its question again without its
-        answer in ``earlier`` (the request's messages before the question): a client's
-        "regenerate", which rejected that answer. None otherwise."""
+        """The newest exchange's number when a request asks its question again after the
+        very messages it was asked after (``earlier``: the request's messages before the
+        question, system included), soon: a client's "regenerate", which rejected that answer.
+        None otherwise: the same words after other messages (another chat, a one-shot request
+        with other notes, the question asked again after its answer) are a new exchange
+        (matching the question alone replaced another chat's exchange: a trial)."""
         from datetime import UTC, datetime
 
-        from .turn import strip_think
-
         user = storable(user or "").strip()
+        key = context_key(earlier)
         with self.tree.lock:
             xs = self.tree.exchange_view()
             newest = xs[-1] if xs else None
-            if newest is None or newest.archived or newest.forgotten or newest.user.strip() != user:
+            if (newest is None or self._newest_context != (newest.index, key) or newest.archived
+                    or newest.forgotten or newest.user.strip() != user):
                 return None
-            answer = newest.assistant.strip()
             stamp = newest.timestamp
-        if any(m.get("role") == "assistant" and strip_think(str(m.get("content") or "")).strip() == answer
-               for m in earlier if isinstance(m, dict)):
-            return None  # the client holds that answer: the same words asked again, a new exchange
         try:
             when = datetime.fromisoformat(stamp)
             age = (datetime.now(UTC) - (when if when.tzinfo else when.replace(tzinfo=UTC))).total_seconds()
@@ -384,19 +398,28 @@ class MemoryService:
         return newest.index if 0 <= age <= REGENERATE_WINDOW_SECONDS else None
 
     def remember(self, user: str, assistant: str, system: str | None = None,
-                 replaces: int | None = None) -> Remembered:
+                 replaces: int | None = None, earlier: list[dict] | None = None,
+                 own_system: str = "") -> Remembered:
         """Store one completed exchange; on disk when it returns. Bad input →
-        ``ValueError`` in words (nothing stored). ``replaces``: the number ``regenerating``
-        gave; when it is still the newest exchange, with the same question, the new answer
-        takes its place (memory never holds the rejected answer beside the new one)."""
-        from .turn import strip_think
+        ``ValueError`` in words (nothing stored); an answer that says nothing →
+        ``NothingToRemember``. ``replaces``: the number ``regenerating`` gave; when it is
+        still the newest exchange, with the same question, the new answer takes its place
+        (memory never holds the rejected answer beside the new one). ``earlier``: the
+        messages the question was asked after, for ``regenerating``. ``own_system``: the
+        caller's system prompt, which an answer that only says it back does not count as."""
+        from .turn import says_something, strip_think
 
         self._last_request = time.monotonic()
         # reasoning is never memory, whoever stores (MCP's remember kept "<think>…</think>": a trial)
         if assistant.strip():  # an empty answer is refused as such below
             assistant = strip_think(assistant)
             if not assistant:
-                raise ValueError("the answer holds nothing but reasoning (<think>…</think>): nothing was stored")
+                raise NothingToRemember("the answer holds nothing but reasoning (<think>…</think>): nothing was stored")
+            # what Nexus does not store, no other client does (a bare "User:", a date line, the
+            # client's system prompt said back were kept through the proxy: a trial)
+            if not says_something(assistant, own_system):
+                raise NothingToRemember("the answer says nothing (a bare role label, a date line, or the system "
+                                        "prompt said back): nothing was stored")
         msgs = [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
         if system:
             msgs.insert(0, {"role": "system", "content": system})
@@ -409,6 +432,7 @@ class MemoryService:
                        and not newest.archived and not newest.forgotten
                        and newest.user.strip() == storable(user).strip())
             node = self.tree.replace_last(msgs) if replace else self.tree.add(msgs)
+            self._newest_context = None if earlier is None else (node.index, context_key(earlier))
             branch = self.tree.thread_path(node)
             self._schedule_index()
         return Remembered(self.name, node.index, branch, replace)

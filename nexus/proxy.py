@@ -61,11 +61,46 @@ def content_text(content) -> str:
     return ""
 
 
-def last_user_text(messages: list) -> str:
-    for m in reversed(messages):
-        if isinstance(m, dict) and m.get("role") == "user":
-            return content_text(m.get("content")).strip()
-    return ""
+RECALL_QUERY_CHARS = 20_000  # as MCP's bound; a 3.9 MB message took 35 s to embed before its answer (a trial)
+
+
+@dataclass
+class AskedTurn:
+    """What a chat request asks: its newest user message, the messages before it, the
+    start of an answer the client wrote itself (a prefill), and its system text."""
+
+    user: str
+    earlier: list[dict]
+    prefill: str
+    system: str
+
+    @property
+    def query(self) -> str:
+        """What memory is recalled for: the question, or the start and end of a huge one
+        (a pasted text's question is often at its end)."""
+        u, half = self.user, RECALL_QUERY_CHARS // 2
+        return u if len(u) <= RECALL_QUERY_CHARS else u[:half] + "\n" + u[-half:]
+
+
+def asked_turn(messages: list) -> AskedTurn:
+    last = max((k for k, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"), default=-1)
+    shown = [{"role": m.get("role"), "content": content_text(m.get("content"))} for m in messages
+             if isinstance(m, dict)]
+    tail = messages[last + 1:] if last >= 0 else []
+    # an answer the client began ("The capital of France is"): the model goes on from it
+    prefill = (content_text(tail[-1].get("content")) if len(tail) == 1 and isinstance(tail[0], dict)
+               and tail[0].get("role") == "assistant" and not tail[0].get("tool_calls") else "")
+    system = "\n".join(m["content"] for m in shown if m["role"] in ("system", "developer"))
+    user = content_text(messages[last].get("content")).strip() if last >= 0 else ""
+    return AskedTurn(user, shown[:last] if last >= 0 else shown, prefill, system)
+
+
+def calls_tools(choice: dict) -> bool:
+    """An answer that asks for a tool is a step of a tool loop, not the answer: the loop's
+    last request gets that (its first step was kept as the answer too: a trial)."""
+    msg = choice.get("message") or choice.get("delta") or {}
+    return choice.get("finish_reason") in ("tool_calls", "function_call") or bool(
+        isinstance(msg, dict) and (msg.get("tool_calls") or msg.get("function_call")))
 
 
 def with_memory(messages: list, block: str) -> list:
@@ -94,7 +129,14 @@ class StreamWatch:
     text: list[str] = field(default_factory=list)
     done: bool = False
     failed: str = ""
+    tool_call: bool = False
     _buf: bytes = b""
+
+    def finish(self) -> None:
+        """The stream has ended: its last line counts without a newline after it (a
+        complete answer whose "data: [DONE]" had none was not remembered: a trial)."""
+        if self._buf:
+            self.feed(b"\n")
 
     def feed(self, chunk: bytes) -> None:
         self._buf += chunk
@@ -121,6 +163,7 @@ class StreamWatch:
                 # nothing of a chunk not shaped as one (it ended the relay: a trial)
                 if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                     continue
+                self.tool_call = self.tool_call or calls_tools(choice)
                 delta = choice.get("delta")
                 if isinstance(delta, dict) and isinstance(delta.get("content"), str):
                     self.text.append(delta["content"])
@@ -267,6 +310,8 @@ class MemoryProxy:
             body = json.loads(await request.body())
         except ValueError:
             return _error(400, "the request body is not JSON", "invalid_request_error")
+        except RecursionError:  # "[[[[…" 200,000 deep was a 500 with a traceback in the log (a trial)
+            return _error(400, "the request body is nested too deeply to read", "invalid_request_error")
         if not isinstance(body, dict):
             return _error(400, "the request body must be a JSON object", "invalid_request_error")
         messages = body.get("messages")
@@ -285,25 +330,28 @@ class MemoryProxy:
             said = served_problem(name or self.pool.default, exc)
             log.warning("%s: refused with 409", said)
             return _error(409, said, "session_error")
-        user = last_user_text(messages)
+        turn = asked_turn(messages)
+        user = turn.user
         replaces = None
+        memory = ""
         if user:
-            recent = [{"role": m.get("role"), "content": content_text(m.get("content"))}
-                      for m in messages[:-1] if isinstance(m, dict)]
+            recent = list(turn.earlier)
             # "regenerate": the answer it asks again for was rejected, so it is not recalled as
             # memory, and the new answer takes its place (it was injected, and the question kept twice)
-            replaces = await run_in_threadpool(svc.regenerating, user, recent)
+            replaces = await run_in_threadpool(svc.regenerating, user, turn.earlier)
             if replaces is not None:
                 recent.append({"role": "user", "content": user})
             t_recall = time.perf_counter()
             try:
-                mem = await run_in_threadpool(svc.recall, user, self.budget_tokens, recent)
+                mem = await run_in_threadpool(svc.recall, turn.query, self.budget_tokens, recent)
             except Exception as exc:  # the answer matters more than the memory: forward without it
                 log.warning("session %s: recall failed (%s: %s); forwarding without memory", svc.name,
                             type(exc).__name__, str(exc)[:200])
+                memory = ", no memory (recall failed)"
             else:
                 log.debug("session %s: recall %.3f s, %d memory tokens", svc.name,
                           time.perf_counter() - t_recall, mem.tokens)
+                memory = f", {mem.tokens} memory tokens" + (", a regenerate" if replaces is not None else "")
                 body = dict(body, messages=with_memory(messages, mem.block))
         stream = bool(body.get("stream"))
         req = self.client.build_request("POST", self.upstream + "/chat/completions", headers=self._headers(),
@@ -331,27 +379,35 @@ class MemoryProxy:
                 if await request.is_disconnected():  # timed out and gone (its retry asks again): not remembered
                     stored = " (the client hung up: not remembered)"
                 else:
-                    stored = await self._remember_json(svc, user, raw, replaces)
-            log.info("session %s: %s %d in %.2f s%s", svc.name, "stream" if stream else "chat",
-                     upstream.status_code, time.perf_counter() - started, stored)
+                    stored = await self._remember_json(svc, turn, raw, replaces)
+            log.info("session %s: %s %d in %.2f s%s%s", svc.name, "stream" if stream else "chat",
+                     upstream.status_code, time.perf_counter() - started, memory, stored)
             return Response(raw, status_code=upstream.status_code, media_type=ctype)
-        return self._stream(svc, user, upstream, ctype, started, replaces)
+        return self._stream(svc, turn, upstream, ctype, started, replaces, memory)
 
-    async def _remember_json(self, svc: MemoryService, user: str, raw: bytes, replaces: int | None) -> str:
+    async def _remember_json(self, svc: MemoryService, turn: AskedTurn, raw: bytes, replaces: int | None) -> str:
         try:
-            answer = json.loads(raw)["choices"][0]["message"].get("content")
+            choice = json.loads(raw)["choices"][0]
+            answer = choice["message"].get("content")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             return " (not an answer: not remembered)"
-        return await self._remember(svc, user, answer if isinstance(answer, str) else "", replaces)
+        if calls_tools(choice):
+            return " (a tool call: its loop's answer is remembered)"
+        return await self._remember(svc, turn, answer if isinstance(answer, str) else "", replaces)
 
-    async def _remember(self, svc: MemoryService, user: str, answer: str, replaces: int | None) -> str:
+    async def _remember(self, svc: MemoryService, turn: AskedTurn, answer: str, replaces: int | None) -> str:
         from starlette.concurrency import run_in_threadpool
 
-        answer = strip_think(answer)
+        from .memory_service import NothingToRemember
+
+        answer = strip_think(turn.prefill + answer)
         if not answer:
             return " (empty answer: not remembered)"
         try:
-            r = await run_in_threadpool(svc.remember, user, answer, None, replaces)
+            r = await run_in_threadpool(lambda: svc.remember(turn.user, answer, None, replaces, turn.earlier,
+                                                             turn.system))
+        except NothingToRemember:
+            return " (the answer says nothing: not remembered)"
         except Exception as exc:  # the client still gets its answer; the failure is logged in words
             # the engine's messages name the problem (locked, read-only, disk full), not the text
             log.error("session %s: the exchange could not be stored: %s: %s", svc.name, type(exc).__name__,
@@ -359,8 +415,8 @@ class MemoryProxy:
             return " (NOT remembered)"
         return f" → exchange #{r.exchange}" + (" (regenerated: the answer before it is replaced)" if r.replaced else "")
 
-    def _stream(self, svc: MemoryService, user: str, upstream, ctype: str, started: float,
-                replaces: int | None):
+    def _stream(self, svc: MemoryService, turn: AskedTurn, upstream, ctype: str, started: float,
+                replaces: int | None, memory: str):
         import httpx
         from starlette.responses import StreamingResponse
 
@@ -371,16 +427,20 @@ class MemoryProxy:
             try:
                 async for chunk in upstream.aiter_raw():
                     watch.feed(chunk)
-                    last = watch.done and not watch.failed and bool(user)
+                    last = watch.done and not watch.failed and bool(turn.user)
                     if last:
                         # stored before the client sees [DONE]: an acknowledged answer is a kept one
-                        outcome = "done" + await self._remember(svc, user, watch.answer, replaces)
+                        outcome = "done" + await self.remember_streamed(svc, turn, watch, replaces)
                     yield chunk
                     if last:
                         break
                 else:  # the upstream's own error text is the client's to read, not the log's
-                    outcome = "failed: the upstream sent an error (not remembered)" if watch.failed else (
-                        "done" if watch.done else "ended without [DONE] (not remembered)")
+                    watch.finish()
+                    if watch.done and not watch.failed and turn.user:
+                        outcome = "done" + await self.remember_streamed(svc, turn, watch, replaces)
+                    else:
+                        outcome = "failed: the upstream sent an error (not remembered)" if watch.failed else (
+                            "done" if watch.done else "ended without [DONE] (not remembered)")
             except httpx.HTTPError as exc:
                 outcome = f"broke off ({type(exc).__name__}, not remembered)"
                 err = {"error": {"message": f"the upstream's stream broke off: {type(exc).__name__}",
@@ -388,10 +448,18 @@ class MemoryProxy:
                 yield f"data: {json.dumps(err)}\n\n".encode()
             finally:
                 await upstream.aclose()
-                log.info("session %s: stream %s in %.2f s", svc.name, outcome, time.perf_counter() - started)
+                log.info("session %s: stream %s in %.2f s%s", svc.name, outcome, time.perf_counter() - started,
+                         memory)
 
         return StreamingResponse(relay(), status_code=200, media_type=ctype.split(";")[0] or "text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
+
+
+    async def remember_streamed(self, svc: MemoryService, turn: AskedTurn, watch: StreamWatch,
+                                replaces: int | None) -> str:
+        if watch.tool_call:
+            return " (a tool call: its loop's answer is remembered)"
+        return await self._remember(svc, turn, watch.answer, replaces)
 
 
 def messages_problem(messages: list) -> str:

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from nexus.memory_service import MemoryService, SessionNameError, session_path
+from nexus.memory_service import MemoryService, NothingToRemember, SessionNameError, context_key, session_path
 from trace_core import CTree
 from trace_core.invariants import check_invariants
 
@@ -196,27 +196,55 @@ def test_reasoning_is_never_stored_by_the_one_writer(data_dir, minilm):
         svc.close()
 
 
-def test_a_question_asked_again_is_a_regenerate_only_soon_and_without_its_answer(data_dir, hash_embed):
+def test_a_question_asked_again_is_a_regenerate_only_soon_and_after_the_same_messages(data_dir, hash_embed):
     from datetime import UTC, datetime, timedelta
 
     svc = open_svc("regen", hash_embed)
+    notes = [{"role": "system", "content": "Notes: lunch with Bob on Tuesday."}]
     try:
-        old = (datetime.now(UTC) - timedelta(hours=2)).isoformat(timespec="seconds")
-        svc.tree.add([{"role": "user", "content": "Plan my week?"}, {"role": "assistant", "content": "Gym Monday."}],
-                     timestamp=old)
-        assert svc.regenerating("Plan my week?", []) is None  # two hours on: asked anew, the old one stays
-        svc.remember("Plan my week?", "Gym Monday, pool Friday.")
-        assert svc.regenerating("Plan my week?", []) == 1
-        assert svc.regenerating("Plan my week? ", [{"role": "assistant", "content": "Gym Monday, pool Friday."}]) is None
-        assert svc.regenerating("Plan my month?", []) is None
-        r = svc.remember("Plan my week?", "Rest on Sunday.", replaces=1)
-        assert (r.exchange, r.replaced) == (1, True)
+        svc.remember("Plan my week?", "Gym Monday.", earlier=notes)
+        assert svc.regenerating("Plan my week?", notes) == 0
+        assert svc.regenerating("Plan my week? ", notes) == 0  # as stored: stripped
+        # the same words after other messages: another chat, or asked again after the answer
+        assert svc.regenerating("Plan my week?", [{"role": "system", "content": "Notes: dentist Friday."}]) is None
+        assert svc.regenerating("Plan my week?", [*notes, {"role": "user", "content": "Plan my week?"},
+                                                  {"role": "assistant", "content": "Gym Monday."}]) is None
+        assert svc.regenerating("Plan my month?", notes) is None
+        r = svc.remember("Plan my week?", "Rest on Sunday.", replaces=0, earlier=notes)
+        assert (r.exchange, r.replaced) == (0, True)
+        assert svc.regenerating("Plan my week?", notes) == 0  # regenerated twice
         # a number that is no longer the newest (another request stored in between) adds instead
         svc.remember("Other question", "Other answer.")
-        r = svc.remember("Plan my week?", "Late answer.", replaces=1)
-        assert (r.exchange, r.replaced) == (3, False)
-        assert [x.assistant for x in svc.tree.exchanges] == [
-            "Gym Monday.", "Rest on Sunday.", "Other answer.", "Late answer."]
+        assert svc.regenerating("Plan my week?", notes) is None
+        r = svc.remember("Plan my week?", "Late answer.", replaces=0)
+        assert (r.exchange, r.replaced) == (2, False)
+        # stored without its messages (MCP's remember), or two hours ago: never a regenerate
+        assert svc.regenerating("Plan my week?", []) is None
+        old = (datetime.now(UTC) - timedelta(hours=2)).isoformat(timespec="seconds")
+        svc.tree.add([{"role": "user", "content": "Plan my year?"}, {"role": "assistant", "content": "Travel."}],
+                     timestamp=old)
+        svc._newest_context = (3, context_key([]))
+        assert svc.regenerating("Plan my year?", []) is None
+        assert svc.regenerating("Plan my year?", [{"role": "user", "content": "x"}]) is None
+        assert [x.assistant for x in svc.tree.exchanges] == ["Rest on Sunday.", "Other answer.", "Late answer.",
+                                                             "Travel."]
         check_invariants(svc.tree)
+    finally:
+        svc.close()
+
+
+def test_an_answer_that_says_nothing_is_never_remembered(data_dir, hash_embed):
+    """What Nexus does not store, MCP and the proxy do not either (a bare "User:", a date
+    line, the client's system prompt said back were stored: a trial)."""
+    svc = open_svc("nothing", hash_embed)
+    try:
+        for said in ("User:", "[2026-12-03]", "-", "Memory from earlier in this conversation, by topic:"):
+            with pytest.raises(NothingToRemember, match="says nothing"):
+                svc.remember("what is up", said)
+        with pytest.raises(NothingToRemember):
+            svc.remember("My brother Tom is a pilot.", "Answer in one short sentence.",
+                         own_system="Answer in one short sentence.")
+        assert svc.remember("How many?", "42").exchange == 0  # a number is an answer
+        assert len(svc.tree.exchanges) == 1
     finally:
         svc.close()
