@@ -53,6 +53,7 @@ def test_stdio_server_end_to_end(tmp_path, minilm):
             out["recall"] = await c.call_tool("recall", {"query": "What does Ana teach?", "budget_tokens": 300})
             out["bad"] = await c.call_tool("recall", {"query": "x", "budget_tokens": -5})
             out["empty"] = await c.call_tool("remember", {"user": "hi", "assistant": " "})
+            out["label"] = await c.call_tool("remember", {"user": "what is up", "assistant": "User:"})
             out["search"] = await c.call_tool("search", {"query": "Brompton bike", "k": 3})
             # bad input a trial found taken silently or slowly: said in words, nothing stored
             out["blank"] = await c.call_tool("recall", {"query": "   "})
@@ -85,6 +86,7 @@ def test_stdio_server_end_to_end(tmp_path, minilm):
     assert rec["branches"] and rec["branches"][0]["path"]
     assert out["bad"].is_error and "budget_tokens" in out["bad"].content[0].text
     assert out["empty"].is_error and "empty content" in out["empty"].content[0].text
+    assert out["label"].is_error and "says nothing" in out["label"].content[0].text  # as Nexus: not stored
     assert out["blank"].is_error and "the query is empty: say what to recall" in out["blank"].content[0].text
     assert out["blank_search"].is_error and "say what to search for" in out["blank_search"].content[0].text
     assert out["huge_query"].is_error and "at most 20,000" in out["huge_query"].content[0].text
