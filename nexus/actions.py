@@ -106,6 +106,9 @@ class KeyActions:
         if self.editing is not None and self.turn is None:
             self.cancel_edit("Esc")
             return
+        if self.editing_kept is not None and self.turn is None:
+            self.cancel_kept_edit()
+            return
         if self.scenarios.cancel():
             return  # a running scenario takes Esc before the reply does
         busy = self.busy_with_long_command()

@@ -127,6 +127,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.set_keymap(self.keymap)
         self.models_cache: list[str] = []  # the server's models, for Tab after /model
         self._editing: int | None = None  # /edit: the exchange the next message replaces
+        self._editing_kept: str | None = None  # /edit: the unanswered message the next one replaces
         self._code_copied: tuple[float, int, list[str]] = (0.0, 0, [])  # Ctrl+K: when, how far back, of which
         self._models_fetching = False
         self.drafts = DraftStore()  # the input's unsent text, across restarts
@@ -180,11 +181,28 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         """An /edit in progress is on the input's border, with how to leave it: one left
         unseen replaced the newest exchange with an unrelated message minutes later (a trial)."""
         self._editing = index
+        self._show_edit()
+
+    @property
+    def editing_kept(self) -> str | None:
+        return self._editing_kept
+
+    @editing_kept.setter
+    def editing_kept(self, text: str | None) -> None:
+        """/edit of a message that got no answer: it stays kept (in the file, for Ctrl+R)
+        until what replaces it is sent; Esc leaves it as it was. Taken out at /edit, it was
+        lost to a later write of the kept list (a trial)."""
+        self._editing_kept = text
+        self._show_edit()
+
+    def _show_edit(self) -> None:
         try:
             prompt = self.query_one("#prompt")
         except NoMatches:
             return
-        prompt.border_title = f"editing #{index} · Enter replaces it · Esc cancels" if index is not None else ""
+        prompt.border_title = (f"editing #{self._editing} · Enter replaces it · Esc cancels" if self._editing is not None
+                               else "editing your message with no answer · Enter sends it in its place · Esc cancels"
+                               if self._editing_kept is not None else "")
 
     def cancel_edit(self, why: str) -> None:
         """(UI thread) The /edit ends; the text stays in the input, to send as a new message."""

@@ -227,29 +227,29 @@ class ChatCommands:
         self.chat_notice(f"Editing #{last.index}: Enter sends it in place of the old exchange.")
 
     def edit_unanswered(self) -> bool:
-        """/edit when the newest message written got no answer: that message goes back to
-        the input (its bubble goes; sent, it is a new message). False when it was answered.
-        A /retry's message was written before: after "no answer", /retry and /undo-retry,
-        /edit took the retried exchange (a trial)."""
+        """/edit when the newest message written got no answer: that message goes to the
+        input; it stays kept until the edit is sent in its place (Esc leaves it as it was).
+        False when it was answered. A /retry's message was written before: after "no
+        answer", /retry and /undo-retry, /edit took the retried exchange (a trial)."""
         shown = [m for m in self.query(UserMessage) if not m.regenerated]
         if self.session is None:
             return False
         if not shown:  # /clear took the bubbles: the session knows (a trial's /edit took an answered #N)
             text = self.session.newest_unanswered
-            if text is None or self.session.take_kept(text) is None:
+            if text is None or text not in self.session.kept:
                 return False
         else:
             newest = shown[-1]
-            if newest.state != UNSENT_STATE or self.session.take_kept(newest.text) is None:
+            if newest.state != UNSENT_STATE or newest.text not in self.session.kept:
                 return False
             text = newest.text
-            newest.remove()
-        self.session.newest_unanswered = None
         prompt = self.query_one("#prompt", PromptInput)
         self.call_after_refresh(setattr, prompt, "value", text)  # after the submit clears the input
         prompt.focus()
         self.editing = None
-        self.chat_notice("Editing your message that got no answer: Enter sends it.")
+        self.editing_kept = text
+        self.chat_notice("Editing your message that got no answer: Enter sends it in its place; Esc cancels "
+                         "(it stays as it was).")
         return True
 
     def cmd_drop(self, args: list[str]) -> None:

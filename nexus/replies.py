@@ -50,6 +50,7 @@ class Replies:
         self.follow_chat()  # what is sent, and its answer, are in sight
         self.uncover_chat()
         editing, self.editing = self.editing, None
+        kept_edit, self.editing_kept = self.editing_kept, None  # a command ends it: the message stays kept
         if text.strip().startswith("/"):
             message = C.as_message(text)
             if message is None:
@@ -62,8 +63,11 @@ class Replies:
         why = self.session.too_long(count_tokens(text)) if self.session is not None else None
         if why:  # refused at Enter, by the estimate: queued behind a reply, it was refused minutes later
             self.editing = editing  # an /edit goes on
+            self.editing_kept = kept_edit
             self.refuse_at_enter(text, why)
             return
+        if kept_edit is not None:
+            self.finish_kept_edit(kept_edit)
         if editing is not None and not replace:  # its notice said it would replace #N: say it did not
             self.chat_notice(f"#{editing} is no longer the newest exchange: this message is sent as a new one.",
                              "warning")
@@ -71,6 +75,27 @@ class Replies:
             # the model answers "OK, forgotten" and the request itself is filed (a trial)
             self.chat_notice("The model cannot forget: memory keeps every exchange, this one too. "
                              "/forget <words> or /forget #N erases exchanges for good (it lists them first).")
+
+    def cancel_kept_edit(self) -> None:
+        """(UI thread) Esc during an /edit of a message with no answer: it stays kept."""
+        self.editing_kept = None
+        self.chat_notice("Edit cancelled: your message with no answer stays as it was (Ctrl+R sends it); Enter "
+                         "sends what is in the input as a new message.")
+
+    def finish_kept_edit(self, text: str) -> None:
+        """(UI thread) The edited message is being sent: the one it replaces is no longer
+        kept, in the window or the file."""
+        session = self.session
+        if session is None or session.take_kept(text) is None:
+            return  # Ctrl+R sent it meanwhile, or /drop let it go
+        session.save_kept()
+        if session.newest_unanswered == text:
+            session.newest_unanswered = None
+        for shown in self.query(UserMessage):
+            if shown.text == text and shown.state == UNSENT_STATE:
+                shown.remove()
+                break
+        self.recount_unsent()
 
     def refuse_at_enter(self, text: str, why: str) -> None:
         """A message too long for the context, said at Enter: back in the input, selected."""

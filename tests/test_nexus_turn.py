@@ -470,17 +470,55 @@ async def test_edit_takes_back_the_newest_message_when_it_got_no_answer(server, 
         await wait_for(pilot, lambda: [m.state for m in app.query(UserMessage)][-1:] == [UNSENT_STATE])
         await type_and_send(pilot, app, "/edit")
         await wait_for(pilot, lambda: app.query_one("#prompt").value == "a message with a typo in it")
-        assert "a message with a typo in it" not in [m.text for m in app.query(UserMessage)]
+        # kept until the edit is sent: in the window, for Ctrl+R and in the file
+        assert "editing your message with no answer" in app.query_one("#prompt").border_title
+        assert app.session.pending == "a message with a typo in it"
+        assert "a message with a typo in it" in [m.text for m in app.query(UserMessage)]
         server.respond(chat_reply("Fixed."))
         app.query_one("#prompt").value = ""
         await type_and_send(pilot, app, "a message without the typo")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
         assert [x.user for x in app.session.tree.exchanges] == ["an answered message", "a message without the typo"]
         assert app.session.pending is None  # the edited one replaced the unanswered one
+        assert "a message with a typo in it" not in [m.text for m in app.query(UserMessage)]
+        assert not app.query_one("#prompt").border_title
     from trace_core import CTree
 
     tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
     assert load_kept(tree.vdb) == []
+    tree.vdb.close()
+
+
+async def test_esc_during_an_edit_of_a_message_with_no_answer_keeps_it(server, tmp_path, minilm, data_dir):
+    """/edit took an unanswered message out of the kept list and Esc did not put it back:
+    Ctrl+R said "Nothing to resend", and the next write of the list (Ctrl+R sending
+    another) dropped it from the file for good (a trial)."""
+    server.respond(chat_only(lambda req: Reply("")))  # the model answers nothing
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        for text in ("Queued one, should stay.", "Kept message X: what is a good recipe?"):
+            await type_and_send(pilot, app, text)
+            await wait_for(pilot, lambda t=text: app.turn is None and not app.outbox and t in app.session.kept)
+        await type_and_send(pilot, app, "/edit")
+        await wait_for(pilot, lambda: app.query_one("#prompt").value == "Kept message X: what is a good recipe?")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: "Edit cancelled" in notices(app))
+        assert app.editing_kept is None and not app.query_one("#prompt").border_title
+        assert app.session.kept == ["Queued one, should stay.", "Kept message X: what is a good recipe?"]
+        app.query_one("#prompt").value = ""
+        server.respond(chat_reply("Pasta."))
+        await pilot.press("ctrl+r")  # sends one of them; the list is written again
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await wait_for(pilot, lambda: app.turn is None and not app.outbox)
+        assert len(app.session.kept) == 1
+    from trace_core import CTree
+
+    tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
+    assert len(load_kept(tree.vdb)) == 1  # the other one is still in the file
+    assert {tree.exchanges[0].user, *load_kept(tree.vdb)} == {"Queued one, should stay.",
+                                                               "Kept message X: what is a good recipe?"}
     tree.vdb.close()
 
 
@@ -1023,7 +1061,7 @@ async def test_edit_takes_the_newest_message_written_not_a_retried_one(server, t
         await type_and_send(pilot, app, "/edit")
         await wait_for(pilot, lambda: "Editing your message that got no answer" in notices(app))
         assert app.query_one("#prompt").value == "What is the capital of Australia?"
-        assert app.session.pending is None
+        assert app.session.pending == "What is the capital of Australia?"  # kept until the edit is sent
 
 
 async def test_an_edit_that_can_no_longer_replace_its_exchange_says_so(server, tmp_path, minilm, data_dir):
