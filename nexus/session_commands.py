@@ -209,11 +209,12 @@ class SessionCommands:
             self.chat_notice(f"Not saved: {problem}. Choose another file (e.g. {self.session_path.stem}.json).",
                              "error")
             return
-        if not self.replacing_confirmed("save", path, b'{\n "format": "trace-ctree"'):
+        if not self.replacing_confirmed("save", path, sessions.save_of):
             return
         try:
             made = make_folders(path.parent)
-            s.tree.save(str(path), save_conversation=True, meta=session_rows(s.tree.vdb))
+            s.tree.save(str(path), save_conversation=True,
+                        meta={**session_rows(s.tree.vdb), sessions.SAVED_FROM_KEY: self.session_path.stem})
         except OSError as exc:  # said with the user's path: the engine writes a temporary file first
             self.file_not_written("Not saved", path, exc)
             return
@@ -232,21 +233,29 @@ class SessionCommands:
             waiting.append(turn.text)
         return waiting
 
-    def replacing_confirmed(self, command: str, path: Path, own_kind: bytes) -> bool:
-        """Whether ``/command path`` may write over what is at ``path``: nothing, an earlier
-        export of its kind, or a file of the user's that the same command typed again
-        within 30 s confirms (``/export`` and ``/save`` replaced a 3 MB text file and an
-        image without asking, in a trial)."""
-        size = sessions.replaced_file(path, own_kind)
+    def replacing_confirmed(self, command: str, path: Path, made_of) -> bool:
+        """Whether ``/command path`` may write over what is at ``path``: nothing, or an
+        earlier one of this session (``made_of(path)`` names the session a file of the
+        command's kind was made of, None when it is no such file); anything else — a file
+        of the user's, another session's export — only when the same command is typed again
+        within 30 s (``/export`` and ``/save`` replaced a 3 MB text file and an image, then
+        another session's only backup, without asking: trials)."""
+        size = sessions.replaced_file(path)
         if size is None:
+            return True
+        owner = made_of(path)
+        if owner == self.session_path.stem:
             return True
         key = (command, path.resolve())
         asked = self._replace_asked.pop(key, None)
         if asked is not None and time.monotonic() - asked <= 30:
             return True
         self._replace_asked[key] = time.monotonic()
-        self.chat_notice(f"{path} exists ({human_size(size)}) and is no {command} of Nexus's: type the same /{command} "
-                         "again within 30 s to replace it, or choose another file.", "warning")
+        what = (f"is no {command} of Nexus's" if owner is None else
+                f"holds the /{command} of session {owner}" if owner else
+                f"holds an earlier /{command} that does not say of which session")
+        self.chat_notice(f"{path} exists ({human_size(size)}) and {what}: type the same /{command} again within 30 s "
+                         "to replace it, or choose another file.", "warning")
         return False
 
     def file_not_written(self, what: str, path: Path, exc: OSError) -> None:
@@ -327,8 +336,7 @@ class SessionCommands:
         C.refuse_unknown_options("export", args, ("--tree",))
         args = list(args)
         with_tree = "--tree" in args
-        if with_tree:
-            args.remove("--tree")
+        args = [a for a in args if a != "--tree"]  # "--tree --tree" wrote a file named "--tree" (a trial)
         session = self.need_session()
         try:
             path = file_in(args, default_path(self.session_path))
@@ -340,7 +348,7 @@ class SessionCommands:
             self.chat_notice(f"Not exported: {problem}. Choose another file (e.g. {self.session_path.stem}.md).",
                              "error")
             return
-        if not self.replacing_confirmed("export", path, f"# {EXPORT_TITLE}".encode()):
+        if not self.replacing_confirmed("export", path, sessions.export_of):
             return
         waiting = self.unanswered_now(session)
         text = conversation_markdown(session.tree, f"{EXPORT_TITLE}{self.session_path.stem}", with_tree,

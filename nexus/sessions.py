@@ -270,19 +270,46 @@ def _inodes_of_sessions(folder: Path) -> set[tuple[int, int]]:
     return {i for i in map(file_id, names) if i is not None}
 
 
-def replaced_file(target: Path, own_kind: bytes) -> int | None:
-    """The size of the file ``target`` would replace, or None: no file there, an empty
-    one, or an earlier export of the same kind (it starts with ``own_kind``), which an
-    export replaces as saving again does. Anything else is the user's, asked about first."""
+def replaced_file(target: Path) -> int | None:
+    """The size of the file ``target`` would replace, or None: no file there, or an empty one."""
     try:
-        with open(target, "rb") as fh:
-            head = fh.read(len(own_kind))
-        size = target.stat().st_size
+        size = target.stat().st_size if target.is_file() else None
     except OSError:
         return None
-    if not size or head == own_kind:
+    return size or None
+
+
+SAVED_FROM_KEY = "nexus.saved_from"  # a /save's JSON names its session (another's is not replaced unasked)
+
+
+def export_of(path: Path) -> str | None:
+    """The session an earlier ``/export`` at ``path`` was made of ("# Nexus — NAME"), or
+    None when the file is no export."""
+    from .export import EXPORT_TITLE
+
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            first = fh.readline(1000).rstrip("\n")
+    except OSError:
         return None
-    return size
+    head = f"# {EXPORT_TITLE}"
+    return first[len(head):] if first.startswith(head) else None
+
+
+def save_of(path: Path) -> str | None:
+    """The session an earlier ``/save`` at ``path`` was made of ("" when it does not say:
+    an older one), or None when the file is no saved tree."""
+    import json
+
+    if not starts_with(path, b'{\n "format": "trace-ctree"'):
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            meta = json.load(fh).get("meta")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    name = meta.get(SAVED_FROM_KEY) if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def starts_with(path: Path, head: bytes) -> bool:

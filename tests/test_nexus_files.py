@@ -133,5 +133,8 @@ async def test_an_option_a_command_does_not_take_is_refused_not_written_as_a_nam
             app.query_one("#prompt").value = ""
         assert not (tmp_path / "--pretty").exists() and not out.exists()
         assert app.session.settings.system == ""
-        await type_and_send(pilot, app, f"/export {out}/ --tree")  # the option it takes still works
+        await type_and_send(pilot, app, "/export --tree --tree")  # the option it takes still works
         await wait_for(pilot, lambda: "with the topic outline" in notices(app))
+        assert not (tmp_path / "--tree").exists()  # given twice, it named a file (a trial)
+        await type_and_send(pilot, app, f"/export {out}/ --tree")
+        await wait_for(pilot, lambda: notices(app).count("with the topic outline") == 2)

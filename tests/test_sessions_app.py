@@ -482,6 +482,20 @@ async def test_export_and_save_never_write_a_sessions_file_and_ask_before_replac
             done = "Exported" if command == "export" else "Saved the tree"
             await wait_for(pilot, lambda done=done: notices(app).count(done) == 2)
             assert notices(app).count("again within 30 s to replace it") == asked
+        # another session's export or save there is asked about: one replaced another
+        # session's only backup unasked (a trial)
+        await type_and_send(pilot, app, "/open other")
+        await wait_for(pilot, lambda: app.session_path == other and app.session is not None
+                       and app.session.tree is not None)
+        for command, name in (("export", "notes.txt"), ("save", "photo.png")):
+            mine = tmp_path / name
+            before = mine.read_bytes()
+            await type_and_send(pilot, app, f"/{command} {mine}")
+            await wait_for(pilot, lambda command=command: f"holds the /{command} of session mine" in notices(app))
+            assert mine.read_bytes() == before
+            await type_and_send(pilot, app, f"/{command} {mine}")
+            await wait_for(pilot, lambda mine=mine, before=before: mine.read_bytes() != before)
+            assert b"other" in mine.read_bytes()
     tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
     assert len(tree.exchanges) == 1  # the session survived the attempts
     tree.vdb.close()
