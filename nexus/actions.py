@@ -10,6 +10,7 @@ from textual.containers import VerticalScroll
 from trace_core.textutil import without_marks
 
 from .inspector import NodeInspector
+from .keys import key_for
 from .scrolling import scroll_a_page
 from .treepane import MemoryTree
 from .widgets import SELECTABLE, AssistantMessage, EventLog, PastExchangeView, UserMessage, code_blocks, message_text
@@ -118,6 +119,17 @@ class KeyActions:
             self.chat_notice(f"Cancelling {busy} after its current step…")
         if self.turn is not None:  # that request only, before its first byte too
             self.turn.cancel()
+
+    def action_help_quit(self) -> None:
+        """Ctrl+C with nothing selected to copy: what a terminal's Ctrl+C would do — a reply
+        streaming stops (as Esc); else a note says how to quit (it did nothing and said
+        nothing: a trial; Textual's own toast looked for a key it did not find)."""
+        if self.turn is not None:
+            self.turn.cancel()
+            return
+        quit_key = key_for("quit", self.keymap)
+        self.chat_notice(f"Ctrl+C copies selected text. {quit_key} quits Nexus (what you wrote is kept); Esc "
+                         "cancels a reply.")
 
     def action_focus_input(self) -> None:
         self._on_main_screen()

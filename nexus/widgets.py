@@ -464,6 +464,14 @@ class PromptInput(TextArea):
                     self._own_keys[k] = actions[0]
         return self._own_keys.get(key)
 
+    def action_copy(self) -> None:
+        """Ctrl+C: the selection is copied; with none, the key goes on to the app's own
+        Ctrl+C (handled here, every key of the editor stops here: it did nothing at all)."""
+        if self.selected_text:
+            super().action_copy()
+        else:
+            self.app.action_help_quit()
+
     def action_delete_left(self) -> None:
         """Backspace takes the character the user sees: an emoji of joined parts, a flag,
         a letter with its accent. One code point at a time left a lone joiner in the

@@ -145,6 +145,29 @@ async def test_escape_cancels_before_the_first_byte_and_a_late_timeout_touches_n
         assert app.session.pending is None
 
 
+async def test_ctrl_c_copies_a_selection_stops_a_reply_or_says_how_to_quit(server, tmp_path, minilm, data_dir):
+    """Ctrl+C did nothing and said nothing, idle or while a reply streamed (a trial)."""
+    server.respond(chat_only(lambda req: Reply("", chunks=[f"delta{i} " for i in range(200)], chunk_delay=0.05)))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: "Ctrl+C copies selected text. ctrl+q quits Nexus" in notices(app))
+        await type_and_send(pilot, app, "count for me")
+        reply = app.current_reply
+        await wait_for(pilot, lambda: "delta3" in reply.text)
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: app.turn is None, timeout=5)
+        x = app.session.tree.exchanges[0]
+        assert "delta3" in x.assistant and "delta199" not in x.assistant  # stopped, the words so far kept
+        prompt = app.query_one("#prompt")
+        prompt.value = "copy me"
+        prompt.select_all()
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: app.clipboard == "copy me")
+        assert notices(app).count("Ctrl+C copies selected text") == 1
+
+
 async def test_escape_cancels_while_the_server_is_asked_which_model_it_has(server, tmp_path, minilm, data_dir):
     """No chat model set: the first reply asks the server to list its models first. A
     server that stalls there held the turn 120 s, Esc ignored under "(Esc cancels)" (a trial)."""
