@@ -28,7 +28,7 @@ from .prompt_budget import fit_recent, limits, prompt_room, recent_tokens
 from .session_settings import META_KEY as SETTINGS_KEY
 from .session_settings import SessionSettings, parse_setting
 from .streaming import stream_reply
-from .text import counted
+from .text import counted, exchanges_said
 from .turn import Turn, reply_problem, says_something, store_problem, strip_think
 from .versions import META_KEY as VERSIONS_KEY
 from .versions import ReplyVersions, version_of
@@ -854,8 +854,7 @@ class ChatSession:
         r = self.synth.last_report if self.synth else None
         return {
             "session": str(self.path),
-            "exchanges": len(self.tree.exchanges),
-            "archived exchanges": len(self.tree.archived),
+            "exchanges": exchanges_said(self.tree.exchanges),
             "topics": len(topics),
             "judge": self.tree.judge,
             "embedder": getattr(self.tree.embed_fn, "name", "?"),

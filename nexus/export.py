@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .config import data_dir
 from .history import when
-from .text import counted, safe
+from .text import counted, exchanges_said, safe
 
 EXPORT_TITLE = "Nexus — "  # an export's first line: "# Nexus — <session>" (another /export replaces it)
 
@@ -62,7 +62,7 @@ def conversation_markdown(tree, title: str, with_tree: bool = False, system: str
     topic outline at the end with ``with_tree``."""
     waiting = f" · {counted(len(unanswered), 'message')} with no answer" if unanswered else ""
     lines = [f"# {title}", "", f"Exported {datetime.now().strftime('%Y-%m-%d %H:%M')} · "
-             f"{counted(len(tree.exchanges), 'exchange')}{waiting}", ""]
+             f"{exchanges_said(tree.exchanges)}{waiting}", ""]
     if system:
         lines += ["> System prompt: " + as_block(system).replace("\n", "\n> "), ""]
     day = ""

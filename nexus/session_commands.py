@@ -14,7 +14,7 @@ from .chat import session_rows
 from .failures import TaskFailed, background
 from .long_tasks import Cancelled
 from .paths import ends_a_sentence, folders_made, make_folders, private_dir, write_problem
-from .text import counted, quoted
+from .text import counted, exchanges_said, quoted
 
 
 def human_size(n: int) -> str:
@@ -326,7 +326,7 @@ class SessionCommands:
         except Exception as exc:
             sessions.discard(staging)
             raise TaskFailed("Cannot load it" if str(path) in str(exc) else f"Cannot load {path}") from exc
-        done = f"Imported {path} ({counted(len(tree.exchanges), 'exchange')}) as a new session {target.stem}."
+        done = f"Imported {path} ({exchanges_said(tree.exchanges)}) as a new session {target.stem}."
         self.ui(self.end_progress, "load", done, "info", False)
         self.ui(self.open_session, target, done)  # said once the switch has cleared the chat pane
 
@@ -365,7 +365,7 @@ class SessionCommands:
             return
         also = f" and {counted(len(waiting), 'message')} with no answer" if waiting else ""
         self.chat_notice(ends_a_sentence(
-            f"Exported {counted(len(session.tree.exchanges), 'exchange')}{also} to {path.resolve()}"
+            f"Exported {exchanges_said(session.tree.exchanges)}{also} to {path.resolve()}"
             + (" with the topic outline" if with_tree else "") + folders_made(made), path.resolve()))
 
 

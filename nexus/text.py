@@ -107,3 +107,14 @@ def around_words(text: str, query: str, width: int = 120) -> str:
     start = max(0, min(spots) - width // 3)
     part = flat[start: start + width - 2].strip()
     return "…" + part + ("…" if start + width - 2 < len(flat) else "")
+
+
+def exchanges_said(exchanges) -> str:
+    """How many exchanges, as the tree pane counts them (those in the tree), with the
+    archived and the forgotten named apart: /stats called a forgotten one "archived",
+    which reads as restorable, and /export and /load counted what the pane did not (a trial)."""
+    forgotten = sum(1 for x in exchanges if x.forgotten)
+    archived = sum(1 for x in exchanges if x.archived and not x.forgotten)
+    said = counted(len(exchanges) - forgotten - archived, "exchange")
+    apart = [f"{archived} archived"] * bool(archived) + [f"{forgotten} forgotten"] * bool(forgotten)
+    return said + (f" ({' and '.join(apart)} beside them)" if apart else "")

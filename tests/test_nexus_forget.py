@@ -92,6 +92,12 @@ async def test_forget_asks_then_erases_from_chat_memory_prompt_history_and_file(
         assert asked[-1]["messages"][0]["content"] in notices(app)
         # the pane's root counts what is in the tree, as its title does (it said 4 of 2)
         await wait_for(pilot, lambda: "ROOT (2 exchanges)" in str(app.query_one(MemoryTree).root.label))
+        # /stats and /export count as the pane does; a forgotten one is never called archived
+        await type_and_send(pilot, app, "/stats")
+        await wait_for(pilot, lambda: "exchanges: 2 exchanges (2 forgotten beside them)" in notices(app))
+        assert "archived" not in notices(app).split("Statistics of this session:")[-1]
+        await type_and_send(pilot, app, f"/export {tmp_path / 'out.md'}")
+        await wait_for(pilot, lambda: "Exported 2 exchanges (2 forgotten beside them) to" in notices(app))
     assert SECRET.encode() not in file_bytes(path)
     # reopened: the forgotten exchanges show as such
     app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
