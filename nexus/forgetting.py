@@ -59,12 +59,16 @@ def asks_to_forget(text: str) -> bool:
     return bool(_ASKS_TO_FORGET.search(text))
 
 
-def forget_question(exchanges, req: ForgetRequest, command: str, limit: int = 8) -> str:
-    """The list of what would be forgotten, and how to confirm."""
+def forget_question(exchanges, req: ForgetRequest, command: str, limit: int = 30) -> str:
+    """The list of what would be forgotten, and how to confirm: every one of them, a line
+    each up to ``limit``, then their numbers (an irreversible erasure listed 8 of 13 and
+    "… and 5 more": a trial)."""
     what = [counted(len(req.indices), "exchange")] if req.indices else []
     what += [counted(len(req.unanswered), "message without an answer")] if req.unanswered else []
-    lines = [f"/forget would erase {' and '.join(what)} for good: from memory, the topic names and summaries, "
-             "and the session file (an export or copy made before keeps it):"]
+    share = (f" — {len(req.indices)} of the session's {len(exchanges)}"
+             if req.by_words and len(req.indices) > max(3, len(exchanges) // 4) else "")
+    lines = [f"/forget would erase {' and '.join(what)} for good{share}: from memory, the topic names and "
+             "summaries, and the session file (an export or copy made before keeps it):"]
     for i in req.indices[:limit]:
         x = exchanges[i]
         # the words may be in the reply only: said so, or the message listed read as unrelated (a trial)
@@ -72,8 +76,8 @@ def forget_question(exchanges, req: ForgetRequest, command: str, limit: int = 8)
             else (" (in the reply)", x.assistant)
         lines.append(f"  #{i}" + (" (archived)" if x.archived else "") + f"{where}  {quoted(around_words(text, req.by_words, 70))}")
     if len(req.indices) > limit:
-        lines.append(f"  … and {len(req.indices) - limit} more")
-    for text in req.unanswered[:limit]:
+        lines.append(f"  and {len(req.indices) - limit} more: " + ", ".join(f"#{i}" for i in req.indices[limit:]))
+    for text in req.unanswered:
         lines.append(f"  (not answered)  {quoted(around_words(text, req.by_words, 70))}")
     lines.append(f"Type {command} again within 30 s to confirm. It cannot be undone.")
     return "\n".join(lines)

@@ -9,7 +9,7 @@ from test_nexus_app import chat_reply, make_config, notices, ready, type_and_sen
 from test_sessions_app import rendered
 
 from nexus.app import NexusApp
-from nexus.forgetting import asks_to_forget, forget_request
+from nexus.forgetting import asks_to_forget, forget_question, forget_request
 from nexus.prompt_history import history_path
 from nexus.widgets import MemoryTree, PastExchangeView, UserMessage
 from trace_core import CTree
@@ -44,6 +44,21 @@ def test_a_request_names_exchanges_by_number_or_by_every_word(minilm):
     assert forget_request(tree.exchanges, ["loc"]).indices == ()  # words, not parts of them
     tree.forget([tree.exchanges[0]])
     assert forget_request(tree.exchanges, ["#0"]).indices == ()  # forgotten already
+
+
+def test_the_question_lists_every_exchange_it_would_erase(hash_embed):
+    """A common word matched 13 exchanges; 8 were listed, then "… and 5 more", before an
+    erasure that cannot be undone (a trial)."""
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    for k in range(40):
+        tree.add([{"role": "user", "content": f"the note number {k}"}, {"role": "assistant", "content": "Noted."}])
+    tree.add([{"role": "user", "content": "Something else"}, {"role": "assistant", "content": "Yes."}])
+    said = forget_question(tree.exchanges, forget_request(tree.exchanges, ["the"]), "/forget the")
+    assert "40 exchanges for good — 40 of the session's 41" in said
+    assert all(f"#{k}" in said for k in range(40)) and "#40" not in said
+    assert said.count("the note number") == 30 and "and 10 more: #30, #31" in said
+    one = forget_question(tree.exchanges, forget_request(tree.exchanges, ["#3"]), "/forget #3")
+    assert "of the session's" not in one and "1 exchange for good:" in one
 
 
 async def test_forget_asks_then_erases_from_chat_memory_prompt_history_and_file(server, tmp_path, minilm):
