@@ -10,7 +10,7 @@ from trace_core.synthesizer import clip_text
 from . import commands as C
 from .abandon import Abandoned, call_abandonable
 from .failures import TaskFailed, background
-from .memory_service import SEARCH_FLOOR
+from .memory_service import SEARCH_FLOOR, holds_words, score_text
 from .text import around_words, counted, quoted
 from .treeinfo import check_health
 from .widgets import MemoryTree, two_columns
@@ -72,7 +72,7 @@ class MemoryCommands:
                                   f"cosine {SEARCH_FLOOR:.2f}, where unrelated text stops).")
             return
         title = f"Memory search: {clip_text(query, 120)}"
-        if any(lift for _, lift in hits):
+        if any(holds_words(lift) for _, lift in hits):
             title += "  (≡ holds its words)"
         # a corrected fact is said so, as the memory block tags it: "where does my sister live"
         # showed the old city first, unmarked (a trial)
@@ -85,7 +85,7 @@ class MemoryCommands:
         # the branch on a line, the message under it: run on after a short path, the text of
         # one hit started beside it and the others' below (a trial); cut with "…" (mid-word,
         # it read as whole)
-        rows = [(f"{h.similarity:.2f}" + (" ≡" if lift else ""), f"{h.thread_path}{mark(h.exchange_index)}\n"
+        rows = [(score_text(h.similarity) + (" ≡" if holds_words(lift) else ""), f"{h.thread_path}{mark(h.exchange_index)}\n"
                  f"#{h.exchange_index} {h.role}: {around_words(h.text, query)}") for h, lift in hits]
         self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}" for a, b in rows]),
                               "info", two_columns([(title, rows)]))
@@ -103,7 +103,7 @@ class MemoryCommands:
                  f"Nothing in any session matches {quoted(query, 120)}.")
         if any(h.words for h in res.hits):
             title += "  (≡ holds its words)"
-        rows = [(f"{h.score:.2f}" + (" ≡" if h.words else ""), f"[{h.session}]  {h.branch}\n#{h.exchange} {h.role}: "
+        rows = [(score_text(h.score) + (" ≡" if h.words else ""), f"[{h.session}]  {h.branch}\n#{h.exchange} {h.role}: "
                  f"{around_words(h.text, query)}") for h in res.hits]
         rows += [("", f"(not searched: {why})") for why in res.skipped]
         self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}".rstrip() for a, b in rows]),

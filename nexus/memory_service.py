@@ -177,6 +177,17 @@ def open_read_only(path: Path) -> VectorDatabase:
 KEYWORD_LIFT = 0.5
 
 
+def holds_words(lift: float) -> bool:
+    """A hit shown as holding the query's words (≡): a keyword match near the best one, not
+    any message sharing a stemmed word ("living" for "where does my sister live" marked
+    nearly every hit: a trial)."""
+    return lift >= KEYWORD_LIFT / 2
+
+
+def score_text(x: float) -> str:
+    return f"{x:.2f}".replace("-0.00", "0.00")  # a cosine of -0.001 read "-0.00" (a trial)
+
+
 def search_messages(db, qvec, query: str, k: int, min_similarity: float) -> list[tuple[ConversationVector, float]]:
     """The best ``k`` messages for ``query``: by meaning (cosine from ``min_similarity``) and
     by its words (BM25, from any cosine), the cosine lifted by ``KEYWORD_LIFT`` × the
@@ -204,7 +215,7 @@ HIT_CHARS = 2000  # a hit's text: a pasted megabyte in every hit broke MCP clien
 def _hit(session: str, h, lift: float = 0.0) -> SearchHit:
     text = h.text if len(h.text) <= HIT_CHARS else h.text[: HIT_CHARS - 1] + "…"
     return SearchHit(session, int(h.exchange_index), h.role, text, h.thread_path or "", h.timestamp or "",
-                     round(float(h.similarity), 4), len(h.text), lift > 0, round(float(h.similarity) + lift, 4))
+                     round(float(h.similarity), 4), len(h.text), holds_words(lift), round(float(h.similarity) + lift, 4))
 
 
 def _search_other(path: Path, qvec, query: str, embedder, k: int, min_similarity: float,

@@ -248,3 +248,22 @@ def test_an_answer_that_says_nothing_is_never_remembered(data_dir, hash_embed):
         assert len(svc.tree.exchanges) == 1
     finally:
         svc.close()
+
+
+def test_only_a_keyword_match_near_the_best_is_marked_as_holding_the_words(data_dir, minilm):
+    """"where does my sister live": hits at cosine 0.17 and 0.08 were marked ≡ for
+    "living" alone (a trial); and a cosine of -0.001 read "-0.00"."""
+    from nexus.memory_service import score_text
+
+    svc = open_svc("marks", minilm)
+    try:
+        for u in ("My sister Ana lives in Porto with her cat.", "Living costs in Berlin went up again.",
+                  "I repaired the bike's rear brake.", "The sister ship sailed at dawn, living up to its name."):
+            svc.remember(u, "Noted.")
+        hits = svc.search("where does my sister live", k=6).hits
+        marked = {h.text for h in hits if h.words}
+        assert "My sister Ana lives in Porto with her cat." in marked
+        assert "Living costs in Berlin went up again." not in marked
+    finally:
+        svc.close()
+    assert score_text(-0.001) == "0.00" and score_text(-0.25) == "-0.25" and score_text(0.5) == "0.50"
