@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import re
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*(\x07|\x1b\\)|\x1b.")
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 CONTROL_AND_C1 = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # and the 8-bit forms (CSI 0x9b)
 SURROGATE = re.compile("[\ud800-\udfff]")  # lone halves: a terminal write of one would raise
 
 
+def _picture(m: re.Match) -> str:
+    code = ord(m.group(0))
+    return "\u2421" if code == 0x7F else chr(0x2400 + code)  # ␇ for BEL, ␛ for ESC, ␡ for DEL
+
+
 def safe(text: str) -> str:
     """Model output is text: terminal escape sequences and control characters are made
-    visible, never sent to the terminal. (Rich markup is inert: we never parse it.)"""
-    text = SURROGATE.sub("\ufffd", text)
-    text = ANSI.sub(lambda m: m.group(0).replace("\x1b", "␛"), text)
-    return CONTROL.sub(lambda m: f"\\x{ord(m.group(0)):02x}", text)
+    visible as their control pictures (ESC as ␛, BEL as ␇: BEL was shown as "\\x07"
+    beside a ␛, two ways for one kind: a trial), never sent to the terminal. (Rich markup
+    is inert: we never parse it.)"""
+    return CONTROL.sub(_picture, SURROGATE.sub("\ufffd", text))
 
 
 # a reply of Markdown syntax only ("-", "#", "1.") draws as nothing: it is shown as written

@@ -94,7 +94,7 @@ def test_log_is_text_private_in_the_log_folder_and_rotates(tmp_path, loose_umask
     raw = path.read_bytes()
     assert b"\x1b" not in raw and b"\x07" not in raw and b"\r" not in raw
     text = raw.decode("utf-8")
-    assert "␛]0;pwned\\x07" in text and "␛[31mred\\rover" in text
+    assert "␛]0;pwned␇" in text and "␛[31mred\\rover" in text
     assert "\n    2026-01-01 ERROR forged record" in text  # a continuation, not a record
     assert mode(path) == 0o600
     handler.maxBytes = 2000  # size-bounded: rotate quickly for the test
