@@ -402,8 +402,9 @@ class ChatSession:
             note = ""
             reply = turn.partial
             if finish == "length":
+                # one wording, live and reopened (the stored mark is what a reopened one shows: a trial)
                 note = f"reply cut at the max_tokens limit ({max_tokens})"
-                reply += "\n\n[reply cut at max_tokens]"
+                reply += f"\n\n[{note}]"
             self.emit(ev.ReplyFinished(reply, False, sources, turn.id, note=note))
         retried = self.is_retry(text, turn)  # a question written before: not the newest written
         try:

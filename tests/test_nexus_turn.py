@@ -658,7 +658,9 @@ async def test_a_cut_reply_says_so_once_and_a_failed_one_leaves_no_empty_box(ser
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         await pilot.pause(0.2)
         reply = app.query(AssistantMessage).last()
-        assert "[reply cut at max_tokens]" in app.session.tree.exchanges[0].assistant  # stored with its mark
+        # stored with its mark, in the words the note says live (a reopened one reads the mark)
+        assert f"[{reply.note}]" in app.session.tree.exchanges[0].assistant
+        assert "[reply cut at the max_tokens limit (" in app.session.tree.exchanges[0].assistant
         assert "max_tokens limit" in reply.note and "[reply cut" not in reply.body.source  # shown once, as the note
         boxes = len(app.query(AssistantMessage))
         server.respond(chat_only(lambda req: Reply("", status=500, body="upstream exploded")))
