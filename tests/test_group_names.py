@@ -233,3 +233,28 @@ def test_the_judges_line_says_when_the_group_it_named_was_named_again():
     # (the next line read "… in ROOT → Learning Guitar · Biscuit Chasing → …", a trial)
     assert moved_note(root, topic, []) == \
         "; the fan-out then grouped ROOT's topics: it sits in Remind City · Name Tax"
+
+
+def test_a_group_left_with_one_part_by_forget_or_archive_gives_way_to_it(tmp_path, minilm):
+    """After /forget, "Dana Sister Porto" held only "Dana Sister Porto" (a trial): a group
+    whose other parts were emptied by archive or forget gives way to its last part, as
+    after a merge, and the file says so too."""
+    from trace_core.invariants import check_invariants
+
+    path = str(tmp_path / "s.db")
+    tree = CTree.open(path, judge="embedding", embed_fn=minilm, max_children=3)
+    for u, a in TALK:
+        tree.add(exchange(u, a))
+    group = next(g for g in tree.structure.root.iter_topics()
+                 if g.is_group and len(g.children) == 2 and g is not tree.current_node.parent)
+    keep, *others = group.children
+    for part in others:  # every exchange of every part but one
+        tree.forget([x for x in tree.exchanges if not x.archived and part in tree.structure.get_ancestors(x)])
+    assert group.parent is None and keep.parent is not None and keep.parent is not group
+    assert not [g for g in tree.structure.root.iter_topics() if g.is_group and len(g.children) == 1]
+    check_invariants(tree)
+    shape = tree.render_tree()
+    tree.close()
+    reopened = CTree.open(path, judge="embedding", embed_fn=minilm, read_only=True)
+    assert reopened.render_tree() == shape
+    reopened.close()

@@ -31,6 +31,11 @@ class Archive:
             touched: list[TopicNode] = []
             for x in done:
                 touched += self.model.detach(x)[0]
+            # a group whose other parts emptied gives way to its last one, as after a merge:
+            # "Dana Sister Porto" over "Dana Sister Porto" alone, after a /forget (a trial)
+            for group in dict.fromkeys(t for t in touched if t.is_group):
+                if group.parent is not None and len(group.children) == 1 and group.children[0].is_topic:
+                    self.model.dissolve(group)
             self._settle(done, touched, archived=True)
             return done
 
