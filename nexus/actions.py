@@ -127,7 +127,7 @@ class KeyActions:
         if self.turn is not None:
             self.turn.cancel()
             return
-        quit_key = key_for("quit", self.keymap)
+        quit_key = "+".join(part.capitalize() for part in key_for("quit", self.keymap).split(",")[0].split("+"))
         self.chat_notice(f"Ctrl+C copies selected text. {quit_key} quits Nexus (what you wrote is kept); Esc "
                          "cancels a reply.")
 

@@ -152,7 +152,7 @@ async def test_ctrl_c_copies_a_selection_stops_a_reply_or_says_how_to_quit(serve
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
         await pilot.press("ctrl+c")
-        await wait_for(pilot, lambda: "Ctrl+C copies selected text. ctrl+q quits Nexus" in notices(app))
+        await wait_for(pilot, lambda: "Ctrl+C copies selected text. Ctrl+Q quits Nexus" in notices(app))
         await type_and_send(pilot, app, "count for me")
         reply = app.current_reply
         await wait_for(pilot, lambda: "delta3" in reply.text)
