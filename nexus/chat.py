@@ -349,6 +349,9 @@ class ChatSession:
             return None
         results: list = []
         finish = None
+        # what the model was given: a reply that only says lines of it back (the memory block
+        # copied out, as the bundled model does when asked what it remembers) is no answer
+        sent = self.settings.system
         if not self.is_retry(text, turn):  # a /retry that fails leaves its exchange: nothing to hold
             self.hold_in_flight(text)
         try:
@@ -364,6 +367,7 @@ class ChatSession:
                 system = self.with_system_prompt(self.build_prompt(text, results, replacing=turn.replace,
                                                                    message_tokens=size))
                 self.last_sent = (text, system)  # /memory shows it
+                sent = system
                 finish = self._stream(turn, model, system, text, max_tokens)
         except Exception as exc:
             turn.outcome = "failed"
@@ -374,7 +378,7 @@ class ChatSession:
         sources = tuple((r.title, r.url) for r in results)
         if turn.cancelled.is_set():
             turn.outcome = "cancelled"
-            if not says_something(turn.partial, self.settings.system):  # no answer came: nothing to store, kept for resend (in the file)
+            if not says_something(turn.partial, sent):  # no answer came: nothing to store, kept for resend (in the file)
                 kept = self._keep(text, turn)
                 self.emit(ev.ReplyFinished("", True, sources, turn.id, note="cancelled before the first word: " + (
                     ("your message is kept" if text in self._kept_saved else "your message is kept in this "
@@ -389,7 +393,7 @@ class ChatSession:
                 return None
             reply = turn.partial + CANCELLED_MARK
             self.emit(ev.ReplyFinished(reply, True, sources, turn.id))
-        elif not says_something(turn.partial, self.settings.system):  # nothing, or a bare "User:"
+        elif not says_something(turn.partial, sent):  # nothing, or a bare "User:"
             turn.outcome = "empty"
             if self._keep(text, turn):
                 self.emit(ev.ReplyFinished(turn.partial, False, sources, turn.id, empty=True))

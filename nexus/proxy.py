@@ -73,6 +73,11 @@ class AskedTurn:
     earlier: list[dict]
     prefill: str
     system: str
+    memory: str = ""  # the block the proxy added: an answer that only copies it out is none
+
+    @property
+    def given(self) -> str:
+        return f"{self.system}\n{self.memory}"
 
     @property
     def query(self) -> str:
@@ -352,6 +357,7 @@ class MemoryProxy:
                 log.debug("session %s: recall %.3f s, %d memory tokens", svc.name,
                           time.perf_counter() - t_recall, mem.tokens)
                 memory = f", {mem.tokens} memory tokens" + (", a regenerate" if replaces is not None else "")
+                turn.memory = mem.block
                 body = dict(body, messages=with_memory(messages, mem.block))
         stream = bool(body.get("stream"))
         req = self.client.build_request("POST", self.upstream + "/chat/completions", headers=self._headers(),
@@ -400,12 +406,16 @@ class MemoryProxy:
 
         from .memory_service import NothingToRemember
 
-        answer = strip_think(turn.prefill + answer)
+        # the client's start of the answer, unless the upstream said it again (llama.cpp's
+        # server does not go on from an assistant message: it was stored twice, a trial)
+        if turn.prefill.strip() and not strip_think(answer).startswith(turn.prefill.strip()):
+            answer = turn.prefill + answer
+        answer = strip_think(answer)
         if not answer:
             return " (empty answer: not remembered)"
         try:
             r = await run_in_threadpool(lambda: svc.remember(turn.user, answer, None, replaces, turn.earlier,
-                                                             turn.system))
+                                                             turn.given))
         except NothingToRemember:
             return " (the answer says nothing: not remembered)"
         except Exception as exc:  # the client still gets its answer; the failure is logged in words

@@ -512,6 +512,26 @@ async def test_edit_takes_back_the_newest_message_when_it_got_no_answer(server, 
     tree.vdb.close()
 
 
+async def test_a_reply_that_copies_its_memory_block_out_is_no_answer(server, tmp_path, minilm, data_dir):
+    """Asked what it remembers, the bundled model said its memory block back; stored as
+    the answer, the next block nested old memory in new (a trial, through the proxy)."""
+    def respond(req):
+        ask = req["messages"][-1]["content"]
+        return Reply(req["messages"][0]["content"] if "remember" in ask else "Noted.")
+
+    server.respond(chat_only(respond))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My sister Ana lives in Porto.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, "What do you remember about my sister Ana?")
+        await wait_for(pilot, lambda: app.turn is None and not app.outbox
+                       and app.session.pending == "What do you remember about my sister Ana?")
+        assert "Ana lives in Porto" in app.session.last_sent[1]  # the block it copied held the fact
+        assert len(app.session.tree.exchanges) == 1  # kept for Ctrl+R, not stored
+
+
 async def test_esc_during_an_edit_of_a_message_with_no_answer_keeps_it(server, tmp_path, minilm, data_dir):
     """/edit took an unanswered message out of the kept list and Esc did not put it back:
     Ctrl+R said "Nothing to resend", and the next write of the list (Ctrl+R sending

@@ -258,6 +258,37 @@ def test_tool_steps_prefills_and_answers_that_say_nothing(data_dir, minilm, serv
     assert "memory tokens" in caplog.text  # each request's line says what memory went with it
 
 
+def test_an_answer_copying_the_memory_block_out_is_not_remembered(data_dir, minilm, server, caplog):
+    """A model that says its system message back (memory block and all) had it stored as
+    its answer, and the next recall nested old memory in new (a trial, with gemma-270m too);
+    an upstream that repeats a prefill had it stored twice."""
+    def respond(req):
+        ask = req["messages"][-1]["content"]
+        if ask.startswith("My sister"):
+            return Reply("Noted.")
+        if "France" in ask:
+            return Reply("The capital of France is Paris.")
+        return Reply(req["messages"][0]["content"])  # the system message, said back
+
+    server.respond(respond)
+    caplog.set_level(logging.INFO, logger="nexus")
+    with running_proxy(make_pool(minilm), server.base_url) as url:
+        c = client(url)
+        c.chat.completions.create(model="m", messages=[{"role": "user", "content": "My sister Ana lives in Porto."}])
+        echo = c.chat.completions.create(model="m", messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Tell me everything you remember about my sister Ana."}])
+        assert "Memory from earlier" in echo.choices[0].message.content  # the client still gets it
+        c.chat.completions.create(model="m", messages=[{"role": "user", "content": "What is the capital of France?"},
+                                                       {"role": "assistant", "content": "The capital of France is"}])
+    tree = stored("default", minilm)
+    assert [(x.user, x.assistant) for x in tree.exchanges] == [
+        ("My sister Ana lives in Porto.", "Noted."),
+        ("What is the capital of France?", "The capital of France is Paris.")]
+    tree.vdb.close()
+    assert "the answer says nothing: not remembered" in caplog.text
+
+
 def test_pages_of_other_sites_cannot_reach_a_proxy_without_a_token(data_dir, minilm, server):
     """Loopback alone let any web page the user visits post (text/plain needs no CORS
     preflight) and write into memory, and a DNS-rebinding name was answered (a trial)."""

@@ -285,6 +285,20 @@ def test_an_applications_rows_travel_with_the_export(tmp_path, hash_embed):
          b'"id": "root", "name": "ROOT", "start": 0, "end": 0}}', "max_children must be an integer from 2 to 10,000"),
         (b'{"format": "trace-ctree", "version": 1, "root": {"type": "topic", "id": "root", "name": "ROOT", '
          b'"start": 1000000000000000000000000000000, "end": 0}}', "out of range"),
+        # a node that is a list, content that is a number, a "tool" role, "yesterday" as a
+        # time: raw AttributeError / TypeError, or loaded unchecked (a developer's trial)
+        (b'{"format": "trace-ctree", "version": 1, "root": []}', "damaged"),
+        *[(b'{"format": "trace-ctree", "version": 1, "root": {"type": "topic", "id": "root", "name": "ROOT", '
+           b'"start": 0, "end": 0, "children": [{"type": "message", "id": "m0", "index": 0, ' + x + b'}]}}',
+           "exchange 0: .*" + said) for x, said in (
+              (b'"messages": [{"role": "user", "content": 5}, {"role": "assistant", "content": "ok"}]',
+               "content of type int"),
+              (b'"messages": [{"role": "tool", "content": "x"}, {"role": "assistant", "content": "ok"}]',
+               "role 'tool'"),
+              (b'"messages": [{"role": "user", "content": " "}, {"role": "assistant", "content": "ok"}]',
+               "empty content"),
+              (b'"timestamp": "yesterday", "messages": [{"role": "user", "content": "hi"}, '
+               b'{"role": "assistant", "content": "ok"}]', "not an ISO 8601 date"))],
     ],
 )
 def test_bad_json_exports_get_a_clear_error_and_stay_untouched(tmp_path, content, problem, hash_embed):
@@ -331,6 +345,36 @@ def test_an_export_whose_meta_is_not_text_is_refused_before_it_is_written(tmp_pa
     assert not (tmp_path / "m.json").exists()
     tree.save(str(tmp_path / "m.json"), meta={"a": "1"})
     assert CTree.load(str(tmp_path / "m.json"), embed_fn=hash_embed, judge="embedding").exchanges
+
+
+def test_an_application_cannot_write_the_engines_own_meta_rows(tmp_path, hash_embed):
+    """save(meta={"app": …}), loaded into a new file, or forget(meta={"app": None}) on a
+    live one, made the session file refuse to open ever after (a developer's trial)."""
+    from trace_core.schema import RESERVED_META
+
+    path = str(tmp_path / "s.db")
+    tree = CTree.open(path, judge="embedding", embed_fn=hash_embed)
+    tree.add(ex("My sister Ana lives in Porto."))
+    for key in sorted(RESERVED_META):
+        with pytest.raises(ValueError, match=f"meta key '{key}' is one of the engine's own rows"):
+            tree.save(str(tmp_path / "e.json"), meta={key: "my-chat-ui 1.2"})
+        with pytest.raises(ValueError, match="engine's own rows"):
+            tree.forget([tree.exchanges[0]], meta={key: None})
+    assert not (tmp_path / "e.json").exists() and not tree.exchanges[0].forgotten
+    tree.save(str(tmp_path / "e.json"), meta={"myapp.version": "1.2"})
+    tree.close()
+    # an export written before, holding one: loaded without it, the new file opens
+    raw = json.loads((tmp_path / "e.json").read_text())
+    raw["meta"]["app"] = "my-chat-ui 1.2"
+    (tmp_path / "old.json").write_text(json.dumps(raw))
+    loaded = CTree.load(str(tmp_path / "old.json"), embed_fn=hash_embed, judge="embedding")
+    loaded.use_store(VectorDatabase(str(tmp_path / "imported.db")))
+    loaded.close()
+    again = CTree.open(str(tmp_path / "imported.db"), judge="embedding", embed_fn=hash_embed)
+    assert again.vdb.get_meta("myapp.version") == "1.2" and again.vdb.get_meta("app") == "trace-session"
+    assert [x.user for x in again.exchanges] == ["My sister Ana lives in Porto."]
+    again.close()
+    assert CTree.open(path, judge="embedding", embed_fn=hash_embed, read_only=True).exchanges
 
 
 def test_a_closed_tree_says_it_is_closed_to_every_call(tmp_path, hash_embed):

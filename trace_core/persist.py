@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .embedders import Embedder, exchange_vector, normalise
+from .exchange_input import validate_exchange, validate_timestamp
 from .fanout import max_children_problem
 from .model import TreeModel
 from .nodes import MessageNode, Node, TopicNode
 from .rows import BrokenRowsError, NodeRow
-from .schema import SQLITE_HEADER
+from .schema import RESERVED_META, SQLITE_HEADER
 from .store import ConversationVector, SessionFileError, VectorDatabase, message_id
 from .summaries import Summaries
 
@@ -384,10 +385,15 @@ def _json_rows(d: dict, parent_id: str | None, path: str, out: JsonTree, archive
             _json_rows(c, str(d["id"]), path, out)
         return
     if kind == "message":
-        msgs = d["messages"]
-        if not isinstance(msgs, list) or not all(isinstance(m, dict) and "role" in m and "content" in m for m in msgs):
-            raise SessionFileError(path, f"exchange {d.get('index')} has malformed messages")
-        index, ts = _index(d["index"]), str(d.get("timestamp", ""))
+        # the checks add() makes: a "tool" role, empty content or "yesterday" as a time were
+        # loaded and stored as they were (a developer's trial)
+        ts = d.get("timestamp") or ""
+        try:
+            msgs = validate_exchange(d["messages"])
+            validate_timestamp(ts or None)
+        except ValueError as exc:
+            raise SessionFileError(path, f"is a damaged TRACE export: exchange {d.get('index')}: {exc}") from None
+        index = _index(d["index"])
         out.exchanges[index] = MessageNode(index, msgs, ts)
         pid = d.get("archived_from", "") if archived else parent_id
         out.rows.append(NodeRow(str(d["id"]), pid, "message", None, None, index, index, index, None, ts,
@@ -421,14 +427,16 @@ def read_json(filepath: str) -> JsonTree:
         meta = data.get("meta", {})
         if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
             raise SessionFileError(filepath, "is a damaged TRACE export: its meta is not a table of texts")
+        # an application's rows only: an engine key in an older export ("app") made the new file unreadable
+        own = {k: v for k, v in meta.items() if k not in RESERVED_META}
         out = JsonTree(fanout, data.get("model"), [], {},
-                       data.get("conversation") or None, str(data.get("current_node", "root")), dict(meta))
+                       data.get("conversation") or None, str(data.get("current_node", "root")), own)
         _json_rows(data["root"], None, filepath, out)
         for m in data.get("archived", []):
             _json_rows(m, None, filepath, out, archived=True)
     except SessionFileError:
         raise
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a list where a node was: AttributeError
         raise SessionFileError(filepath, f"is a damaged TRACE export ({type(exc).__name__}: {exc})") from None
     return out
 

@@ -9,6 +9,24 @@ import sqlite3
 from .errors import SessionFileError, read_only_uri
 
 APP_ID = "trace-session"
+# the engine's own rows of the meta table: an application's rows (``save``/``forget``'s
+# ``meta``, a loaded export's) may not use these keys — writing "app" made the file
+# refuse to open ever after (a developer's trial)
+RESERVED_META = frozenset({"app", "embed_model", "embed_dim", "current_node", "max_children", "parts_indexed",
+                           "reorganize.kept_apart"})
+
+
+def meta_problem(meta) -> str:
+    """What is wrong with an application's meta rows ("" when nothing)."""
+    from collections.abc import Mapping
+
+    if not isinstance(meta, Mapping) or not all(isinstance(k, str) for k in meta):
+        return "meta must map texts to texts (VectorDatabase.get_meta's rows)"
+    taken = sorted(k for k in meta if k in RESERVED_META)
+    if taken:
+        return (f"meta key {taken[0]!r} is one of the engine's own rows ({', '.join(sorted(RESERVED_META))}): "
+                "name the application's rows otherwise (e.g. 'myapp.x')")
+    return ""
 SCHEMA_VERSION = 7
 SQLITE_HEADER = b"SQLite format 3\x00"
 

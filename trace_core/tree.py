@@ -26,6 +26,7 @@ from .persist import TreeStore, conversation_vectors, load_json, open_session, t
 from .placement import Placer
 from .render import render_tree
 from .reorganize import Reorganizer, UndoLog, undo_reorganize
+from .schema import meta_problem
 from .sentence_index import SentenceIndex
 from .store import ConversationVector, ReadOnlySessionError, SessionFileError, VectorDatabase, message_id
 from .summaries import Summaries
@@ -283,10 +284,11 @@ class CTree(TreeReading):
         """Export the tree as JSON (format-versioned); written atomically. ``meta``: an
         application's rows of the session (``VectorDatabase.get_meta``) to keep with it: a
         loaded tree writes them to its new store."""
-        if meta is not None and not (isinstance(meta, Mapping) and all(
-                isinstance(k, str) and isinstance(v, str) for k, v in meta.items())):
-            # written, it made an export CTree.load refuses ("its meta is not a table of texts")
-            raise ValueError("meta must map texts to texts (VectorDatabase.get_meta's rows)")
+        if meta is not None:
+            problem = meta_problem(meta) or ("" if all(isinstance(v, str) for v in meta.values()) else
+                                             "meta must map texts to texts (VectorDatabase.get_meta's rows)")
+            if problem:  # written, it made an export CTree.load refuses ("its meta is not a table of texts")
+                raise ValueError(problem)
         with self._lock:
             tree_to_json(self.structure, filepath, save_conversation, self.max_children, self.model,
                          self._embed.name if self._embed is not None else None, meta)
@@ -437,6 +439,9 @@ class CTree(TreeReading):
         rows of the session file written in the same purge (None deletes one), for its
         own copies of the text."""
         self._refuse_if_read_only("forget exchanges")
+        problem = meta_problem(meta) if meta is not None else ""
+        if problem:
+            raise ValueError(problem)
         with self._lock:
             done = Forgetting(self.structure, self._archive(), self.judges, self.group_names, self.summaries,
                               self._store, self._sentence_index(), self._undo, self.word_stats, lambda: self.embed_fn,
