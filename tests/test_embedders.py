@@ -158,3 +158,34 @@ def test_two_threads_embedding_first_both_use_onnx():
             "print(e.backend, 'torch' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["onnxruntime", "False"], out.stdout + out.stderr
+
+
+def test_a_users_embed_fn_that_returns_nan_or_ragged_vectors_is_refused_in_words(tmp_path):
+    """A NaN vector was stored with a numpy warning (and split one subject into three
+    topics); vectors of two lengths raised numpy's "inhomogeneous shape" (a trial)."""
+    import pytest
+
+    from trace_core.errors import EmbedderError
+
+    def embed(text: str) -> list[float]:
+        v = [float(ord(c) % 7) for c in (text + " " * 8)[:8]]
+        if "poison" in text:
+            v[3] = float("nan")
+        return v[:4] if "short" in text else v
+
+    path = str(tmp_path / "s.db")
+    tree = CTree.open(path, judge="embedding", embed_fn=embed)
+    tree.add([{"role": "user", "content": "garden tomatoes"}, {"role": "assistant", "content": "Water them."}])
+    with pytest.raises(EmbedderError, match="NaN or infinity for 'poison tomatoes'"):
+        tree.add([{"role": "user", "content": "poison tomatoes"}, {"role": "assistant", "content": "No."}])
+    with pytest.raises(EmbedderError, match="length 4; its earlier vectors had 8"):
+        tree.add([{"role": "user", "content": "short"}, {"role": "assistant", "content": "short too"}])
+    ragged = FunctionEmbedder(type("F", (), {"embed_batch": lambda self, t: [[1.0, 2.0], [1.0]]})())
+    with pytest.raises(EmbedderError, match="one vector of numbers per text"):
+        ragged.embed_batch(["a", "b"])
+    tree.add([{"role": "user", "content": "more tomatoes"}, {"role": "assistant", "content": "Stake them."}])
+    assert [x.user for x in tree.exchanges] == ["garden tomatoes", "more tomatoes"]
+    tree.close()
+    reopened = CTree.open(path, judge="embedding", embed_fn=embed)
+    assert [x.user for x in reopened.exchanges] == ["garden tomatoes", "more tomatoes"]
+    reopened.close()

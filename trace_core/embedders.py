@@ -375,10 +375,31 @@ class FunctionEmbedder(Embedder):
         self._dim: int | None = None
 
     def _encode(self, texts: list[str]) -> np.ndarray:
+        """The user's vectors, checked: one each, all one length, finite. A NaN was stored
+        with a numpy warning and split one subject into three topics; vectors of two lengths
+        raised numpy's "inhomogeneous shape" (a developer's trial)."""
+        from .errors import EmbedderError
+
         batch = getattr(self.fn, "embed_batch", None)
-        if callable(batch):
-            return np.asarray(batch(texts), dtype=np.float32)
-        return np.array([np.asarray(self.fn(t), dtype=np.float32) for t in texts])
+        try:
+            if callable(batch):
+                out = np.asarray(batch(texts), dtype=np.float32)
+            else:
+                out = np.array([np.asarray(self.fn(t), dtype=np.float32) for t in texts])
+        except (ValueError, TypeError) as exc:
+            raise EmbedderError(f"embed_fn {self.name!r} did not return one vector of numbers per text, all of one "
+                                f"length ({exc})") from None
+        if out.ndim != 2 or out.shape[0] != len(texts) or out.shape[1] == 0:
+            raise EmbedderError(f"embed_fn {self.name!r} returned an array of shape {out.shape} for {len(texts)} "
+                                "text(s): one vector of numbers per text was expected")
+        bad = ~np.isfinite(out).all(axis=1)
+        if bad.any():
+            text = texts[int(np.argmax(bad))]
+            raise EmbedderError(f"embed_fn {self.name!r} returned NaN or infinity for {text[:60]!r}: nothing was stored")
+        if self._dim is not None and out.shape[1] != self._dim:
+            raise EmbedderError(f"embed_fn {self.name!r} returned a vector of length {out.shape[1]}; its earlier "
+                                f"vectors had {self._dim}")
+        return out
 
     @property
     def dim(self) -> int:
