@@ -104,9 +104,10 @@ class LocalRequestsOnly:
 
             o = urlsplit(origin.decode("latin-1"))
             if o.scheme not in ("http", "https") or not is_loopback(o.netloc.rpartition("@")[2]):
+                # (no way around it is offered: the servers answer no CORS preflight, so a page of
+                # another site cannot use them with a token either — a trial took the hint)
                 return _refuse(403, "requests from web pages of other sites are refused (Origin "
-                                    f"{origin.decode('latin-1')[:80]!r}); start the server with a token to "
-                                    "serve them", "forbidden_origin")
+                                    f"{origin.decode('latin-1')[:80]!r})", "forbidden_origin")
         if scope.get("method") == "POST":
             ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
             if ctype != b"application/json":

@@ -58,13 +58,21 @@ class SessionNameError(ValueError):
 SEARCH_FLOOR = SynthesisParams().min_relevance
 
 
+def bare_session_name(name: str) -> str:
+    """``name`` without its file endings: "family.db" and "family.db.db" are "family" (the
+    second was made in the current folder, outside the sessions folder: a trial)."""
+    bare = name.strip()
+    while bare.endswith(".db") and len(bare) > 3:
+        bare = bare[:-3]
+    return bare
+
+
 def session_path(name: str) -> Path:
     """The file of session ``name`` in the sessions folder. Only plain names: no paths,
     no ``..``, no separators (a client picks sessions by name over the network)."""
     if not isinstance(name, str):
         raise SessionNameError("a session name must be text")
-    bare = name.strip()
-    bare = bare[:-3] if bare.endswith(".db") else bare
+    bare = bare_session_name(name)
     if not _NAME.fullmatch(bare) or ".." in bare:
         raise SessionNameError(
             f"{name[:80]!r} is not a session name: use 1-64 letters, digits, '-', '_' or '.', "

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from trace_core.llm import shown_url
 
 from .chat import strip_think
-from .memory_service import MemoryService, SessionNameError, served_problem
+from .memory_service import MemoryService, SessionNameError, bare_session_name, served_problem
 
 log = logging.getLogger("nexus.proxy")
 
@@ -199,8 +199,7 @@ class SessionPool:
     def _key(self, name: str | None) -> str:
         """One key per session file: "family.db" is "family" (as ``session_path`` reads
         it), or the second was refused as open for writing by the first (a trial)."""
-        key = (name or self.default).strip()
-        return key[:-3] if key.endswith(".db") and len(key) > 3 else key
+        return bare_session_name(name or self.default)
 
     def cached(self, name: str | None) -> MemoryService | None:
         key = self._key(name)
@@ -290,10 +289,17 @@ class MemoryProxy:
     # --- /v1/models -------------------------------------------------------------------------
 
     async def models(self, request):
+        from urllib.parse import quote
+
         import httpx
         from starlette.responses import Response
 
-        path = request.url.path[len("/v1"):]
+        # /v1/models or /v1/models/<id>, and nothing else: "../../admin" in an id reached any
+        # path of the upstream with the proxy's credentials (a developer's trial)
+        parts = [p for p in str(request.path_params.get("model", "")).split("/") if p]
+        if any(p in (".", "..") for p in parts):
+            return _error(400, "a model id cannot hold '.' or '..' path segments", "invalid_request_error")
+        path = "/models" + "".join("/" + quote(p, safe="") for p in parts)
         try:
             r = await self.client.get(self.upstream + path, headers=self._headers())
         except httpx.HTTPError as exc:
@@ -480,8 +486,15 @@ def messages_problem(messages: list) -> str:
             return f"messages[{k}] must be an object with 'role' and 'content'"
         if not isinstance(m.get("role"), str) or not m["role"]:
             return f"messages[{k}] needs a 'role' (\"system\", \"user\", \"assistant\" …)"
-        if not isinstance(m.get("content"), (str, list, type(None))):
+        content = m.get("content")
+        if not isinstance(content, (str, list, type(None))):
             return f"messages[{k}].content must be text, a list of parts or null"
+        for j, part in enumerate(content if isinstance(content, list) else []):
+            # {"type": "text", "text": 5} was a 500 with a traceback in the log (a developer's trial)
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                return f"messages[{k}].content[{j}] must be an object with a 'type'"
+            if part["type"] == "text" and not isinstance(part.get("text"), str):
+                return f"messages[{k}].content[{j}].text must be text"
     return ""
 
 

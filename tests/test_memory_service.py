@@ -37,6 +37,9 @@ def test_session_names_are_plain_names(data_dir, bad):
 
 
 def test_session_names_resolve_in_the_sessions_folder(data_dir):
+    # "foo.db.db" was made in the current folder, outside the sessions folder (a trial)
+    assert session_path("foo.db.db") == session_path("foo") == session_path("foo.db")
+    assert session_path("foo").parent == data_dir / "sessions"
     p = session_path("work-notes_2")
     assert p == data_dir / "sessions" / "work-notes_2.db"
     assert session_path("work-notes_2.db") == p  # the file name works too

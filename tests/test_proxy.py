@@ -556,9 +556,24 @@ def test_malformed_messages_are_refused_in_words_before_the_upstream(data_dir, m
         for body, said in (({"model": "m", "messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
                            ({"model": "m", "messages": [{"content": "hi"}]}, "messages[0] needs a 'role'"),
                            ({"model": "m", "messages": ["hi"]}, "messages[0] must be an object"),
-                           ([{"role": "user", "content": "hi"}], "must be a JSON object")):
+                           ([{"role": "user", "content": "hi"}], "must be a JSON object"),
+                           # a text part that is no text was a 500 with a traceback (a developer's trial)
+                           ({"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+                            "messages[0].content[0].text must be text"),
+                           ({"messages": [{"role": "user", "content": [{"type": "text", "text": None}]}]},
+                            "messages[0].content[0].text must be text"),
+                           ({"messages": [{"role": "user", "content": ["hi"]}]}, "must be an object with a 'type'")):
             r = httpx.post(f"{url}/chat/completions", json=body, timeout=30)
             assert r.status_code == 400 and said in r.json()["error"]["message"], (body, r.text)
+        # a model id is one id, not a way to any path of the upstream with the proxy's key
+        import http.client
+        host, port = url.split("//")[1].split("/")[0].split(":")
+        con = http.client.HTTPConnection(host, int(port), timeout=30)
+        con.request("GET", "/v1/models/../../secret/admin")  # as sent, dots and all (curl --path-as-is)
+        answer = con.getresponse()
+        assert answer.status == 400 and b"path segments" in answer.read()
+        con.close()
+        assert not [c for c in server.calls() if "secret" in c[1]]
     assert not server.chat_requests()
 
 
@@ -778,5 +793,5 @@ def test_a_session_named_with_its_db_ending_is_the_same_session():
 
     opened: list[str] = []
     pool = SessionPool(lambda name: opened.append(name) or object(), "p1.db")
-    assert pool.get("family") is pool.get("family.db") is pool.get(" family.db ")
+    assert pool.get("family") is pool.get("family.db") is pool.get(" family.db ") is pool.get("family.db.db")
     assert pool.get(None) is pool.get("p1") and opened == ["family", "p1"]
