@@ -283,6 +283,40 @@ def test_undo_refuses_when_the_conversation_moved_on(tmp_path, minilm):
         tree.undo_reorganize()
 
 
+@pytest.mark.parametrize("stored", [True, False])
+def test_an_archive_restore_or_replace_after_a_reorganisation_ends_its_undo(tmp_path, minilm, stored):
+    """undo_reorganize() put back the tree of before a later archive (the archived exchange
+    was injected again) and a later replace_last (its topic named from the old text), on
+    reopening too (a developer's trial)."""
+    def fresh(name: str) -> CTree:
+        if stored:
+            return build(tmp_path / name, minilm, BREAD + OTHER[:2] + BREAD2 + OTHER[2:])
+        tree = CTree(judge="embedding", embed_fn=minilm)
+        for u, a in BREAD + OTHER[:2] + BREAD2 + OTHER[2:]:
+            tree.add(ex(u, a))
+        return tree
+
+    for name, change in (("a", lambda t: t.archive([t.exchanges[2]])),
+                         ("r", lambda t: (t.archive([t.exchanges[2]]), t.restore_archived())),
+                         ("p", lambda t: t.replace_last([{"role": "user", "content": "My parrot Polly speaks Spanish."},
+                                                         {"role": "assistant", "content": "Hola, Polly!"}]))):
+        (tmp_path / name).mkdir()
+        tree = fresh(name)
+        assert tree.reorganize(similarity_threshold=0.5)["merged"], name
+        change(tree)
+        after = tree.snapshot()
+        with pytest.raises(UndoError, match="an archive, restore, replace or forget after one ends its undo"):
+            tree.undo_reorganize()
+        assert tree.snapshot() == after
+        if stored:
+            tree.close()
+            reopened = CTree.open(str(tmp_path / name / "r.db"), judge="embedding", embed_fn=minilm)
+            with pytest.raises(UndoError, match="ends its undo"):
+                reopened.undo_reorganize()
+            assert reopened.snapshot() == after
+            reopened.close()
+
+
 def test_undo_without_a_store(minilm):
     tree = CTree(judge="embedding", embed_fn=minilm)
     for u, a in BREAD + OTHER[:2] + BREAD2 + OTHER[2:]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from .fanout import FanoutBalancer
 from .model import TreeModel
@@ -11,18 +12,22 @@ from .nodes import MessageNode, TopicNode
 from .persist import TreeStore
 from .summaries import Summaries
 
+if TYPE_CHECKING:
+    from .reorganize import UndoLog
+
 
 class Archive:
     """Handed the tree model, the fan-out balancer, the summaries, the tree's store (or
     ``None``) and the tree's lock."""
 
     def __init__(self, model: TreeModel, balancer: FanoutBalancer, summaries: Summaries, store: TreeStore | None,
-                 lock: threading.RLock) -> None:
+                 lock: threading.RLock, undo: UndoLog | None = None) -> None:
         self.model = model
         self.balancer = balancer
         self.summaries = summaries
         self.store = store
         self.lock = lock
+        self.undo = undo
 
     def archive(self, exchanges: Iterable[MessageNode]) -> list[MessageNode]:
         """Soft-archive ``exchanges`` (one transaction when the tree has a store)."""
@@ -70,5 +75,7 @@ class Archive:
         live = set(model.root.iter_topics())
         model.stale.update(t for t in touched if t in live and t is not model.root)
         self.summaries.refresh_frozen()
+        if self.undo is not None:
+            self.undo.end()
         if self.store is not None:
             self.store.write_archive_state(changed, archived)

@@ -81,6 +81,9 @@ class Forgetting:
             unique = self._only_in(todo)
             homes = [x.parent if x.parent is not None else self.model.find(x.home_id) for x in todo]
             above = [t for h in homes if h is not None and h.is_topic for t in self.model.get_ancestors(h)]
+            # asked before archiving: the archive ends the undo itself (``UndoLog.end``)
+            had_undo = self.undo.last is not None or (
+                self.store is not None and self.store.last_reorganization()[0] is not None)
             self.archive.archive([x for x in todo if not x.archived])
             live = [t for t in self.model.root.iter_topics() if t is not self.model.root]
             # the topics it was in, and any other that names or sums up a word only it held
@@ -93,8 +96,8 @@ class Forgetting:
             # a summary may quote the forgotten words: the archive wrote those off the
             # active path again; those on it, and those that mention them, are written now
             self.summaries.summarize([t for t in touched if t in self.model.stale or t in mentions])
-            had_undo = self.undo.last is not None
-            self.undo.last = None
+            had_undo = had_undo or self.undo.last is not None
+            self.undo.end()
             purged = False
             if self.store is not None:
                 dropped, purged = self.store.write_forgotten(todo, vec, [old for old, _ in renamed], meta)

@@ -152,6 +152,7 @@ class TreeStore:
             for x in changed:
                 self.db.set_exchange_archived(x.node_id, archived)
             self.write_structure()
+            self.db.journal_clear()  # see ``UndoLog.end``
 
     def write_forgotten(self, exchanges: list[MessageNode], vector: np.ndarray, old_names: list[str],
                         meta: Mapping[str, str | None]) -> tuple[bool, bool]:
@@ -237,6 +238,7 @@ class TreeStore:
                 self.db.add_conversation_message(cv)
             if int(self.db.get_meta("parts_indexed") or 0) > node.index:
                 self.db.set_meta("parts_indexed", str(node.index))
+            self.db.journal_clear()  # see ``UndoLog.end``
 
     def write_everything(self, embedder: Embedder, progress=None) -> None:
         """A store that was empty receives a whole tree (e.g. after a JSON import).

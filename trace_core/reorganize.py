@@ -111,6 +111,13 @@ class UndoLog:
         self.last_merges: list[tuple[str, str]] = []  # (absorber id, absorbed id) of ``last``
         self.kept_apart: set[tuple[str, str]] = set()  # pairs an undo took apart again
 
+    def end(self) -> None:
+        """An archive, restore, replace or forget since the reorganisation: undoing it would
+        put back the tree of before them too — un-archive what the user archived since, or
+        name a replaced exchange's topic from its old text (a developer's trial). The store
+        drops its record in the same transaction as the change."""
+        self.last = None
+
 
 @dataclass
 class _RunState:
@@ -471,7 +478,8 @@ def undo_reorganize(model: TreeModel, store: TreeStore | None, undo: UndoLog, lo
         elif undo.last is not None:
             op_id, before = undo.last
         if not op_id or before is None:
-            raise UndoError("there is no reorganisation to undo")
+            raise UndoError("there is no reorganisation to undo (an archive, restore, replace or forget after "
+                            "one ends its undo)")
         if before.exchanges != len(model.exchanges):
             added = len(model.exchanges) - before.exchanges
             raise UndoError(

@@ -450,7 +450,7 @@ class CTree(TreeReading):
         return done
 
     def _archive(self) -> Archive:
-        return Archive(self.structure, self.balancer, self.summaries, self._store, self._lock)
+        return Archive(self.structure, self.balancer, self.summaries, self._store, self._lock, self._undo)
 
     def replace_last(self, messages: Sequence[Mapping[str, Any]], timestamp: str | None = None) -> MessageNode:
         """Replace the newest exchange with ``messages`` (a regenerated or edited turn): the
@@ -471,6 +471,7 @@ class CTree(TreeReading):
             old_ids = [message_id(node.index, m["role"]) for m in node.messages]
             first = self.structure.replace_last(msgs, vector, timestamp or datetime.now(UTC).isoformat(timespec="seconds"))
             renamed = self._rename_own_topic(node)
+            self._undo.end()
             if self._store is not None:
                 self._store.write_replaced(node, first, old_ids, vecs, renamed=renamed is not None)
         self._auto_save()
