@@ -149,3 +149,19 @@ def test_once_the_reader_has_left_the_next_write_empties_the_log(tmp_path, minil
     tree.add(ex("My cat likes tuna.", "Miso and tuna, noted."))
     assert SECRET.encode() not in file_bytes(path)
     tree.close()
+
+
+def test_archive_restore_forget_name_what_they_take(tmp_path, hash_embed):
+    """archive([5]) said "'int' object has no attribute 'archived'"; replace_last after a
+    forget said "restore it", which a forgotten exchange cannot be (a developer's trial)."""
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    tree.add([{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}])
+    other = CTree(judge="embedding", embed_fn=hash_embed)
+    other.add([{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}])
+    for call in (tree.archive, tree.restore_archived, tree.forget):
+        for bad in ([5], ["x"], [other.exchanges[0]]):
+            with pytest.raises(TypeError, match="takes this tree's exchanges"):
+                call(bad)
+    tree.forget([tree.exchanges[0]])
+    with pytest.raises(ValueError, match="is forgotten: there is nothing to replace"):
+        tree.replace_last([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])

@@ -421,14 +421,24 @@ class CTree(TreeReading):
         self._refuse_if_read_only("undo a reorganisation")
         return undo_reorganize(self.structure, self._store, self._undo, self._lock)
 
+    def _own_exchanges(self, exchanges: Iterable[MessageNode], action: str) -> list[MessageNode]:
+        """``exchanges`` as this tree's nodes, or ``TypeError`` in words (``archive([5])``
+        said "'int' object has no attribute 'archived'": a developer's trial)."""
+        out = list(exchanges)
+        for x in out:
+            if not isinstance(x, MessageNode) or x.index >= len(self.structure.exchanges) \
+                    or self.structure.exchanges[x.index] is not x:
+                raise TypeError(f"{action} takes this tree's exchanges (tree.exchanges[i]), not {x!r:.60}")
+        return out
+
     def archive(self, exchanges: Iterable[MessageNode]) -> list[MessageNode]:
         self._refuse_if_read_only("archive exchanges")
-        return self._archive().archive(exchanges)
+        return self._archive().archive(self._own_exchanges(exchanges, "archive"))
 
     def restore_archived(self, exchanges: Iterable[MessageNode] | None = None) -> list[MessageNode]:
         """Bring soft-archived exchanges back into the tree (all by default)."""
         self._refuse_if_read_only("restore exchanges")
-        return self._archive().restore(exchanges)
+        return self._archive().restore(None if exchanges is None else self._own_exchanges(exchanges, "restore_archived"))
 
     def forget(self, exchanges: Iterable[MessageNode], meta: Mapping[str, str | None] | None = None) -> ForgetResult:
         """Forget ``exchanges`` for good (unlike ``archive``): each stays in its place,
@@ -442,6 +452,7 @@ class CTree(TreeReading):
         problem = meta_problem(meta) if meta is not None else ""
         if problem:
             raise ValueError(problem)
+        exchanges = self._own_exchanges(exchanges, "forget")
         with self._lock:
             done = Forgetting(self.structure, self._archive(), self.judges, self.group_names, self.summaries,
                               self._store, self._sentence_index(), self._undo, self.word_stats, lambda: self.embed_fn,
@@ -464,7 +475,8 @@ class CTree(TreeReading):
                 raise ValueError("there is no exchange to replace")
             node = self.structure.exchanges[-1]
             if node.archived or node.parent is None:
-                raise ValueError(f"exchange #{node.index} is archived: restore it before replacing it")
+                raise ValueError(f"exchange #{node.index} is forgotten: there is nothing to replace" if node.forgotten
+                                 else f"exchange #{node.index} is archived: restore it before replacing it")
             vecs = self.embed_fn.embed_batch([m["content"] for m in msgs])
             role_vecs = dict(zip([m["role"] for m in msgs], vecs))
             vector = exchange_vector(role_vecs["user"], role_vecs["assistant"])
