@@ -321,6 +321,9 @@ async def test_every_readme_key_works_with_the_input_focused(server, tmp_path, m
         await press("escape")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
         assert "[reply cancelled]" in app.session.tree.exchanges[-1].assistant
+        # Ctrl+C with nothing selected: how to quit (its own test covers a reply and a selection)
+        await press("ctrl+c")
+        await wait_for(pilot, lambda: "Ctrl+Q quits Nexus" in notices(app))
         # ↑ recalls the last prompt
         await press("up")
         assert prompt.text == "count for me"
