@@ -118,7 +118,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self._delete_asked: dict[Path, float] = {}  # /delete NAME asked at (monotonic): a second one confirms
         # /forget's exchanges, asked at (monotonic), and the question (it quotes them)
         self._forget_asked: tuple[tuple[int, ...], float, Notice | None] | None = None
-        self._replace_asked: dict[tuple[str, Path], float] = {}  # /save, /export onto a file of the user's
+        self._replace_asked: dict[tuple[str, Path, Path], float] = {}  # /save, /export onto a file of the user's
         self.cancel_long = threading.Event()  # Esc: stop /load, /ingest between steps
         self._progress: dict[str, Notice] = {}  # long task -> its progress line in the chat
         self._last_idle_run = 0.0

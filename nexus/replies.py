@@ -77,17 +77,26 @@ class Replies:
                              "/forget <words> or /forget #N erases exchanges for good (it lists them first).")
 
     def cancel_kept_edit(self) -> None:
-        """(UI thread) Esc during an /edit of a message with no answer: it stays kept."""
-        self.editing_kept = None
-        self.chat_notice("Edit cancelled: your message with no answer stays as it was (Ctrl+R sends it); Enter "
-                         "sends what is in the input as a new message.")
+        """(UI thread) Esc during an /edit of a message with no answer: it stays kept. The
+        input is cleared when it holds that message unchanged: left there, Ctrl+R sent the
+        message and the copy was sent again with the next words typed after it (a trial)."""
+        text, self.editing_kept = self.editing_kept, None
+        prompt = self.query_one("#prompt", PromptInput)
+        if prompt.value == text:
+            prompt.value = ""
+            self.chat_notice("Edit cancelled: your message with no answer stays as it was (Ctrl+R sends it).")
+        else:
+            self.chat_notice("Edit cancelled: your message with no answer stays as it was (Ctrl+R sends it); Enter "
+                             "sends what is in the input as a new message.")
 
     def finish_kept_edit(self, text: str) -> None:
         """(UI thread) The edited message is being sent: the one it replaces is no longer
         kept, in the window or the file."""
         session = self.session
-        if session is None or session.take_kept(text) is None:
-            return  # Ctrl+R sent it meanwhile, or /drop let it go
+        if session is None or session.take_kept(text) is None:  # /drop let it go, or it was answered
+            self.chat_notice("The message you were editing is no longer waiting: this one is sent as a new message.",
+                             "warning")
+            return
         session.save_kept()
         if session.newest_unanswered == text:
             session.newest_unanswered = None
@@ -665,6 +674,11 @@ class Replies:
         text = self.session.take_kept()  # kept again if this one fails too
         if text is None:
             return
+        if self.editing_kept == text:
+            # the edit ends: Enter after it stored the edited words beside these, unsaid (a trial)
+            self.editing_kept = None
+            self.chat_notice("Ctrl+R sent the message you were editing as it was; the edit ended, and Enter sends "
+                             "what is in the input as a new message.")
         gone = [old for old in self.query(UserMessage) if old.text == text and old.state == UNSENT_STATE]
         for old in gone:
             self.remove_unanswered(old)  # shown again below, as it is sent

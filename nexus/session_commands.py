@@ -246,12 +246,15 @@ class SessionCommands:
         owner = made_of(path)
         if owner == self.session_path.stem:
             return True
-        key = (command, path.resolve())
+        key = (command, path.resolve(), self.session_path)  # confirmed in this session only (it carried over: a trial)
         asked = self._replace_asked.pop(key, None)
         if asked is not None and time.monotonic() - asked <= 30:
             return True
         self._replace_asked[key] = time.monotonic()
-        what = (f"is no {command} of Nexus's" if owner is None else
+        other = "export" if command == "save" else "save"
+        what = (f"holds a /{other} of Nexus's, not a /{command}" if (sessions.export_of if other == "export"
+                                                                     else sessions.save_of)(path) is not None else
+                f"is no {command} of Nexus's" if owner is None else
                 f"holds the /{command} of session {owner}" if owner else
                 f"holds an earlier /{command} that does not say of which session")
         self.chat_notice(f"{path} exists ({human_size(size)}) and {what}: type the same /{command} again within 30 s "

@@ -535,33 +535,39 @@ async def test_a_reply_that_copies_its_memory_block_out_is_no_answer(server, tmp
 async def test_esc_during_an_edit_of_a_message_with_no_answer_keeps_it(server, tmp_path, minilm, data_dir):
     """/edit took an unanswered message out of the kept list and Esc did not put it back:
     Ctrl+R said "Nothing to resend", and the next write of the list (Ctrl+R sending
-    another) dropped it from the file for good (a trial)."""
+    another) dropped it from the file for good (a trial). And Ctrl+R sending the very
+    message being edited left the edit on: Enter then stored the edited words beside the
+    original, unsaid (a trial)."""
     server.respond(chat_only(lambda req: Reply("")))  # the model answers nothing
     path = tmp_path / "s.db"
     app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    queued, edited = "Queued one, should stay.", "Kept message X: what is a good recipe?"
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
-        for text in ("Queued one, should stay.", "Kept message X: what is a good recipe?"):
+        for text in (queued, edited):
             await type_and_send(pilot, app, text)
             await wait_for(pilot, lambda t=text: app.turn is None and not app.outbox and t in app.session.kept)
         await type_and_send(pilot, app, "/edit")
-        await wait_for(pilot, lambda: app.query_one("#prompt").value == "Kept message X: what is a good recipe?")
-        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.query_one("#prompt").value == edited)
+        await pilot.press("escape")  # unchanged: the input is cleared, the message stays kept
         await wait_for(pilot, lambda: "Edit cancelled" in notices(app))
         assert app.editing_kept is None and not app.query_one("#prompt").border_title
-        assert app.session.kept == ["Queued one, should stay.", "Kept message X: what is a good recipe?"]
-        app.query_one("#prompt").value = ""
+        assert app.query_one("#prompt").value == ""
+        assert app.session.kept == [queued, edited]
+        await type_and_send(pilot, app, "/edit")
+        await wait_for(pilot, lambda: app.editing_kept == edited)
         server.respond(chat_reply("Pasta."))
-        await pilot.press("ctrl+r")  # sends one of them; the list is written again
+        await pilot.press("ctrl+r")  # sends the one being edited, as it was; the list is written again
+        await wait_for(pilot, lambda: "Ctrl+R sent the message you were editing as it was" in notices(app))
+        assert app.editing_kept is None and not app.query_one("#prompt").border_title
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         await wait_for(pilot, lambda: app.turn is None and not app.outbox)
-        assert len(app.session.kept) == 1
+        assert app.session.kept == [queued]
     from trace_core import CTree
 
     tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")
-    assert len(load_kept(tree.vdb)) == 1  # the other one is still in the file
-    assert {tree.exchanges[0].user, *load_kept(tree.vdb)} == {"Queued one, should stay.",
-                                                               "Kept message X: what is a good recipe?"}
+    assert load_kept(tree.vdb) == [queued]  # the other one is still in the file
+    assert [x.user for x in tree.exchanges] == [edited]
     tree.vdb.close()
 
 

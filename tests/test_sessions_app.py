@@ -482,6 +482,12 @@ async def test_export_and_save_never_write_a_sessions_file_and_ask_before_replac
             done = "Exported" if command == "export" else "Saved the tree"
             await wait_for(pilot, lambda done=done: notices(app).count(done) == 2)
             assert notices(app).count("again within 30 s to replace it") == asked
+        # asked in one session, confirmed in another: that one is asked afresh (a trial's
+        # confirmation carried over and replaced a file with the other session)
+        theirs = tmp_path / "theirs.txt"
+        theirs.write_text("my notes 2")
+        await type_and_send(pilot, app, f"/save {theirs}")
+        await wait_for(pilot, lambda: f"{theirs} exists" in notices(app))
         # another session's export or save there is asked about: one replaced another
         # session's only backup unasked (a trial)
         await type_and_send(pilot, app, "/open other")
@@ -496,6 +502,10 @@ async def test_export_and_save_never_write_a_sessions_file_and_ask_before_replac
             await type_and_send(pilot, app, f"/{command} {mine}")
             await wait_for(pilot, lambda mine=mine, before=before: mine.read_bytes() != before)
             assert b"other" in mine.read_bytes()
+        asked = notices(app).count(f"{theirs} exists")
+        await type_and_send(pilot, app, f"/save {theirs}")
+        await wait_for(pilot, lambda: notices(app).count(f"{theirs} exists") == asked + 1)
+        assert theirs.read_text() == "my notes 2"
     tree = CTree.open(str(path), judge="embedding", embed_fn=minilm)
     assert len(tree.exchanges) == 1  # the session survived the attempts
     tree.vdb.close()
