@@ -165,3 +165,19 @@ def test_archive_restore_forget_name_what_they_take(tmp_path, hash_embed):
     tree.forget([tree.exchanges[0]])
     with pytest.raises(ValueError, match="is forgotten: there is nothing to replace"):
         tree.replace_last([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+
+
+def test_the_whole_history_count_follows_a_replace_and_a_forget(hash_embed):
+    """/stats' "whole history" stayed at its count from before a /forget or a /retry: it
+    was cached by the number of messages alone (a trial)."""
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    tree.add([{"role": "user", "content": "one " * 50}, {"role": "assistant", "content": "two " * 50}])
+    tree.add([{"role": "user", "content": "three"}, {"role": "assistant", "content": "four " * 80}])
+    synth = PromptSynthesizer(ctree=tree)
+    first = synth.full_history_tokens()
+    tree.replace_last([{"role": "user", "content": "three"}, {"role": "assistant", "content": "short"}])
+    replaced = synth.full_history_tokens()
+    assert replaced < first - 70
+    tree.forget([tree.exchanges[0]])
+    assert synth.full_history_tokens() < replaced - 40
+    synth.close()

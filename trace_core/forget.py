@@ -132,6 +132,7 @@ class Forgetting:
             x.messages = [{"role": m["role"], "content": FORGOTTEN} for m in x.messages]
             first = firsts[x.index]
             self.model.conversation[first:first + len(x.messages)] = [dict(m) for m in x.messages]
+            self.model.text_revision += 1
             self.model.vectors.set_exchange(x.index, exchange_vector(vec, vec))
             self.words.observe(f"{x.user}\n{x.assistant}")
 

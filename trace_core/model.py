@@ -115,6 +115,9 @@ class TreeModel:
         self.root = TopicNode("ROOT", node_id=ROOT_ID)
         self.current: TopicNode = self.root
         self.conversation: list[dict] = []
+        # bumped when messages already in ``conversation`` change (a replace, a forget): what
+        # is computed from it by count alone went stale (/stats' whole history: a trial)
+        self.text_revision = 0
         self._exchanges: list[MessageNode] = []
         self._archived: list[MessageNode] = []
         self.exchanges = ExchangeView(self._exchanges)
@@ -202,6 +205,7 @@ class TreeModel:
         node.messages = [dict(m) for m in messages]
         node.timestamp = timestamp
         self.conversation[first:] = [dict(m) for m in messages]
+        self.text_revision += 1
         self.vectors.set_exchange(node.index, vector)
         for t in self.get_ancestors(node.parent):
             self.vectors.add_to_sum(t, delta)
@@ -318,6 +322,7 @@ class TreeModel:
             self._exchanges[:] = made
             self.conversation[:] = conversation if conversation is not None else [
                 dict(m) for x in made for m in x.messages]
+            self.text_revision += 1
         self._archived[:] = [x for x in self._exchanges if x.archived]
         current = nodes.get(current_id or "")
         self.current = current if current is not None and current.is_topic else self.root

@@ -97,7 +97,7 @@ class PromptSynthesizer:
         self.params = (params or SynthesisParams()).fixed(**settings)
         self.word_stats = word_stats if word_stats is not None else ctree.word_stats
         self.last_report: RetrievalReport | None = None
-        self._history_tokens: tuple[int, int] = (-1, 0)  # (messages counted, their tokens)
+        self._history_tokens: tuple[tuple[int, int], int] = ((-1, -1), 0)  # ((messages, text revision), tokens)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-bm25")
         self._closed = False
         self._finder = CandidateFinder(self.vdb, self.word_stats, self.params, self._pool)
@@ -128,10 +128,10 @@ class PromptSynthesizer:
     def full_history_tokens(self) -> int:
         """Tokens of the whole conversation as plain lines (what the block saves against)."""
         conversation = self.tree.conversation
-        n = len(conversation)
-        if self._history_tokens[0] != n:
+        key = (len(conversation), getattr(getattr(self.tree, "structure", None), "text_revision", 0))  # replace, forget
+        if self._history_tokens[0] != key:
             total = sum(count_tokens(f"{m['role']}: {m['content']}\n") for m in conversation)
-            self._history_tokens = (n, total)
+            self._history_tokens = (key, total)
         return self._history_tokens[1]
 
     _full_history_tokens = full_history_tokens  # the old name, while callers move to the public one
