@@ -411,6 +411,10 @@ ROLE_WORDS = ("user", "assistant", "model", "system")
 CHAT_LABELS = ("me", "you", "ai", "human", "bot", "answer", "response", "reply", "q", "a")
 _BARE_LABEL = re.compile(r"^\s*(?:(?:" + "|".join(ROLE_WORDS) + r")\s*:?|(?:" + "|".join(CHAT_LABELS)
                          + r")\s*:)\s*$", re.I)
+# a role label with a number, bracketed or not, on every line ("[User: 13]" eight times, a
+# bundled model's reply that was stored, then copied by each next reply: a trial)
+_LABEL_LINES = re.compile(r"^(?:\s*[\[(]?\s*(?:" + "|".join(ROLE_WORDS) + r")\s*[:#]?\s*\d{0,6}\s*[\])]?\s*(?:\n|$))+\Z",
+                          re.I)
 _DATE_LINE = re.compile(r"\[\d{4}-\d{1,2}-\d{1,2}\]")
 _DATE_LINE_BEGUN = re.compile(r"\[[\d-]{0,9}\Z")  # a date line a stream has begun
 _WORD_CHAR = re.compile(r"[^\W_]")  # a letter or digit, in any script
@@ -464,7 +468,7 @@ def says_something(text: str, *, partial: bool = False, boilerplate: Sequence[st
     An answer that is a number or a date ("42", "2026-12-03") does. ``partial``: ``text``
     is the start of a streamed reply, which says nothing yet while it may still become a
     role label, a date line or a boilerplate line ("Use", "[2026-", "You are a")."""
-    if _BARE_LABEL.match(text):
+    if _BARE_LABEL.match(text) or (not partial and _LABEL_LINES.match(text)):
         return False
     if boilerplate and _only_words_of(text, boilerplate, partial):
         return False
