@@ -200,6 +200,8 @@ def search_messages(db, qvec, query: str, k: int, min_similarity: float) -> list
     """The best ``k`` messages for ``query``: by meaning (cosine from ``min_similarity``) and
     by its words (BM25, from any cosine), the cosine lifted by ``KEYWORD_LIFT`` × the
     message's share of the best keyword score, squared. Each with its lift (0: by meaning only)."""
+    if not any(ch.isalnum() for ch in query):  # "😀" found a Japanese reply at 0.46 (a trial), as the block does not
+        return []
     q = np.asarray(qvec, dtype=np.float32)
     q = q / (np.linalg.norm(q) or 1.0)
     hits = {h.message_id: h for h in db.search_conversation(q, top_k=k, min_similarity=min_similarity)}

@@ -263,6 +263,7 @@ def test_only_a_keyword_match_near_the_best_is_marked_as_holding_the_words(data_
         for u in ("My sister Ana lives in Porto with her cat.", "Living costs in Berlin went up again.",
                   "I repaired the bike's rear brake.", "The sister ship sailed at dawn, living up to its name."):
             svc.remember(u, "Noted.")
+        assert svc.search("😀", k=6).hits == [] and svc.search("?!", k=6).hits == []  # as the memory block
         hits = svc.search("where does my sister live", k=6).hits
         marked = {h.text for h in hits if h.words}
         assert "My sister Ana lives in Porto with her cat." in marked
