@@ -45,6 +45,7 @@ PROMPT_KEYS: tuple[KeyAction, ...] = (
     KeyAction("complete", "tab", "complete"),
 )
 ALL_KEYS = {k.action: k for k in APP_KEYS + PROMPT_KEYS}
+TEXTUAL_KEYS = ("ctrl+p",)  # Textual's own: the command palette
 
 MODIFIERS = {"ctrl", "shift", "alt", "meta", "super", "hyper"}
 NAMED = {
@@ -120,11 +121,12 @@ def validate_keys(keys: dict) -> dict[str, str]:
         problem = check_key(key)
         if problem:
             raise ConfigError(f"[keys] {action} = {key!r}: {problem}")
-        keymap[action] = ",".join(k.strip() for k in key.split(","))
-    owner: dict[str, str] = {}
+        keymap[action] = ",".join(dict.fromkeys(k.strip() for k in key.split(",")))  # "f5,f5" is f5
+    owner: dict[str, str] = dict.fromkeys(TEXTUAL_KEYS, "the command palette")
     for k in APP_KEYS + PROMPT_KEYS:
         for one in keymap.get(k.action, k.key).split(","):
             if one in owner:
+                # ctrl+p took the palette's key without a word (a trial)
                 raise ConfigError(f"[keys] {one!r} is bound to both {owner[one]} and {k.action}")
             owner[one] = k.action
     return keymap

@@ -437,6 +437,7 @@ async def test_keys_remapped_from_the_config(server, tmp_path, minilm, data_dir)
 
 def test_bad_keys_are_named():
     assert validate_keys({"toggle_tree": "f2"}) == {"toggle_tree": "f2"}
+    assert validate_keys({"copy_code": "f5,f5"}) == {"copy_code": "f5"}  # was "bound to both copy_code and copy_code"
     for keys, words in [
         ({"toggle_treee": "f2"}, ["toggle_treee", "unknown action"]),
         ({"toggle_tree": "ctlr+t"}, ["toggle_tree", "ctlr"]),
@@ -455,6 +456,8 @@ def test_bad_keys_are_named():
         ({"toggle_tree": "question_mark"}, ["question_mark", "typing"]),
         ({"quit": "ctrl+u"}, ["ctrl+u", "typing"]),  # quit where the line was to be cleared (a re-trial)
         ({"copy_reply": "ctrl+h"}, ["ctrl+h", "typing"]),  # Backspace in a terminal
+        # the palette's key was taken without a word (a trial)
+        ({"copy_code": "ctrl+p"}, ["'ctrl+p'", "the command palette", "copy_code"]),
     ]:
         with pytest.raises(ConfigError) as err:
             validate_keys(keys)
