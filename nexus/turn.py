@@ -21,14 +21,31 @@ def strip_think(text: str) -> str:
     return THINK.sub("", text).strip()
 
 
+ECHO_WORDS = 4  # a line of the given text this long, said back, is an echo, not an answer
+# a line in the form of the memory block or the recent window, however short, said back too
+PROMPT_FORM = re.compile(r"\s*(?:#|- |\[|(?:user|assistant|system):)", re.I)
+
+
+def echoable(line: str) -> bool:
+    """A line of the given text that, said back, is an echo: a sentence ("Be brief.") or a
+    line of four words or more, or one in the prompt's own form — not an option the answer
+    is to be made of ("Positive", "A")."""
+    words = len(textutil.words_of_line(line))
+    return words >= ECHO_WORDS or bool(PROMPT_FORM.match(line)) or (words >= 2 and line.rstrip().endswith((".", "!", "?")))
+
+
 def says_something(text: str, own_system: str = "") -> bool:
     """The reply holds words beside its reasoning (``textutil.says_something``: not a bare
     role label, a copied date line, the system prompt's fixed lines or symbols; a number
     or a date as an answer does), nor only the lines of the session's own /system text
     said again ("Answer in one short sentence." came back as the answer, in a trial;
-    word for word only: its words are the user's, and an answer may use them)."""
+    word for word only: its words are the user's, and an answer may use them). Only a line
+    of four words or more counts: a prompt's options ("Positive", "A") are what the answer
+    is made of, and a one-letter line took that letter out of every word (a review) — or a
+    line of the memory block's form ("## Topic", "- User: …"), marker and all."""
     text = strip_think(text)
-    own = [line.strip() for line in own_system.splitlines() if line.strip()]
+    own = [line.strip() for line in own_system.splitlines()
+           if echoable(line)]
     if own:  # each line also without its closing stop: "Answer in one short sentence"
         text = textutil.without_echo(text, sorted({*own, *(line.rstrip(".!?:;") for line in own)}, key=len,
                                                   reverse=True))

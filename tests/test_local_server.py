@@ -152,10 +152,12 @@ def test_a_reply_that_copies_the_prompts_form_says_nothing():
                  # the prompt in other words but one (a trial's stored "answer")
                  "You are a useful assistant with long-term memory of this conversation.",
                  # role labels numbered, line after line: stored once, each next reply copied it (a trial)
-                 "[User: 13]\n[User: 13]\n[User: 13]", "User: 13", "[Assistant]", "(user 2)\nassistant #3"):
+                 "[User: 13]\n[User: 13]\n[User: 13]", "[User: 13]", "[Assistant]", "[user 2]\n[assistant #3]"):
         assert not says_something(junk, boilerplate=SYSTEM_BOILERPLATE), junk
         assert says_nothing(junk) and not nexus_says_something(junk), junk
     for answer in ("42", "2026-12-03", "Rye.", "はい", "Ja, gern.", "User: needs a break", "User: 13 apples",
+                   # a role word and a number, unbracketed, are answers (a review caught them refused)
+                   "Model 3", "System 1", "User 42", "Model: 4", "(System 1)", "Model 3\nModel Y",
                    "You are right: water them in the morning.", "Memory.", "Most recent exchanges: none",
                    "Your memory of this conversation is better than mine.",
                    "You are a good assistant with a short memory of this conversation."):

@@ -1077,6 +1077,18 @@ async def test_a_reply_that_only_says_the_sessions_system_text_again_is_no_answe
         assert says_something("One short sentence: Porto.", "Answer in one short sentence.")
 
 
+def test_a_prompts_options_are_answers_not_an_echo():
+    """A prompt listing its options ("Positive", "A") made an answer of one of them "say
+    nothing", and a one-letter line took that letter out of every word (a review)."""
+    assert says_something("Positive", "Answer with exactly one of:\nPositive\nNegative\nNeutral")
+    assert says_something("B", "Answer with the letter only.\nA\nB\nC")
+    assert says_something("bad", "Answer.\nA\nB\nC\nD")
+    assert not says_something("Answer with the letter only.", "Answer with the letter only.\nA\nB\nC")
+    # the memory block's and the recent window's lines said back, short ones too
+    given = "## Sister Porto\n[2026-12-06]\n- User: My sister Ana lives in Porto.\nAssistant: Noted."
+    assert not says_something(given, given) and says_something("Porto.", given)
+
+
 async def test_edit_takes_the_newest_message_written_not_a_retried_one(server, tmp_path, minilm, data_dir):
     """A message got no answer, then /retry regenerated the exchange before it and
     /undo-retry put that back: /edit took the retried exchange, not the message with no

@@ -411,14 +411,19 @@ ROLE_WORDS = ("user", "assistant", "model", "system")
 CHAT_LABELS = ("me", "you", "ai", "human", "bot", "answer", "response", "reply", "q", "a")
 _BARE_LABEL = re.compile(r"^\s*(?:(?:" + "|".join(ROLE_WORDS) + r")\s*:?|(?:" + "|".join(CHAT_LABELS)
                          + r")\s*:)\s*$", re.I)
-# a role label with a number, bracketed or not, on every line ("[User: 13]" eight times, a
-# bundled model's reply that was stored, then copied by each next reply: a trial)
-_LABEL_LINES = re.compile(r"^(?:\s*[\[(]?\s*(?:" + "|".join(ROLE_WORDS) + r")\s*[:#]?\s*\d{0,6}\s*[\])]?\s*(?:\n|$))+\Z",
-                          re.I)
+# a role label in square brackets, with or without a number, on every line ("[User: 13]"
+# eight times, a bundled model's reply that was stored, then copied by each next reply: a
+# trial); unbracketed, "Model 3" and "System 1" are answers
+_LABEL_LINES = re.compile(r"^(?:\s*\[\s*(?:" + "|".join(ROLE_WORDS) + r")\s*[:#]?\s*\d{0,6}\s*\]\s*(?:\n|$))+\Z", re.I)
 _DATE_LINE = re.compile(r"\[\d{4}-\d{1,2}-\d{1,2}\]")
 _DATE_LINE_BEGUN = re.compile(r"\[[\d-]{0,9}\Z")  # a date line a stream has begun
 _WORD_CHAR = re.compile(r"[^\W_]")  # a letter or digit, in any script
 _WORD_RUN = re.compile(r"[^\W_]+")
+
+
+def words_of_line(text: str) -> list[str]:
+    """The runs of letters and digits in ``text``, in any script."""
+    return _WORD_RUN.findall(text)
 
 
 def _folded(text: str) -> str:
