@@ -73,6 +73,9 @@ class AskedTurn:
     earlier: list[dict]
     prefill: str
     system: str
+    # the messages up to the question as sent, images and all: two questions of the same
+    # words about other images are not a regenerate (a review's captions replaced each other)
+    context: list[dict] = field(default_factory=list)
     memory: str = ""  # the block the proxy added: an answer that only copies it out is none
 
     @property
@@ -97,7 +100,9 @@ def asked_turn(messages: list) -> AskedTurn:
                and tail[0].get("role") == "assistant" and not tail[0].get("tool_calls") else "")
     system = "\n".join(m["content"] for m in shown if m["role"] in ("system", "developer"))
     user = content_text(messages[last].get("content")).strip() if last >= 0 else ""
-    return AskedTurn(user, shown[:last] if last >= 0 else shown, prefill, system)
+    context = [{"role": m.get("role"), "content": json.dumps(m.get("content"), sort_keys=True)}
+               for m in messages[:last + 1]]
+    return AskedTurn(user, shown[:last] if last >= 0 else shown, prefill, system, context)
 
 
 def calls_tools(choice: dict) -> bool:
@@ -349,7 +354,7 @@ class MemoryProxy:
             recent = list(turn.earlier)
             # "regenerate": the answer it asks again for was rejected, so it is not recalled as
             # memory, and the new answer takes its place (it was injected, and the question kept twice)
-            replaces = await run_in_threadpool(svc.regenerating, user, turn.earlier)
+            replaces = await run_in_threadpool(svc.regenerating, user, turn.context)
             if replaces is not None:
                 recent.append({"role": "user", "content": user})
             t_recall = time.perf_counter()
@@ -420,7 +425,7 @@ class MemoryProxy:
         if not answer:
             return " (empty answer: not remembered)"
         try:
-            r = await run_in_threadpool(lambda: svc.remember(turn.user, answer, None, replaces, turn.earlier,
+            r = await run_in_threadpool(lambda: svc.remember(turn.user, answer, None, replaces, turn.context,
                                                              turn.given))
         except NothingToRemember:
             return " (the answer says nothing: not remembered)"

@@ -203,6 +203,27 @@ def test_the_same_question_after_other_messages_is_a_new_exchange(data_dir, mini
     tree.vdb.close()
 
 
+def test_the_same_words_about_other_images_are_new_exchanges(data_dir, minilm, server):
+    """Three captions asked in the same words about three images: each replaced the one
+    before as a "regenerate", images being "[image]" alike in the text (a review)."""
+    answers = iter(["A red square.", "A blue circle.", "A cat.", "A cat on a mat."])
+    server.respond(lambda req: Reply(next(answers)))
+
+    def ask(url: str) -> list:
+        return [{"role": "system", "content": "Caption images."},
+                {"role": "user", "content": [{"type": "text", "text": "Describe this photo"},
+                                             {"type": "image_url", "image_url": {"url": url}}]}]
+
+    with running_proxy(make_pool(minilm), server.base_url) as url:
+        c = client(url)
+        for image in ("data:image/png;base64,AAAA", "data:image/png;base64,BBBB", "https://example.com/cat.jpg",
+                      "https://example.com/cat.jpg"):  # the last: the same request again, a regenerate
+            c.chat.completions.create(model="m", messages=ask(image))
+    tree = stored("default", minilm)
+    assert [x.assistant for x in tree.exchanges] == ["A red square.", "A blue circle.", "A cat on a mat."]
+    tree.vdb.close()
+
+
 def _sse(*events: dict, done: str = "data: [DONE]\n\n") -> str:
     return "".join(f"data: {json.dumps(e)}\n\n" for e in events) + done
 
