@@ -465,10 +465,15 @@ class PromptInput(TextArea):
         return self._own_keys.get(key)
 
     def action_copy(self) -> None:
-        """Ctrl+C: the selection is copied; with none, the key goes on to the app's own
-        Ctrl+C (handled here, every key of the editor stops here: it did nothing at all)."""
+        """Ctrl+C: the input's selection is copied, else text selected with the mouse in
+        the chat (it stopped the reply instead: a review); with none, the key goes on to the
+        app's own Ctrl+C (handled here, every key of the editor stops here: it did nothing)."""
         if self.selected_text:
             super().action_copy()
+            return
+        on_screen = self.screen.get_selected_text()
+        if on_screen:
+            self.app.copy_to_clipboard(on_screen)
         else:
             self.app.action_help_quit()
 

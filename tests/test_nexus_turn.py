@@ -166,6 +166,22 @@ async def test_ctrl_c_copies_a_selection_stops_a_reply_or_says_how_to_quit(serve
         await pilot.press("ctrl+c")
         await wait_for(pilot, lambda: app.clipboard == "copy me")
         assert notices(app).count("Ctrl+C copies selected text") == 1
+        # text selected with the mouse in the chat, the input focused: copied, no reply stopped
+        prompt.value = ""
+        await type_and_send(pilot, app, "count again")
+        again = app.current_reply
+        await wait_for(pilot, lambda: "delta3" in again.text)
+        from textual.selection import Selection
+
+        app.screen.selections = {w: Selection(None, None) for w in reply.walk_children() if w.allow_select}
+        await pilot.pause()
+        assert app.screen.get_selected_text()
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: "delta3" in app.clipboard)
+        assert app.turn is not None  # still streaming
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.turn is None)
+        assert notices(app).count("Ctrl+C copies selected text") == 1
 
 
 async def test_escape_cancels_while_the_server_is_asked_which_model_it_has(server, tmp_path, minilm, data_dir):
