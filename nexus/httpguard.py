@@ -102,8 +102,13 @@ class LocalRequestsOnly:
         if origin is not None:
             from urllib.parse import urlsplit
 
-            o = urlsplit(origin.decode("latin-1"))
-            if o.scheme not in ("http", "https") or not is_loopback(o.netloc.rpartition("@")[2]):
+            # a page of a site, or one with no origin ("null": a sandboxed frame, a file);
+            # a browser extension the user installed (chrome-extension://…) or an app's own
+            # scheme is no web page (Page Assist was refused: a review)
+            raw = origin.decode("latin-1").strip()
+            o = urlsplit(raw)
+            if raw.lower() == "null" or (o.scheme in ("http", "https") and not is_loopback(o.netloc.rpartition("@")[2])) \
+                    or not o.scheme:
                 # (no way around it is offered: the servers answer no CORS preflight, so a page of
                 # another site cannot use them with a token either — a trial took the hint)
                 return _refuse(403, "requests from web pages of other sites are refused (Origin "

@@ -121,7 +121,7 @@ def validate_keys(keys: dict) -> dict[str, str]:
         problem = check_key(key)
         if problem:
             raise ConfigError(f"[keys] {action} = {key!r}: {problem}")
-        keymap[action] = ",".join(dict.fromkeys(k.strip() for k in key.split(",")))  # "f5,f5" is f5
+        keymap[action] = ",".join(dict.fromkeys(k.strip().lower() for k in key.split(",")))  # "F5,f5" is f5
     owner: dict[str, str] = dict.fromkeys(TEXTUAL_KEYS, "the command palette")
     for k in APP_KEYS + PROMPT_KEYS:
         for one in keymap.get(k.action, k.key).split(","):

@@ -65,6 +65,10 @@ class MemoryCommands:
     def search_worker(self, query: str, every: bool = False) -> None:
         if every:
             return self.search_all_worker(query)
+        if not any(ch.isalnum() for ch in query):  # nothing was searched: said so, not "nothing matches"
+            self.call_from_thread(self.chat_notice, f"Nothing to search for in {quoted(query, 40)}: it has no letter "
+                                  "or digit.")
+            return
         hits = self.need_session().search_scored(query)  # fails: a session closed meanwhile, an embedder not loaded
         if not hits:
             self.call_from_thread(self.chat_notice, f"Nothing in memory matches {quoted(query, 120)} "

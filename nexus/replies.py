@@ -102,8 +102,9 @@ class Replies:
             session.newest_unanswered = None
         for shown in self.query(UserMessage):
             if shown.text == text and shown.state == UNSENT_STATE:
-                shown.remove()
+                self.remove_unanswered(shown)  # with its "(no answer — Ctrl+R to retry)" box (a review)
                 break
+        self.settle_failure_note(text, "Sent since, edited.")
         self.recount_unsent()
 
     def refuse_at_enter(self, text: str, why: str) -> None:

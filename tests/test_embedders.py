@@ -183,6 +183,11 @@ def test_a_users_embed_fn_that_returns_nan_or_ragged_vectors_is_refused_in_words
     ragged = FunctionEmbedder(type("F", (), {"embed_batch": lambda self, t: [[1.0, 2.0], [1.0]]})())
     with pytest.raises(EmbedderError, match="one vector of numbers per text"):
         ragged.embed_batch(["a", "b"])
+    def failing(text: str) -> list[float]:
+        raise ValueError("OpenAI: invalid API key")
+
+    with pytest.raises(ValueError, match="^OpenAI: invalid API key$"):  # its own error, as it is (a review)
+        FunctionEmbedder(failing).embed_batch(["a"])
     tree.add([{"role": "user", "content": "more tomatoes"}, {"role": "assistant", "content": "Stake them."}])
     assert [x.user for x in tree.exchanges] == ["garden tomatoes", "more tomatoes"]
     tree.close()

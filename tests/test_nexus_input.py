@@ -437,7 +437,9 @@ async def test_keys_remapped_from_the_config(server, tmp_path, minilm, data_dir)
 
 def test_bad_keys_are_named():
     assert validate_keys({"toggle_tree": "f2"}) == {"toggle_tree": "f2"}
-    assert validate_keys({"copy_code": "f5,f5"}) == {"copy_code": "f5"}  # was "bound to both copy_code and copy_code"
+    assert validate_keys({"copy_code": "f5,F5"}) == {"copy_code": "f5"}  # was "bound to both copy_code and copy_code"
+    with pytest.raises(ConfigError, match="the command palette"):
+        validate_keys({"copy_code": "Ctrl+P"})
     for keys, words in [
         ({"toggle_treee": "f2"}, ["toggle_treee", "unknown action"]),
         ({"toggle_tree": "ctlr+t"}, ["toggle_tree", "ctlr"]),

@@ -521,6 +521,8 @@ async def test_edit_takes_back_the_newest_message_when_it_got_no_answer(server, 
         assert app.session.pending is None  # the edited one replaced the unanswered one
         assert "a message with a typo in it" not in [m.text for m in app.query(UserMessage)]
         assert not app.query_one("#prompt").border_title
+        # its "(no answer — Ctrl+R to retry)" box went with it (it stayed: a review)
+        assert not [r for r in app.query(AssistantMessage) if "no answer" in r.note]
     from trace_core import CTree
 
     tree = CTree.open(str(path), embed_fn=minilm, judge="embedding")

@@ -330,6 +330,9 @@ def test_pages_of_other_sites_cannot_reach_a_proxy_without_a_token(data_dir, min
                                                      "Origin": "http://localhost:3000"})
         assert ok.status_code == 200
         assert httpx.get(url + "/models", headers={"Host": "localhost:8788"}).status_code == 200
+        # an installed browser extension is no web page; a page with no origin is refused
+        assert httpx.get(url + "/models", headers={"Origin": "chrome-extension://abcdef"}).status_code == 200
+        assert httpx.get(url + "/models", headers={"Origin": "null"}).status_code == 403
     assert len(server.chat_requests()) == 1
     tree = stored("default", minilm)
     assert len(tree.exchanges) == 1

@@ -347,6 +347,18 @@ def test_an_export_whose_meta_is_not_text_is_refused_before_it_is_written(tmp_pa
     assert CTree.load(str(tmp_path / "m.json"), embed_fn=hash_embed, judge="embedding").exchanges
 
 
+def test_an_imported_exchange_time_is_stored_as_add_stores_it(tmp_path, hash_embed):
+    """A basic-form time ("20231013T100000") was imported as given (a review); add() stores
+    the extended form, which date lines and named days read."""
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps({"format": "trace-ctree", "version": 1, "root": {
+        "type": "topic", "id": "root", "name": "ROOT", "start": 0, "end": 0, "children": [
+            {"type": "message", "id": "m0", "index": 0, "timestamp": "20231013T100000", "messages": [
+                {"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]}]}}))
+    tree = CTree.load(str(path), embed_fn=hash_embed, judge="embedding")
+    assert tree.exchanges[0].timestamp == "2023-10-13T10:00:00"
+
+
 def test_an_application_cannot_write_the_engines_own_meta_rows(tmp_path, hash_embed):
     """save(meta={"app": …}), loaded into a new file, or forget(meta={"app": None}) on a
     live one, made the session file refuse to open ever after (a developer's trial)."""

@@ -381,11 +381,11 @@ class FunctionEmbedder(Embedder):
         from .errors import EmbedderError
 
         batch = getattr(self.fn, "embed_batch", None)
+        # the function's own errors go out as they are ("invalid API key"); only its result is checked
+        got = batch(texts) if callable(batch) else [self.fn(t) for t in texts]
         try:
-            if callable(batch):
-                out = np.asarray(batch(texts), dtype=np.float32)
-            else:
-                out = np.array([np.asarray(self.fn(t), dtype=np.float32) for t in texts])
+            out = np.asarray(got, dtype=np.float32) if callable(batch) else np.array(
+                [np.asarray(v, dtype=np.float32) for v in got])
         except (ValueError, TypeError) as exc:
             raise EmbedderError(f"embed_fn {self.name!r} did not return one vector of numbers per text, all of one "
                                 f"length ({exc})") from None

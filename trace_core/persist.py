@@ -389,10 +389,9 @@ def _json_rows(d: dict, parent_id: str | None, path: str, out: JsonTree, archive
     if kind == "message":
         # the checks add() makes: a "tool" role, empty content or "yesterday" as a time were
         # loaded and stored as they were (a developer's trial)
-        ts = d.get("timestamp") or ""
         try:
             msgs = validate_exchange(d["messages"])
-            validate_timestamp(ts or None)
+            ts = validate_timestamp(d.get("timestamp") or None) or ""  # as add() stores it
         except ValueError as exc:
             raise SessionFileError(path, f"is a damaged TRACE export: exchange {d.get('index')}: {exc}") from None
         index = _index(d["index"])
