@@ -70,6 +70,7 @@ FAILURES: dict[str, Failure] = {  # by worker name (the worker method's name)
     "models_cache_worker": Failure("model list for completion", "debug", in_chat=False),
     "store_again_worker": Failure("Not stored", end=". Kept — press Ctrl+R to try again."),
     "probe_server": Failure("model server probe failed", "warning", in_chat=False),
+    "server_wait_worker": Failure("Waiting for the model server failed: Ctrl+R sends the waiting messages", "warning"),
     # the panes' workers (ReportsFailures forwards them here)
     "_snapshot_worker": Failure("the tree pane was not updated", in_chat=False),
     "_load": Failure("the inspector could not read that node", in_chat=False),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from .widgets import AssistantMessage, ExchangeHead, Notice, PastExchangeView, P
 
 log = logging.getLogger("nexus")
 UNSENT_STATE = "not answered — kept to send again"
+UNREACHABLE = "cannot reach the model server"  # trace_core.llm.describe_error's words for a server gone
+SERVER_RECHECK_SECONDS = 5.0
 
 
 @dataclass
@@ -278,15 +281,53 @@ class Replies:
         self.outbox.append(Outgoing(line, None, shown, command=True))
         self.drain_outbox()
 
+    def wait_for_server(self, problem: str) -> None:
+        """(UI thread) The model server went away with messages queued: they wait, and go
+        in order once it answers again (each was sent and failed within a second, sixteen
+        notes of "cannot reach", then came back one Ctrl+R at a time, last first: a trial)."""
+        self.server_waiting = True
+        n = len([item for item in self.outbox if not item.command])
+        self.chat_notice(f"The model server is not answering: the {counted(n, 'message')} queued after this one "
+                         f"wait, and go in order when it answers again (Nexus asks every {SERVER_RECHECK_SECONDS:g} s).",
+                         "warning")
+        self.log_line(f"model server gone ({problem.rstrip('.')}): {n} queued messages wait for it", "warning")
+        self.mark_outbox()
+        self.server_wait_worker()
+
+    @background(group="server-wait", exclusive=True)
+    def server_wait_worker(self) -> None:
+        from .lifecycle import server_problem
+
+        gone = self.quit_check()
+        while not gone():
+            time.sleep(SERVER_RECHECK_SECONDS)
+            if not gone() and server_problem(self.config.base_url, self.config.api_key) is None:
+                self.ui(self.server_back)
+                return
+
+    def server_back(self) -> None:
+        """(UI thread) The model server answers again: the waiting messages go."""
+        if not self.server_waiting:
+            return
+        self.server_waiting = False
+        back = self.chat_notice("The model server answers again: the waiting messages go now, in order.")
+        if back is not None:
+            self.mount_before_waiting(back)  # said above what goes now
+        if self.session is not None and self.session.pending is not None and self.turn is None:
+            self.resend_pending(first=True)  # the one that found it gone goes first, as it was written first
+        self.drain_outbox()
+
     def mark_outbox(self) -> bool:
         """(UI thread) Mark each queued message with what it waits for; False when nothing
         stops the next one from going."""
         if self.turn is None and self.session is not None and self.embedder_state != "loading" \
-                and not self.vision_busy and not self.model_restarting:
+                and not self.vision_busy and not self.model_restarting and not self.server_waiting:
             return False
         why = ("waiting — /ingest is using the vision model; sent when the text model is back"
                if self.vision_busy else "waiting — the bundled model is starting again; sent when it is back"
                if self.model_restarting
+               else "waiting — the model server is not answering; sent when it answers again"
+               if self.server_waiting and self.turn is None
                # the reply is in, and the memory model decides where to file it (a slow one took
                # 19 s, under "when the reply before it ends" below a finished reply: a trial)
                else "queued — sent once the last exchange is filed in memory (the memory model is placing it)"
@@ -353,6 +394,8 @@ class Replies:
             else:
                 note = e.note or ("reply cancelled: partial text kept" if e.cancelled else "")
                 await reply.finish(e.text, note, e.sources)
+        if self.server_waiting and not e.empty:  # answered (a Ctrl+R): the waiting ones need not wait on
+            self.server_waiting = False
         if e.empty:
             self.log_line("the model answered nothing: not stored; the message is kept for resend", "warning")
             self.local_model_lost()  # an empty answer from a server that died as it began
@@ -377,6 +420,8 @@ class Replies:
         if e.kept and self.local_model_lost():
             self.log_line(f"reply failed: {e.problem}", "error")
             return
+        if e.kept and self.outbox and UNREACHABLE in e.problem and not self.server_waiting:
+            self.wait_for_server(e.problem)  # the messages queued behind it are not sent to fail too
         if e.kept:
             said = f"No reply: {e.problem.rstrip('.')}."
             how = f"press {self.resend_key()} to send it again."

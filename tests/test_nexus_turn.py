@@ -589,6 +589,44 @@ async def test_esc_during_an_edit_of_a_message_with_no_answer_keeps_it(server, t
     tree.vdb.close()
 
 
+async def test_messages_queued_behind_a_server_that_went_away_wait_for_it(server, tmp_path, minilm, data_dir,
+                                                                          monkeypatch):
+    """The server died with 16 messages queued: each was sent and failed within a second,
+    16 notes of "cannot reach", and they came back one Ctrl+R at a time, last first (a
+    trial). Now they wait, and go in the order written once the server answers again."""
+    from nexus import replies
+
+    monkeypatch.setattr(replies, "SERVER_RECHECK_SECONDS", 0.3)
+    down = threading.Event()
+
+    def respond(req):
+        if down.is_set():  # the connection drops before any answer: "cannot reach the model server"
+            raise ConnectionAbortedError("the server went away")
+        return Reply("Watered.", delay=1.0)
+
+    server.respond(chat_only(respond))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    written = [f"Note {k}: the plant on shelf {k} needs water." for k in range(1, 5)]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        for text in written:  # the first is answered slowly; the others queue behind it
+            await type_and_send(pilot, app, text)
+        await wait_for(pilot, lambda: len(app.outbox) == 3)
+        down.set()
+        server.state.models = []  # and its model list says nothing (what Nexus asks to see it back)
+        await wait_for(pilot, lambda: "The model server is not answering" in notices(app))
+        await pilot.pause(1.0)
+        assert [x.user for x in app.session.tree.exchanges] == written[:1]
+        assert notices(app).count("cannot reach the model server") == 1  # the second one only, said once
+        assert [item.text for item in app.outbox] == written[2:]
+        assert all("the model server is not answering" in item.shown.state for item in app.outbox)
+        down.clear()
+        server.state.models = ["test-model"]
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 4, timeout=30)
+        assert [x.user for x in app.session.tree.exchanges] == written  # in the order written
+        assert "The model server answers again" in notices(app) and app.session.pending is None
+
+
 async def test_a_failed_message_is_still_kept_after_a_restart(tmp_path, minilm, data_dir):
     from scripted_server import ScriptedServer
 
