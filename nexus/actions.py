@@ -117,6 +117,8 @@ class KeyActions:
             self.cancel_long.set()
             # said at once: a veto in flight can take seconds, and Esc seemed lost (a trial)
             self.chat_notice(f"Cancelling {busy} after its current step…")
+        if self.stop_model_list():  # /model's wait, not the reply that may stream meanwhile
+            return
         if self.turn is not None:  # that request only, before its first byte too
             self.turn.cancel()
 

@@ -37,6 +37,7 @@ from .web import RouteDecision, WebRouter, WebSearch, WebSearchError, results_bl
 log = logging.getLogger("nexus")
 
 AS_IT_WAS = "the exchange it was to replace is as it was"
+MODEL_LIST_SECONDS = 10.0  # the longest wait for the server's model list (GET /models)
 CANCELLED_MARK = "\n\n[reply cancelled]"  # ends a partial reply stored when it was stopped
 UNSENT_KEY = "nexus.unsent"  # the session file's meta row of messages kept for Ctrl+R
 # and of those kept from an /edit or /retry: the exchange their answer replaces (an /edit
@@ -186,11 +187,7 @@ class ChatSession:
         """The chat model: configured, or the first the server lists."""
         if self.model:
             return self.model
-        try:
-            models = self.client.models.list()
-            ids = [m.id for m in models.data]
-        except Exception as exc:
-            raise ServerProblem(describe_error(exc, self.config.base_url)) from exc
+        ids = self.list_models()
         if not ids:
             raise ServerProblem(f"the server at {shown_url(self.config.base_url)} lists no models; load one first")
         self.use_chat_model(ids[0])
@@ -210,8 +207,17 @@ class ChatSession:
         return self.config.memory_model or self.model or "local-model"
 
     def list_models(self) -> list[str]:
+        """The server's model ids, within ``MODEL_LIST_SECONDS``: a list answers at once or
+        not at all (/model against a server that took the connection and never answered
+        waited the 120 s reply timeout, in silence: a trial)."""
+        from openai import APITimeoutError
+
+        wait = min(MODEL_LIST_SECONDS, self.config.section("server").timeout)
         try:
-            return [m.id for m in self.client.models.list().data]
+            return [m.id for m in self.client.with_options(timeout=wait).models.list().data]
+        except APITimeoutError as exc:
+            raise ServerProblem(f"the server at {shown_url(self.config.base_url)} did not answer the model list "
+                                f"in {wait:g} s") from exc
         except Exception as exc:
             raise ServerProblem(describe_error(exc, self.config.base_url)) from exc
 

@@ -60,6 +60,10 @@ class ChatCommands:
             raise C.UsageError(C.BY_NAME["model"].usage)
         s = self.need_session()
         if not args:
+            # said at once, and Esc stops waiting: a server that never answers held /model
+            # in silence (a trial)
+            self.show_progress("models", f"Asking the server at {shown_url(self.config.base_url)} for its models… "
+                               "(Esc stops waiting)")
             self.model_worker(s)
             return
         s.use_chat_model(args[0])
@@ -89,14 +93,26 @@ class ChatCommands:
 
     @background(group="models")
     def model_worker(self, s: ChatSession) -> None:
-        """/model: the server's models (fails in words: "Cannot list models: …")."""
+        """/model: the server's models (fails in words: "Cannot list models: …"); Esc
+        (``stop_model_list``) and a quit cancel the worker, which stops waiting."""
         try:
             models = call_abandonable(s.list_models, give_up=self.quit_check(), name="list models")
         except Abandoned:
             return
         self.call_from_thread(self.models_listed, models)
         current = s.model or "(first listed)"
-        self.call_from_thread(self.chat_notice, f"Chat model: {current}\nAvailable: " + ", ".join(models))
+        self.call_from_thread(self.end_progress, "models", f"Chat model: {current}\nAvailable: " + ", ".join(models),
+                              "info", True, False)
+
+    def stop_model_list(self) -> bool:
+        """(UI thread) Esc while /model waits for the server's list: it stops waiting. True
+        when it was waiting."""
+        waiting = [w for w in self.workers if w.name == "model_worker" and not w.is_finished]
+        for worker in waiting:
+            worker.cancel()  # its quit_check() gives up the call in flight
+        if waiting:
+            self.end_progress("models", "Stopped waiting for the model list (Esc).")
+        return bool(waiting)
 
     def models_listed(self, models: list[str]) -> None:
         self.models_cache = list(models)  # Tab after /model completes these

@@ -66,7 +66,7 @@ FAILURES: dict[str, Failure] = {  # by worker name (the worker method's name)
     "ingest_worker": Failure("/ingest failed", task="ingest", refresh_tree=True),
     "load_worker": Failure("Cannot load the file", task="load"),
     "check_worker": Failure("/check failed"),
-    "model_worker": Failure("Cannot list models"),
+    "model_worker": Failure("Cannot list models", task="models", end="."),
     "models_cache_worker": Failure("model list for completion", "debug", in_chat=False),
     "store_again_worker": Failure("Not stored", end=". Kept — press Ctrl+R to try again."),
     "probe_server": Failure("model server probe failed", "warning", in_chat=False),

@@ -50,13 +50,15 @@ class LongTasks:
         line = self._progress[task] = Notice(text)
         self.query_one("#chat").mount(line)
 
-    def end_progress(self, task: str, text: str, level: str = "info", in_chat: bool = True) -> None:
+    def end_progress(self, task: str, text: str, level: str = "info", in_chat: bool = True,
+                     in_log: bool = True) -> None:
         line = self._progress.pop(task, None)
         if line is not None and line.is_attached:
             line.remove()
         if in_chat:
             self.chat_notice(text, level)
-        self.log_line(text, level)
+        if in_log:
+            self.log_line(text, level)
 
     def busy_with_long_command(self) -> str | None:
         """The long command running (/load, /ingest, /reorganize), if any: sessions do not

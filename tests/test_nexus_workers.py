@@ -178,3 +178,39 @@ async def test_a_quit_does_not_wait_for_the_model_list_tab_asked_for(server, tmp
         await pilot.press("ctrl+q")
         await wait_for(pilot, lambda: not [w for w in app.workers if w.group == "models" and w.is_running],
                        timeout=5)
+
+
+async def test_escape_stops_waiting_for_a_model_list_that_never_comes(server, tmp_path, minilm, data_dir):
+    """/model against a server that takes the connection and never answers: nothing was
+    said for 120 s and Esc did nothing (a trial). It says it is asking; Esc stops it."""
+    app = NexusApp(make_config(server.base_url, tmp_path), data_dir / "sessions" / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        server.state.models_delay = 30.0
+        await type_and_send(pilot, app, "/model")
+        await wait_for(pilot, lambda: f"Asking the server at {server.base_url} for its models… (Esc stops waiting)"
+                       in notices(app))
+        await wait_for(pilot, lambda: any(t.name == "list models" for t in threading.enumerate()))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not [w for w in app.workers if w.name == "model_worker" and w.is_running],
+                       timeout=2)
+        said = notices(app)
+        assert "Stopped waiting for the model list (Esc)." in said and "Asking the server" not in said
+        server.state.models_delay = 0.0
+        await type_and_send(pilot, app, "/model")
+        await wait_for(pilot, lambda: "Available: test-model" in notices(app))
+        assert "Asking the server" not in notices(app)
+
+
+async def test_a_model_list_that_never_comes_is_given_up_in_words(server, tmp_path, minilm, data_dir):
+    """The model list is waited for a bounded time (not the 120 s reply timeout), then
+    said in words."""
+    cfg = make_config(server.base_url, tmp_path, {("server", "timeout"): 1.5})
+    app = NexusApp(cfg, data_dir / "sessions" / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        server.state.models_delay = 30.0
+        await type_and_send(pilot, app, "/model")
+        await wait_for(pilot, lambda: f"Cannot list models: the server at {server.base_url} did not answer the "
+                       "model list in 1.5 s" in notices(app), timeout=6)
+        assert "Asking the server" not in notices(app)
