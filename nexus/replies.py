@@ -21,7 +21,7 @@ from .forgetting import asks_to_forget
 from .history import when
 from .inspector import NodeInspector
 from .text import counted
-from .widgets import AssistantMessage, ExchangeHead, Notice, PastExchangeView, PromptInput, UserMessage
+from .widgets import STALL_SECONDS, AssistantMessage, ExchangeHead, Notice, PastExchangeView, PromptInput, UserMessage
 
 log = logging.getLogger("nexus")
 UNSENT_STATE = "not answered — kept to send again"
@@ -260,7 +260,8 @@ class Replies:
         item.shown.set_state("")
         turn = Turn(item.text, item.forced_query, replace=item.replace)
         self.turn = turn
-        reply = AssistantMessage(turn.id)
+        # its stall is said before the client's timeout ends it
+        reply = AssistantMessage(turn.id, stall_after=min(STALL_SECONDS, self.config.section("server").timeout / 2))
         self.replies[turn.id] = reply
         self.current_reply = reply
         chat = self.query_one("#chat")
@@ -425,10 +426,14 @@ class Replies:
         if e.kept:
             said = f"No reply: {e.problem.rstrip('.')}."
             how = f"press {self.resend_key()} to send it again."
+            came = ""
+            if e.partial.strip():  # "No reply" under half a reply: what came stays in sight, unstored
+                said = f"Reply interrupted: {e.problem.rstrip('.')}."
+                came = " The text that came stays above (not stored)."
             if "refused the API key" in e.problem:  # Ctrl+R alone cannot help (a re-trial)
                 how = (f"set the key (OPENAI_API_KEY in the environment or .env, or api_key in nexus.toml's "
                        f"[server]) and restart Nexus; then {self.resend_key()} sends it.")
-            note = self.chat_notice(f"{said} Your message is kept — {how}", "error")
+            note = self.chat_notice(f"{said}{came} Your message is kept — {how}", "error")
             if note is not None:  # each failure of it: all are said again when it is answered or dropped
                 self.failure_notes.setdefault(e.user, []).append((note, said))
             resend = self.resend_note

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from collections.abc import Callable
+
+from trace_core.llm import shown_url
 
 from . import events as ev
 from .turn import TAGS, ReplyError, Turn, strip_think
@@ -47,6 +50,7 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
     threading.Thread(target=produce, name=f"reply-{turn.id}", daemon=True).start()
     finish = None
     thought = False  # reasoning came (a model can spend its whole max_tokens on it)
+    last_text = time.monotonic()  # when text (or reasoning) last came
     while True:
         if turn.cancelled.is_set():
             return None
@@ -57,6 +61,8 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
         if turn.cancelled.is_set():
             return None
         if kind == "error":
+            if turn.partial or thought:  # it had answered: said as a reply broken off, not one never begun
+                raise broken_off(item, time.monotonic() - last_text, str(client.base_url).rstrip("/"))
             raise item
         if kind == "whole":  # a JSON completion where a stream was asked for
             content, finish = item
@@ -70,6 +76,8 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
             delta = choice.delta.content if choice.delta else None
             # LM Studio / llama.cpp's reasoning format: shown live, folded, never stored
             reasoning = getattr(choice.delta, "reasoning_content", None) if choice.delta else None
+            if reasoning or delta:
+                last_text = time.monotonic()
             if reasoning:
                 thought = True
                 emit(ev.ReasoningChunk(reasoning, turn.id))
@@ -83,8 +91,8 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
                 # said without the protocol's field name ("no finish_reason" read as jargon, a trial)
                 raise ReplyError("the reply stream ended before the server finished it (the connection "
                                  "dropped, the server could not fit the prompt in the model's context, or "
-                                 "it sent something that is no reply); "
-                                 + ("the partial text is not stored" if turn.partial else "no text came"))
+                                 "it sent something that is no reply)"
+                                 + ("" if turn.partial.strip() else "; no text came"))
             if finish == "length" and not strip_think(turn.partial):
                 limit = sampling.get("max_tokens") or 0
                 if thought or "<think>" in turn.partial:  # "context is full" said of a model that only thought
@@ -95,6 +103,20 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
                                      "/set max_tokens raises it")
                 raise ReplyError("the model's context is full: no room left for a reply")
             return finish
+
+
+def broken_off(exc: BaseException, quiet: float, base_url: str) -> BaseException:
+    """The failure of a reply that had begun, in words (``exc`` as it is when it has none):
+    the timeout of a stream that went quiet is no server that "did not answer" (a trial)."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        words = f"the model server at {shown_url(base_url)} stopped sending mid-reply (no new text for {quiet:.0f} s)"
+    else:
+        return exc
+    said = ReplyError(words)
+    said.__cause__ = exc
+    return said
 
 
 def not_a_stream(stream) -> tuple | None:

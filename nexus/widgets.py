@@ -88,6 +88,7 @@ def code_blocks(reply: str) -> list[str]:
 
 # what Ctrl+↑/↓ (or a click) selects and Ctrl+Y copies, in screen order
 SELECTABLE = "UserMessage, AssistantMessage, PastExchangeView"
+STALL_SECONDS = 15.0  # a reply whose text stops this long says it is waiting (and what Esc does)
 
 
 def message_text(widget) -> str:
@@ -259,9 +260,15 @@ class AssistantMessage(Vertical):
 
     can_focus = True  # selectable, as UserMessage
 
-    def __init__(self, turn: int = 0) -> None:
+    def __init__(self, turn: int = 0, stall_after: float = STALL_SECONDS) -> None:
         super().__init__(classes="assistant-message")
         self.turn = turn
+        # text came, then none for this long: said under it (a stalled stream looked alive)
+        self.stall_after = stall_after
+        self.stalled = Static("", classes="reply-stalled")
+        self.stalled_text = ""
+        self._last_text = time.monotonic()
+        self._stall_timer = None
         self.text = ""
         self.body = Markdown("", classes="reply-body")
         self._stream = None
@@ -282,10 +289,27 @@ class AssistantMessage(Vertical):
     def compose(self):
         yield self.waiting
         yield self.body
+        yield self.stalled
 
     def on_mount(self) -> None:
+        self.stalled.display = False
         self._tick()
         self._timer = self.set_interval(1.0, self._tick)
+        self._stall_timer = self.set_interval(0.5, self._check_stall)
+
+    def _check_stall(self) -> None:
+        """Some text came, then none for ``stall_after`` seconds: say so, and what Esc does."""
+        quiet = time.monotonic() - self._last_text
+        if not (self.text or self.streamed_reasoning) or quiet < self.stall_after:
+            return
+        self.stalled_text = f"⋯ no new text for {int(quiet)} s — Esc stops it, the partial text is kept"
+        self.stalled.update(Text(self.stalled_text))
+        self.stalled.display = True
+
+    def _text_came(self) -> None:
+        self.stop_waiting()
+        self._last_text = time.monotonic()
+        self.stalled.display = False
 
     def _tick(self) -> None:
         seconds = int(time.monotonic() - self._started)
@@ -310,7 +334,7 @@ class AssistantMessage(Vertical):
         the reply's last block again, so a chunk at a time cost the square of its length
         (a 2,000-line reply held the screen 81 s: a trial). A ``<think>`` section goes to
         the folded reasoning as it streams (it was drawn as the answer until the end: a trial)."""
-        self.stop_waiting()
+        self._text_came()
         self.text += chunk
         visible, inline = split_streamed(self.text)
         if len(visible) > self._shown:
@@ -334,7 +358,7 @@ class AssistantMessage(Vertical):
 
     async def think(self, chunk: str) -> None:
         """Streamed reasoning (``reasoning_content``): live in the folded section."""
-        self.stop_waiting()
+        self._text_came()
         self.streamed_reasoning += chunk
         await self._show_reasoning()
 
@@ -352,6 +376,9 @@ class AssistantMessage(Vertical):
 
     async def finish(self, text: str, note: str = "", sources=()) -> None:
         self.stop_waiting()
+        if self._stall_timer is not None:
+            self._stall_timer.stop()
+        self.stalled.display = False
         if self._flush_timer is not None:  # the whole text is drawn below
             self._flush_timer.stop()
             self._flush_timer = None

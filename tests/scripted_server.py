@@ -10,6 +10,8 @@ tests (``/api/v1/models``, ``/api/v1/models/load|unload``, ``/api/ps``,
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +33,8 @@ class Reply:
     drop: bool = False  # stream the pieces, then close without finish_reason and [DONE]
     finish: str = "stop"  # the finish_reason of the last chunk ("length": cut at max_tokens)
     error_event: str | None = None  # after the pieces, an {"error": …} event in the stream (a failing upstream)
+    stall: float = 0.0  # after the pieces, seconds of silence before the end (a server that stalls mid-reply)
+    die: bool = False  # after the pieces (and the stall), the connection is reset: a server killed mid-reply
 
 
 @dataclass
@@ -222,6 +226,13 @@ class _Handler(BaseHTTPRequestHandler):
                     time.sleep(reply.chunk_delay)
                 self.wfile.write(_chunk({"content": piece}, model))
                 self.wfile.flush()
+            if reply.stall:
+                time.sleep(reply.stall)
+            if reply.die:  # as a killed process's socket: reset, mid-body
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.connection.close()
+                self.close_connection = True
+                return
             if reply.error_event is not None:
                 self.wfile.write(f"data: {json.dumps({'error': {'message': reply.error_event}})}\n\n".encode())
                 self.wfile.flush()
@@ -234,7 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
-            pass  # the client cancelled the stream
+            pass  # the client cancelled the stream (or gave up on a stall)
         self.close_connection = True
 
 

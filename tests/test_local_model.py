@@ -227,8 +227,8 @@ async def test_a_bundled_server_killed_mid_reply_is_found_dead_without_another_m
         async with app.run_test(size=(140, 40)) as pilot:
             await ready(app, pilot)
             await type_and_send(pilot, app, "asked as it dies")
-            await wait_for(pilot, lambda: "No reply:" in notices(app))
-            assert "stopped" not in notices(app)  # not dead yet when the stream broke
+            await wait_for(pilot, lambda: "Reply interrupted:" in notices(app))
+            assert "server stopped" not in notices(app)  # not dead yet when the stream broke
             await wait_for(pilot, lambda: "The bundled model server stopped (killed by signal 9)" in notices(app))
             await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)  # sent again, answered
             assert [(x.user, x.assistant) for x in app.session.tree.exchanges] == [("asked as it dies", "Whole now.")]

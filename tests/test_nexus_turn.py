@@ -4,6 +4,7 @@ Pilot tests against the scripted OpenAI-compatible server (real HTTP, real opena
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -301,7 +302,8 @@ async def test_failures_are_reported_in_words_kept_and_never_stored(server, tmp_
     script = [
         (Reply(body="<html><body><h1>502 Bad Gateway</h1><p>nginx</p></body></html>"),
          ["text/html", "502 Bad Gateway"]),
-        (Reply("", chunks=["half ", "a ", "sentence "], drop=True), ["ended before the server finished"]),
+        (Reply("", chunks=["half ", "a ", "sentence "], drop=True),
+         ["Reply interrupted: the reply stream ended before the server finished", "stays above (not stored)"]),
         (Reply(status=400, error="Requested tokens (9000) exceed context window of 8192"),
          ["HTTP 400", "exceed context window of 8192"]),
         (Reply(status=500, body="<html><title>oops</title>Internal failure in the model</html>"),
@@ -333,7 +335,7 @@ async def test_failures_are_reported_in_words_kept_and_never_stored(server, tmp_
                 reply = list(app.query(AssistantMessage))[-1]
                 assert reply.note == "(no answer — Ctrl+R to retry)", reply.note
             else:
-                assert "No reply" in new and "kept" in new, new
+                assert ("No reply" in new or "Reply interrupted" in new) and "kept" in new, new
                 for w in words:
                     assert w in new, (w, new)
             assert app.session.kept[-1] == text and app.session.pending == text  # the one the hint is under
@@ -1101,7 +1103,7 @@ async def test_a_resent_message_with_a_partial_reply_stays_above_it(server, tmp_
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
         await type_and_send(pilot, app, "Write a poem about the sea.")
-        await wait_for(pilot, lambda: "No reply" in notices(app))
+        await wait_for(pilot, lambda: "Reply interrupted" in notices(app))
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         chat = list(app.query_one("#chat").children)
@@ -1357,3 +1359,45 @@ async def test_a_server_gone_mid_session_is_said_in_one_sentence(server, tmp_pat
         await wait_for(pilot, lambda: "No reply:" in notices(app), timeout=60)
         said = notices(app)
         assert "Your message is kept" in said and ".." not in said
+
+
+async def test_a_reply_that_stalls_mid_stream_says_so_then_that_it_broke_off(server, tmp_path, minilm, data_dir):
+    """Text came, then nothing: the reply looked alive until the client's timeout, whose
+    note said the server "did not answer" (a trial). It now says it waits, then that the
+    server stopped sending mid-reply; the text that came stays, the message is kept."""
+    server.respond(chat_only(lambda req: Reply("", chunks=["The sea ", "is wide "], stall=30)))
+    cfg = make_config(server.base_url, tmp_path, {("server", "timeout"): 3.0})  # the stall is said after 1.5 s
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Describe the sea.")
+        await wait_for(pilot, lambda: app.current_reply is not None and "is wide" in app.current_reply.text)
+        reply = app.current_reply
+        await wait_for(pilot, lambda: reply.stalled.display, timeout=5)
+        assert re.fullmatch(r"⋯ no new text for [12] s — Esc stops it, the partial text is kept", reply.stalled_text)
+        await wait_for(pilot, lambda: app.turn is None, timeout=10)
+        said = notices(app)
+        assert re.search(f"Reply interrupted: the model server at {re.escape(server.base_url)} stopped sending "
+                         r"mid-reply \(no new text for [34] s\)\. The text that came stays above \(not stored\)\. "
+                         "Your message is kept — press Ctrl\\+R", said), said
+        assert "did not answer" not in said
+        assert not reply.stalled.display and reply.note == "reply interrupted" and "is wide" in reply.text
+        assert app.session.kept == ["Describe the sea."] and not app.session.tree.exchanges
+
+
+async def test_escape_on_a_stalled_reply_keeps_its_partial_text(server, tmp_path, minilm, data_dir):
+    """What the stall line says Esc does: the reply stops, stored as far as it got, marked."""
+    server.respond(chat_only(lambda req: Reply("", chunks=["The sea ", "is wide "], stall=30)))
+    cfg = make_config(server.base_url, tmp_path, {("server", "timeout"): 30.0})
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Describe the sea.")
+        await wait_for(pilot, lambda: app.current_reply is not None and "is wide" in app.current_reply.text)
+        reply = app.current_reply
+        reply.stall_after = 1.0  # not the 15 s a user waits
+        await wait_for(pilot, lambda: reply.stalled.display, timeout=5)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.turn is None and len(app.session.tree.exchanges) == 1, timeout=5)
+        assert app.session.tree.exchanges[0].assistant == "The sea is wide \n\n[reply cancelled]"
+        assert not reply.stalled.display and reply.note == "reply cancelled: partial text kept"
