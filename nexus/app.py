@@ -104,6 +104,9 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.vision_busy = False  # /ingest holds the vision model: messages wait
         self.model_restarting = False  # the bundled server died and starts again: messages wait
         self.server_waiting = False  # the model server went away with messages queued: they wait for it
+        # the message sent again first when it came back: failing so again, it is not waited for
+        # again (a server that crashes on it and is restarted would be crashed forever)
+        self.resent_when_back: str | None = None
         self.listed_model = ""  # the first model the server lists (the start-up probe)
         self.model_found = ""  # the chat model a session or the probe found: the next session's
         self.server_answered = True  # False: the start-up probe found no server (until a reply comes)

@@ -20,6 +20,7 @@ from .failures import TaskFailed, background
 from .forgetting import asks_to_forget
 from .history import when
 from .inspector import NodeInspector
+from .streaming import LOST_MID_REPLY, NOTHING_ANSWERS
 from .text import counted
 from .widgets import STALL_SECONDS, AssistantMessage, ExchangeHead, Notice, PastExchangeView, PromptInput, UserMessage
 
@@ -283,14 +284,18 @@ class Replies:
         self.drain_outbox()
 
     def wait_for_server(self, problem: str) -> None:
-        """(UI thread) The model server went away with messages queued: they wait, and go
-        in order once it answers again (each was sent and failed within a second, sixteen
-        notes of "cannot reach", then came back one Ctrl+R at a time, last first: a trial)."""
+        """(UI thread) The model server went away with messages queued (or was found gone
+        mid-reply): they wait, and go in order once it answers again (each was sent and
+        failed within a second, sixteen notes of "cannot reach", then came back one Ctrl+R
+        at a time, last first: a trial)."""
         self.server_waiting = True
         n = len([item for item in self.outbox if not item.command])
-        self.chat_notice(f"The model server is not answering: the {counted(n, 'message')} queued after this one "
-                         f"wait, and go in order when it answers again (Nexus asks every {SERVER_RECHECK_SECONDS:g} s).",
-                         "warning")
+        every = f"Nexus asks every {SERVER_RECHECK_SECONDS:g} s"
+        if n:
+            said = f"the {counted(n, 'message')} queued after this one wait, and go in order when it answers again"
+        else:
+            said = "your message is sent again when it answers; what you send meanwhile waits, and goes after it"
+        self.chat_notice(f"The model server is not answering: {said} ({every}).", "warning")
         self.log_line(f"model server gone ({problem.rstrip('.')}): {n} queued messages wait for it", "warning")
         self.mark_outbox()
         self.server_wait_worker()
@@ -315,6 +320,7 @@ class Replies:
         if back is not None:
             self.mount_before_waiting(back)  # said above what goes now
         if self.session is not None and self.session.pending is not None and self.turn is None:
+            self.resent_when_back = self.session.pending
             self.resend_pending(first=True)  # the one that found it gone goes first, as it was written first
         self.drain_outbox()
 
@@ -421,8 +427,6 @@ class Replies:
         if e.kept and self.local_model_lost():
             self.log_line(f"reply failed: {e.problem}", "error")
             return
-        if e.kept and self.outbox and UNREACHABLE in e.problem and not self.server_waiting:
-            self.wait_for_server(e.problem)  # the messages queued behind it are not sent to fail too
         if e.kept:
             said = f"No reply: {e.problem.rstrip('.')}."
             how = f"press {self.resend_key()} to send it again."
@@ -443,6 +447,11 @@ class Replies:
                 if left:
                     resend.say(f"{counted(left, 'more message')} {'waits' if left == 1 else 'wait'} without an "
                                f"answer: {self.resend_key()} sends this one again first (/drop forgets it).")
+            gone = UNREACHABLE in e.problem or LOST_MID_REPLY in e.problem  # a server killed mid-reply too
+            # found gone as it replied: the next message waits for it, queued or not (it was sent to fail)
+            waits = (bool(self.outbox) and gone) or NOTHING_ANSWERS in e.problem
+            if waits and not self.server_waiting and e.user != self.resent_when_back:
+                self.wait_for_server(e.problem)  # the messages queued behind it are not sent to fail too
         else:  # refused before sending: nothing failed at the server
             was_edit = self.turn is not None and self.turn.id == e.turn and self.turn.replace
             back = self.give_back(e.turn, e.user)
@@ -499,6 +508,7 @@ class Replies:
             asked.parent.mount(ExchangeHead(message.event.exchange, when(message.event.timestamp)), before=asked)
         if self.turn is not None and self.turn.id == turn:
             self.turn = None
+            self.resent_when_back = None  # its failure, if any, was said (``on_reply_failed``)
         if not self._leaving:
             self.refresh_unanswered(answered=message.event.exchange >= 0)
             self.drain_outbox()

@@ -13,6 +13,9 @@ from trace_core.llm import shown_url
 from . import events as ev
 from .turn import TAGS, ReplyError, Turn, strip_think
 
+# a connection that broke as the reply came, and a server found gone then (nexus/replies.py waits for it)
+LOST_MID_REPLY = "was lost mid-reply"
+NOTHING_ANSWERS = "nothing answers there now"
 TINY_MAX_TOKENS = 32  # a limit this low, not a full context, is why a reply is cut before its first word
 
 
@@ -62,7 +65,7 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
             return None
         if kind == "error":
             if turn.partial or thought:  # it had answered: said as a reply broken off, not one never begun
-                raise broken_off(item, time.monotonic() - last_text, str(client.base_url).rstrip("/"))
+                raise broken_off(item, time.monotonic() - last_text, client)
             raise item
         if kind == "whole":  # a JSON completion where a stream was asked for
             content, finish = item
@@ -88,6 +91,8 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
                 finish = choice.finish_reason
         if kind in ("end", "whole"):
             if finish is None:
+                if turn.partial.strip() and refused(client):  # a server killed as it wrote (no chunked body)
+                    raise ReplyError(connection_lost(client, gone=True))
                 # said without the protocol's field name ("no finish_reason" read as jargon, a trial)
                 raise ReplyError("the reply stream ended before the server finished it (the connection "
                                  "dropped, the server could not fit the prompt in the model's context, or "
@@ -105,18 +110,46 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
             return finish
 
 
-def broken_off(exc: BaseException, quiet: float, base_url: str) -> BaseException:
+def broken_off(exc: BaseException, quiet: float, client) -> BaseException:
     """The failure of a reply that had begun, in words (``exc`` as it is when it has none):
-    the timeout of a stream that went quiet is no server that "did not answer" (a trial)."""
+    the timeout of a stream that went quiet is no server that "did not answer", a server
+    killed mid-reply none that "cannot be reached" (trials)."""
     import openai
 
     if isinstance(exc, openai.APITimeoutError):
-        words = f"the model server at {shown_url(base_url)} stopped sending mid-reply (no new text for {quiet:.0f} s)"
+        words = f"the model server at {server_of(client)} stopped sending mid-reply (no new text for {quiet:.0f} s)"
+    elif isinstance(exc, openai.APIConnectionError):  # reset, or closed mid-body: a server killed as it wrote
+        words = connection_lost(client, refused(client))
     else:
         return exc
     said = ReplyError(words)
     said.__cause__ = exc
     return said
+
+
+def server_of(client) -> str:
+    return shown_url(str(client.base_url).rstrip("/"))
+
+
+def connection_lost(client, gone: bool) -> str:
+    """``gone``: nothing listens there now (a server killed, not a connection dropped)."""
+    return (f"the connection to the model server at {server_of(client)} {LOST_MID_REPLY}"
+            + (f", and {NOTHING_ANSWERS} (did it stop or crash?)" if gone else ""))
+
+
+def refused(client) -> bool:
+    """Nothing listens at the server's address now (its model list is refused)."""
+    import openai
+
+    try:
+        client.with_options(timeout=2.0, max_retries=0).models.list()
+    except openai.APITimeoutError:  # there, and busy: not known to be gone
+        return False
+    except openai.APIConnectionError:
+        return True
+    except Exception:
+        return False
+    return False
 
 
 def not_a_stream(stream) -> tuple | None:

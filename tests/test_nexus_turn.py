@@ -1401,3 +1401,131 @@ async def test_escape_on_a_stalled_reply_keeps_its_partial_text(server, tmp_path
         await wait_for(pilot, lambda: app.turn is None and len(app.session.tree.exchanges) == 1, timeout=5)
         assert app.session.tree.exchanges[0].assistant == "The sea is wide \n\n[reply cancelled]"
         assert not reply.stalled.display and reply.note == "reply cancelled: partial text kept"
+
+
+async def test_a_server_killed_mid_reply_is_said_so_and_the_queued_message_waits_for_it(
+        server, tmp_path, minilm, data_dir, monkeypatch):
+    """The model server killed mid-reply (its connection reset as it wrote): said "cannot
+    reach the model server (is it running?)" under the half reply it had just sent. Now:
+    the connection was lost mid-reply, the text that came stays; the message queued
+    behind it waits for the server instead of being sent to fail, and both go once it
+    answers again."""
+    from nexus import replies
+
+    monkeypatch.setattr(replies, "SERVER_RECHECK_SECONDS", 0.3)
+    down = threading.Event()
+    died: list[int] = []
+
+    def respond(req):
+        if down.is_set():  # nothing listens any more: "cannot reach the model server"
+            raise ConnectionAbortedError("the server went away")
+        if user_of(req) == "Write a poem about the sea." and not died:
+            died.append(1)
+            down.set()
+            server.state.models = []  # its model list says nothing either (what Nexus asks to see it back)
+            return Reply("", chunks=["Once upon ", "a time "], stall=2.0, die=True)
+        return Reply(f"Answered: {user_of(req)}")
+
+    server.respond(chat_only(respond))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Write a poem about the sea.")
+        await wait_for(pilot, lambda: app.current_reply is not None and "a time" in app.current_reply.text)
+        await type_and_send(pilot, app, "And one about the hills.")
+        await wait_for(pilot, lambda: "Reply interrupted" in notices(app), timeout=10)
+        said = notices(app)
+        assert (f"Reply interrupted: the connection to the model server at {server.base_url} was lost mid-reply. "
+                "The text that came stays above (not stored). Your message is kept") in said
+        assert "The model server is not answering: the 1 message queued after this one wait" in said
+        await pilot.pause(1.0)
+        assert "cannot reach" not in notices(app)  # the queued one was not sent to fail
+        assert [item.text for item in app.outbox] == ["And one about the hills."]
+        assert "the model server is not answering" in app.outbox[0].shown.state
+        assert not app.session.tree.exchanges and app.session.kept == ["Write a poem about the sea."]
+        down.clear()
+        server.state.models = ["test-model"]
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2, timeout=30)
+        assert [x.user for x in app.session.tree.exchanges] == ["Write a poem about the sea.",
+                                                                "And one about the hills."]
+        assert not app.session.kept
+
+
+async def test_a_message_that_kills_the_server_again_when_it_is_back_is_not_sent_a_third_time(
+        server, tmp_path, minilm, data_dir, monkeypatch):
+    """A server that crashes on one message and is restarted at once: the message was sent
+    again each time it came back, crashing it for ever. It is sent again once; failing so
+    again, it stays kept for Ctrl+R."""
+    from nexus import replies
+
+    monkeypatch.setattr(replies, "SERVER_RECHECK_SECONDS", 0.3)
+    down = threading.Event()
+    asked: list[str] = []
+
+    def back() -> None:
+        server.state.models = ["test-model"]
+        down.clear()
+
+    def respond(req):
+        if down.is_set():
+            raise ConnectionAbortedError("the server went away")
+        asked.append(user_of(req))
+        if user_of(req) == "The message it crashes on.":
+            down.set()
+            server.state.models = []
+            threading.Timer(1.5, back).start()  # restarted by its supervisor
+            return Reply("", chunks=["Once ", "upon "], stall=1.0, die=True)
+        return Reply(f"Answered: {user_of(req)}")
+
+    server.respond(chat_only(respond))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "The message it crashes on.")
+        await wait_for(pilot, lambda: app.current_reply is not None and "upon" in app.current_reply.text)
+        await type_and_send(pilot, app, "Another message.")
+        await wait_for(pilot, lambda: asked.count("The message it crashes on.") == 2, timeout=15)
+        await wait_for(pilot, lambda: app.turn is None and not app.outbox and not down.is_set(), timeout=15)
+        await pilot.pause(2.0)
+        assert asked.count("The message it crashes on.") == 2
+        assert app.session.kept[0] == "The message it crashes on." and not app.server_waiting
+
+
+async def test_a_server_killed_as_it_wrote_a_reply_without_chunks_is_said_gone(server, tmp_path, minilm, data_dir,
+                                                                              monkeypatch):
+    """A server whose stream ends with its connection (no chunked body), killed mid-reply:
+    the stream just ends, said "ended before the server finished it (the connection
+    dropped, the prompt did not fit, …)", and the next message was sent to fail (a
+    terminal trial). Nothing listening there any more, it is said gone; the next message
+    waits for it, and both go once it answers again."""
+    from scripted_server import ScriptedServer
+
+    from nexus import replies
+
+    monkeypatch.setattr(replies, "SERVER_RECHECK_SECONDS", 0.3)
+
+    def respond(req):
+        threading.Timer(0.2, server.stop).start()  # killed: it listens no more
+        return Reply("", chunks=["Once upon ", "a time "], stall=1.0, drop=True)
+
+    server.respond(chat_only(respond))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Write a poem about the sea.")
+        await wait_for(pilot, lambda: "Reply interrupted" in notices(app), timeout=10)
+        said = notices(app)
+        assert (f"Reply interrupted: the connection to the model server at {server.base_url} was lost mid-reply, "
+                "and nothing answers there now (did it stop or crash?). The text that came stays above") in said
+        assert ("The model server is not answering: your message is sent again when it answers; what you send "
+                "meanwhile waits, and goes after it (Nexus asks every 0.3 s).") in said
+        await type_and_send(pilot, app, "And one about the hills.")
+        await pilot.pause(1.0)
+        assert "cannot reach" not in notices(app)  # not sent to fail
+        assert [item.text for item in app.outbox] == ["And one about the hills."]
+        assert "the model server is not answering" in app.outbox[0].shown.state
+        with ScriptedServer(server.port) as again:  # restarted
+            again.respond(chat_only(lambda req: Reply(f"Answered: {user_of(req)}")))
+            await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2, timeout=30)
+            assert [x.user for x in app.session.tree.exchanges] == ["Write a poem about the sea.",
+                                                                    "And one about the hills."]
