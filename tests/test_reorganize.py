@@ -567,3 +567,15 @@ def test_two_topics_of_one_name_are_not_kept_apart_by_their_replies(minilm):
     pad_a = digest("Jar Conversation Notes", [("The jar.", "A computer for your business.")])
     pad_b = digest("Jar Conversation Notes", [("A jar!", "Long-term memory of the office.")])
     assert "both named" not in EmbeddingJudge().approve_merge(pad_a, pad_b, minilm.embed_batch)[1]
+
+
+def test_a_lone_topic_off_the_active_path_is_counted(tmp_path, minilm):
+    """/reorganize on two topics said "there are 0 such" topics off the active path: one
+    was there, and the run stopped before counting it (a new-user trial)."""
+    tree = build(tmp_path, minilm, [BREAD[0], OTHER[0]])
+    path = tree.get_ancestors(tree.current_node, include_self=True)
+    off_path = [t for t in tree.root.iter_topics() if t is not tree.root and t not in path]
+    assert len(off_path) == 1
+    res = tree.reorganize()
+    assert res["merged"] == 0 and res["candidates"] == 1
+    tree.close()

@@ -274,6 +274,8 @@ class Reorganizer:
         with self.lock:
             self.summaries.refresh_frozen()
             frozen = self._frozen_branches(state)
+            # counted before giving up: a lone one was said as "there are 0 such" (a trial)
+            res.candidates = max(res.candidates, len(frozen))
             if len(frozen) < 2:
                 return 0
             if by_text:
@@ -282,7 +284,6 @@ class Reorganizer:
                 vectors = self.summaries.vectors(frozen)
             raw_text = {t.node_id: " ".join(f"{u} {a}" for u, a in model.texts(t, 4)) for t in frozen}
             said = {t.node_id: " ".join(u for u, _ in model.texts(t, 4)) for t in frozen}
-        res.candidates = max(res.candidates, len(frozen))
         self.emit(ev.ReorganizeProgress("embedded", len(frozen), len(frozen)))
 
         # phase 3: all similar pairs at once
