@@ -16,7 +16,7 @@ from .chat import ChatSession
 from .failures import background
 from .history import HistoryPager, newest_from_file, past_exchange
 from .local_model import MAX_RESTARTS
-from .text import counted
+from .text import counted, exchanges_said
 from .widgets import Notice, PastExchangeView
 
 log = logging.getLogger("nexus")
@@ -189,7 +189,8 @@ class SessionView:
             self.post_event(ev.Notice(f"the next start may not resume this session: {os_problem(exc)}", "warning"))
         tree = session.tree
         past = tree.exchanges
-        self.post_event(ev.Notice(f"session {path} ({counted(len(past), 'exchange')})"))
+        # as the tree pane counts them, the forgotten and archived apart (it said 4 of 2: a trial)
+        self.post_event(ev.Notice(f"session {path} ({exchanges_said(past)})"))
         own = session.settings.own()
         if own:  # over the config's (and --local's) values, which the log said at start
             self.post_event(ev.Notice(f"this session's own settings (/set, /system, /web): {own}"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import json
 
-from test_nexus_app import chat_reply, make_config, notices, ready, type_and_send, wait_for
+from test_nexus_app import chat_reply, log_text, make_config, notices, ready, type_and_send, wait_for
 from test_sessions_app import rendered
 
 from nexus.app import NexusApp
@@ -121,6 +121,8 @@ async def test_forget_asks_then_erases_from_chat_memory_prompt_history_and_file(
         await wait_for(pilot, lambda: len(app.query(PastExchangeView)) == 4)
         views = {v.exchange.index: rendered(v) for v in app.query(PastExchangeView)}
         assert "forgotten" in views[0] and "forgotten" in views[2] and "Porto" in views[1]
+        # the log's line for the opened session counts as the pane does (it said "4 exchanges": a trial)
+        assert f"session {path} (2 exchanges (2 forgotten beside them))" in log_text(app)
         await type_and_send(pilot, app, "/forget #0")
         await wait_for(pilot, lambda: "forgotten already" in notices(app))
 
