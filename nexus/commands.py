@@ -103,9 +103,11 @@ def suggestion(name: str) -> str:
     """A hint for an unknown command."""
     import difflib
 
+    # a typo: the nearest command; else every command the name begins ("/undo": /undo-reorganize
+    # and /undo-retry — naming the first alone steered a /retry's undo to the tree's, a trial)
     close = difflib.get_close_matches(name, list(BY_NAME), n=1) or \
-        [c for c in BY_NAME if name and c.startswith(name)][:1]  # "/undo" → /undo-reorganize
-    return (f"Unknown command /{name}." + (f" Did you mean /{close[0]}?" if close else "")
+        sorted(c for c in BY_NAME if name and c.startswith(name))[:3]
+    return (f"Unknown command /{name}." + (f" Did you mean {' or '.join('/' + c for c in close)}?" if close else "")
             + " Type /help for the list, or start with // to send it as a message.")
 
 

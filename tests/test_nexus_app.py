@@ -348,7 +348,9 @@ async def test_commands(server, tmp_path, minilm, data_dir):
                                                        "system_prompt"))
         assert "without an answer: none" in notices(app)
         await type_and_send(pilot, app, "/undo")
-        await wait_for(pilot, lambda: "Unknown command /undo. Did you mean /undo-reorganize?" in notices(app))
+        # both undo commands: the one named alone was /undo-reorganize, for a user undoing a /retry (a trial)
+        await wait_for(pilot, lambda: "Unknown command /undo. Did you mean /undo-reorganize or /undo-retry?"
+                       in notices(app))
         await type_and_send(pilot, app, "/help")
         await wait_for(pilot, lambda: "/undo-reorganize" in notices(app))
 
@@ -806,3 +808,13 @@ async def test_a_chat_model_the_server_does_not_list_is_said_at_start(server, tm
         await wait_for(pilot, lambda: sum(r.path.rstrip("/") == "/v1/models" for r in server.state.requests) > probes)
         await pilot.pause(0.5)
         assert "does not list" not in notices(app)
+
+
+def test_an_unknown_command_names_every_command_it_begins():
+    """"/undo" was answered "Did you mean /undo-reorganize?" alone, though /undo-retry (the
+    one a user undoing a /retry wants) begins with it too (a new-user trial)."""
+    from nexus.commands import suggestion
+
+    assert "Did you mean /undo-reorganize or /undo-retry?" in suggestion("undo")
+    assert "Did you mean /search?" in suggestion("serch")  # a typo: the nearest, alone
+    assert "Did you mean" not in suggestion("zzz")
