@@ -253,6 +253,51 @@ def _search_other(path: Path, qvec, query: str, embedder, k: int, min_similarity
         db.close()
 
 
+def _terms_held(texts: list[str], query: str) -> list[int]:
+    """How many of the query's search terms each text holds, matched as the keyword index
+    matches them (FTS5, porter stems: "vets" holds "vet")."""
+    import sqlite3
+
+    from trace_core.textutil import query_terms
+
+    terms = query_terms(query)
+    held = [0] * len(texts)
+    if not terms or not texts:
+        return held
+    db = sqlite3.connect(":memory:")
+    try:
+        db.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61')")
+        db.executemany("INSERT INTO t(rowid, x) VALUES (?, ?)", [(i + 1, x) for i, x in enumerate(texts)])
+        for term in terms:
+            phrase = '"' + term.replace('"', '""') + '"'
+            for (row,) in db.execute("SELECT rowid FROM t WHERE t MATCH ?", (phrase,)):
+                held[row - 1] += 1
+    finally:
+        db.close()
+    return held
+
+
+def _lifts_across_sessions(hits: list[SearchHit], query: str) -> list[SearchHit]:
+    """Each session weighs the words against its own best keyword match; across sessions a
+    hit keeps that lift only as far as it holds as many of the query's terms as the best
+    hit anywhere (squared, as within a session). "Miso vet": a session holding "Miso" alone
+    had its Miso hits marked ≡ "holds its words" and ranked over the other session's
+    (a trial)."""
+    lifted = [h for h in hits if h.rank > h.score]
+    held = dict(zip(map(id, lifted), _terms_held([h.text for h in lifted], query)))
+    best = max(held.values(), default=0)
+    if not best:
+        return hits
+    out = []
+    for h in hits:
+        lift = h.rank - h.score
+        if lift > 0:
+            lift *= (held[id(h)] / best) ** 2
+            h = SearchHit(**{**asdict(h), "words": holds_words(lift), "rank": round(h.score + lift, 4)})
+        out.append(h)
+    return out
+
+
 def search_sessions(tree: CTree, path: Path, query: str, k: int = 10, all_sessions: bool = True,
                     min_similarity: float = SEARCH_FLOOR) -> SearchResult:
     """Search ``tree`` (the session at ``path``, open in this process) and, with
@@ -271,6 +316,7 @@ def search_sessions(tree: CTree, path: Path, query: str, k: int = 10, all_sessio
         for other in sorted(sessions.sessions_dir().glob("*.db")):
             if other.resolve() != own:
                 result.hits += _search_other(other, qvec, query, tree.embed_fn, k, min_similarity, result.skipped)
+        result.hits = _lifts_across_sessions(result.hits, query)
     result.hits.sort(key=lambda h: -h.rank)
     result.hits = result.hits[:k]
     return result

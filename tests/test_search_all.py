@@ -85,3 +85,31 @@ async def test_search_all_names_each_session_and_never_blocks_the_writer(server,
     finally:
         if holder.poll() is None:
             holder.kill()
+
+
+def test_a_session_without_the_rarer_word_does_not_hold_the_query_s_words(data_dir, minilm):
+    """`/search --all Miso vet`: the session holding both words gave one hit; eleven from a
+    session of notes naming only Miso came next, each marked ≡ "holds its words" and
+    lifted as if it did — the words were weighed against each session's own best match,
+    and that session's best held "Miso" alone (a new-user trial)."""
+    from nexus.memory_service import search_sessions
+
+    pets = MemoryService.open(session_path("pets"), embed_fn=minilm, judge="embedding")
+    pets.remember("My cat Miso is 7 years old and hates the vet.", "Poor Miso.")
+    pets.remember("I'm flying to Lisbon on March 14th.", "Have a good trip.")
+    pets.remember("Miso needs her rabies shot before I travel.", "Book it soon.")
+    notes = MemoryService.open(session_path("notes"), embed_fn=minilm, judge="embedding")
+    for i in range(6):
+        notes.remember(f"Note {i} about my cat Miso: detail number {i}.", f"Got it, note {i}.")
+    notes.close()
+    try:
+        res = search_sessions(pets.tree, pets.path, "Miso vet", k=12)
+    finally:
+        pets.close()
+    first = res.hits[0]
+    assert first.session == "pets" and "hates the vet" in first.text and first.words
+    assert not [h for h in res.hits if h.session == "notes" and h.words]
+    # lifted as a hit holding half the terms is (KEYWORD_LIFT × (1/2)²), not as one holding both
+    from nexus.memory_service import KEYWORD_LIFT
+
+    assert all(h.rank - h.score <= KEYWORD_LIFT / 4 + 1e-3 for h in res.hits if h.session == "notes")
