@@ -6,6 +6,12 @@ text, a BEL in it opened the log-level menu (Ctrl+G) and a 0x11 byte quit Nexus 
 ``PasteCleaner`` removes escape codes and control characters from the inside of a
 bracketed paste before the parser reads it, so a paste arrives as one ``Paste`` event of
 plain text; everything outside a paste passes untouched.
+
+Outside a paste, Esc followed at once by text is the Escape key, then the text
+(``escape_splits``): the parser read it as an escape code in the making, and 32
+characters on gave up and typed the Esc as "^" ("^What's the weather…": Esc out of the
+tree, then a fast burst, in a trial); fewer made it Alt+ the first letter, and the Esc
+did nothing (a reply was not cancelled).
 """
 
 from __future__ import annotations
@@ -78,6 +84,29 @@ def clean_pasted(text: str) -> str:
     return _CONTROL.sub("", text)
 
 
+# what may follow Esc in an escape code: CSI, SS3, OSC, DCS, APC, PM, ST, SS2 (and Esc)
+_INTRODUCERS = frozenset("[O]P_^\\N\x1b")
+
+
+def _text_after_escape(data: str, at: int) -> bool:
+    """``data[at]`` is text that cannot begin an escape code (a letter, a digit, a space…)."""
+    return at < len(data) and data[at].isprintable() and data[at] not in _INTRODUCERS
+
+
+def escape_splits(data: str, pending: bool) -> list[int]:
+    """Where the terminal's input ``data`` (outside pastes) is to be cut so that an Esc
+    before the cut is read as the Escape key: after an Esc followed by text and more
+    (Alt+W is Esc and one letter, alone in its read), and at 0 when the last read ended
+    with a lone Esc (``pending``) and this one starts with text."""
+    cuts = [0] if pending and _text_after_escape(data, 0) else []
+    at = data.find("\x1b")
+    while at >= 0:
+        if _text_after_escape(data, at + 1) and at + 2 < len(data) and data[at + 2] != "\x1b":
+            cuts.append(at + 1)
+        at = data.find("\x1b", at + 1)
+    return cuts
+
+
 def install() -> bool:
     """Clean pastes in the terminal drivers Nexus runs under (Linux, macOS). True when
     installed; Textual's parser is left as it is where its names have moved."""
@@ -97,12 +126,29 @@ def install() -> bool:
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)
             self._cleaner = PasteCleaner()
+            self._esc_pending = False  # the last read ended with a lone Esc
 
         def feed(self, data: str):
             if not data:  # the end of input
                 return super().feed(data)
             cleaned = self._cleaner(data)
-            return super().feed(cleaned) if cleaned else ()  # an empty feed would mean the end
+            if not cleaned:
+                return ()  # an empty feed would mean the end
+            pending, self._esc_pending = self._esc_pending, cleaned.endswith("\x1b") and not self._cleaner.in_paste
+            cuts = [] if self._cleaner.in_paste else escape_splits(cleaned, pending)
+            return self._feed_cut(cleaned, cuts) if cuts else super().feed(cleaned)
+
+        def _feed_cut(self, data: str, cuts: list[int]):
+            start = 0
+            for cut in cuts:
+                if cut > start:
+                    yield from super().feed(data[start:cut])
+                start = cut
+                if getattr(self, "_timeout_time", None) is not None:  # the Esc waits for more: it is the key
+                    self._timeout_time = 0.0
+                    yield from self.tick()
+            if start < len(data):
+                yield from super().feed(data[start:])
 
     linux_driver.XTermParser = CleanPasteParser
     return True

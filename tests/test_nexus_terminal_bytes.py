@@ -63,3 +63,37 @@ def test_fast_typing_after_a_command_and_a_dirty_paste(tmp_path):
     stored = [r[0] for r in con.execute("SELECT content FROM messages WHERE role='user'")]
     con.close()
     assert stored == ["What is propolis?", "log red line  done more"]
+
+
+def _keys(parser, *reads: str) -> list[str]:
+    from textual import events
+
+    out: list[str] = []
+    for data in reads:
+        out += [e.key if e.key == "escape" or not e.character else e.character
+                for e in parser.feed(data) if isinstance(e, events.Key)]
+    return out
+
+
+def test_escape_then_a_burst_of_text_is_the_escape_key_then_the_text():
+    """Esc out of the tree and a fast burst of text: the message began "^What's the
+    weather…" — the terminal parser took Esc for the start of an escape code and, 32
+    characters on, typed it as "^"; with fewer, Esc became Alt+ the first letter and did
+    nothing (a new-user trial)."""
+    from textual.drivers import linux_driver
+
+    from nexus import paste_guard
+
+    assert paste_guard.install()
+    text = "What's the weather in Porto today, and tomorrow?"
+    # one read; two reads (Esc, then the text before Esc's delay ran out)
+    for reads in (("\x1b" + text,), ("\x1b", text), ("\x1b", "Wh")):
+        keys = _keys(linux_driver.XTermParser(), *reads)
+        assert keys[0] == "escape" and "".join(keys[1:]) == "".join(reads)[1:], (reads, keys)
+    # what the terminal sends for keys stays as it was: an arrow, Alt+W alone, Esc at the end of a read
+    assert _keys(linux_driver.XTermParser(), "ab\x1b[Acd") == ["a", "b", "up", "c", "d"]
+    parser = linux_driver.XTermParser()
+    assert _keys(parser, "\x1bw") == [] and [e.key for e in parser.tick()] == []  # an Alt key: its own read
+    assert paste_guard.escape_splits("\x1bw", False) == [] and paste_guard.escape_splits("\x1bw\x1bw", False) == []
+    assert paste_guard.escape_splits("x\x1bWhat", False) == [2]
+    assert paste_guard.escape_splits("What", True) == [0] and paste_guard.escape_splits("[A", True) == []
