@@ -110,7 +110,7 @@ class NameFit:
                     break
         keep = max(LAST_NAME_CELLS, keep)
         if keep < name.cell_len:
-            name.truncate(keep, overflow="ellipsis")
+            name = _clipped(name, keep)
         head = Text.assemble(lead, name, rest)
         return _ended(Text.assemble(head, tail), room, len(head))
 
@@ -119,6 +119,17 @@ class NameFit:
         plain = label.plain
         mark = plain.find("  ⇐ ", self.end)
         return mark if mark >= 0 else len(plain)
+
+
+def _clipped(name: Text, cells: int) -> Text:
+    """``name`` cut to ``cells`` with "…", no space or dot before it: a cut on a space, or
+    on a double-width character's padding, read as a word and a lone "…" ("Ünïcödé …",
+    "Flying Lisbon · …": a trial)."""
+    name = name.copy()
+    name.truncate(cells, overflow="ellipsis")
+    body = name.plain[:-1]
+    kept = len(body.rstrip(" ·"))  # a group's "A · B" cut after its dot: "A…"
+    return name if kept == len(body) or not kept else Text.assemble(name[:kept], name[-1:])
 
 
 def _ended(label: Text, room: int, head_end: int) -> Text:

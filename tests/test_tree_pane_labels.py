@@ -185,3 +185,20 @@ async def test_a_reorganisation_that_merged_takes_the_last_replys_stars_away(ser
         await pilot.pause(0.2)
         rows = topic_rows(on_screen(app, pane))
         assert rows and not any("★" in row for row in rows), rows
+
+
+def test_a_name_cut_at_a_space_or_a_wide_character_ends_in_a_plain_ellipsis():
+    """"Ünïcödé Façade" became "Ünïcödé …" and "東京 天気 ミソ" "東京 天 …" in an 80-column
+    terminal: the cut fell on a space, or a double-width character's padding, and read
+    as a word and a lone "…" (a new-user trial)."""
+    from rich.text import Text
+
+    from nexus.treepane import NameFit
+
+    for name, room, want in (("Ünïcödé Façade", 19, "Ünïcödé…"), ("東京 天気 ミソ", 19, "東京 天…"),
+                             ("Slow Story Harbour", 19, "Slow Sto…"),
+                             ("Flying Lisbon · Cat Miso", 26, "Flying Lisbon…")):
+        label = Text(f"{name} [2:4] (3)")
+        fit = NameFit(0, len(name), label.cell_len, 1)
+        out = fit.fitted(label, room).plain
+        assert out == f"{want} [2:4] (3)", (name, out)
