@@ -105,7 +105,9 @@ class TreeSnapshot:
             tries = [f"scenario {name} · {exchanges} · {topics}", f"scenario {name} · {exchanges}",
                      f"{name} · {exchanges}", f"scratch · {exchanges}"]
         else:
-            tries = [f"depth {self.depth} · {topics} · {exchanges}", f"{exchanges} · {topics}"]
+            # then the exchanges alone, then their number: "130 exchange…" was cut mid-word (a trial)
+            tries = [f"depth {self.depth} · {topics} · {exchanges}", f"{exchanges} · {topics}", exchanges,
+                     f"{self.exchanges - self.archived:,}"]
         return next((t for t in tries if room is None or len(t) <= room), tries[-1])
 
 

@@ -202,3 +202,13 @@ def test_a_name_cut_at_a_space_or_a_wide_character_ends_in_a_plain_ellipsis():
         fit = NameFit(0, len(name), label.cell_len, 1)
         out = fit.fitted(label, room).plain
         assert out == f"{want} [2:4] (3)", (name, out)
+
+
+def test_a_narrow_panes_title_keeps_the_exchange_count_whole():
+    """At 50 columns the title read "130 exchange…" (cut mid-word, the topics gone with it
+    anyway): where the counts do not fit together, the exchanges alone, then the number."""
+    snap = TreeSnapshot(dict.fromkeys(map(str, range(63))), "0", 130, 0, 5, 4, (2, 20, 40), {})
+    assert snap.title(30) == "130 exchanges · 62 topics"
+    assert snap.title(14) == "130 exchanges"
+    assert snap.title(8) == "130"
+    assert snap.title(8, "needle") == "scratch · 130 exchanges"  # as before: a scenario's tree is named so
