@@ -144,6 +144,8 @@ class Drafts:
         prompt = self.query_one("#prompt")
         if not prompt.text.strip():
             prompt.value = text
+            # said: typed into at once, unseen, it began the next message (a trial)
+            self.chat_notice("The text you had not sent when Nexus last closed is back in the input.")
         elif prompt.text != text:
             prompt.prompts.add(text)
             self.chat_notice("The text you had not sent when Nexus last closed is one ↑ away.")

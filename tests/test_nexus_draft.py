@@ -42,6 +42,9 @@ async def test_unsent_text_is_in_the_input_after_a_restart_and_forgotten_once_se
         await pilot.pause()  # right after the first frame (keys typed before it come first)
         assert prompt.text == draft  # with the first frames, not waiting for the session
         await ready(app, pilot)
+        # said, as the one put one ↑ away is: a message typed at once was glued to it
+        # unseen ("…quicklyHello, is anyone there?" went to the model, in a trial)
+        assert "The text you had not sent when Nexus last closed is back in the input" in notices(app)
         await pilot.press("enter")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         assert app.session.tree.exchanges[0].user == draft
