@@ -114,7 +114,10 @@ class Failures:
             words, level, cause = exc.words or words, exc.level or level, exc.__cause__
         text = f"{words}: {reason(cause)}{how.end}" if cause is not None else f"{words}{how.end}"
         if isinstance(exc, (TaskFailed, Foreseen)):  # foreseen, and said in words: the traceback only at debug
-            log.log(logging.WARNING if level == "warning" else logging.ERROR, "worker %s failed: %s", name, text)
+            if level == "warning":  # a refusal ("Nothing undone: …"), which the log called a failure (a trial)
+                log.warning("%s (%s)", text, name)
+            else:
+                log.error("worker %s failed: %s", name, text)
             log.debug("worker %s failed", name, exc_info=cause or exc)
         else:
             log.error("worker %s failed", name, exc_info=cause or exc)

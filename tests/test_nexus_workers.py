@@ -214,3 +214,19 @@ async def test_a_model_list_that_never_comes_is_given_up_in_words(server, tmp_pa
         await wait_for(pilot, lambda: f"Cannot list models: the server at {server.base_url} did not answer the "
                        "model list in 1.5 s" in notices(app), timeout=6)
         assert "Asking the server" not in notices(app)
+
+
+async def test_a_refusal_is_logged_as_what_it_says_not_as_a_failed_worker(server, tmp_path, minilm, data_dir, caplog):
+    """'/undo-reorganize' with nothing to undo wrote "worker undo_worker failed: Nothing
+    undone…" to the log: an ordinary answer called a failure (a trial)."""
+    import logging
+
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        with caplog.at_level(logging.DEBUG, logger="nexus"):
+            await type_and_send(pilot, app, "/undo-reorganize")
+            await wait_for(pilot, lambda: "Nothing undone" in notices(app))
+    said = [r for r in caplog.records if "Nothing undone" in r.getMessage()]
+    assert said and all(r.levelno == logging.WARNING for r in said), said
+    assert not [r for r in caplog.records if "failed" in r.getMessage() and r.levelno >= logging.WARNING]
