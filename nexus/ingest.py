@@ -177,6 +177,9 @@ def describe(client, model: str, image: PreparedImage, timeout: float) -> str:
     return text
 
 
+NO_IMAGES = "No images found at"  # the whole answer of a run with nothing to describe
+
+
 def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line=None, on_progress=None,
                   stop=lambda: False, on_vision=None, quitting=lambda: False) -> list[tuple[str, str]]:
     """Describe every image of ``target`` into memory. Returns ``(message, level)`` lines;
@@ -200,7 +203,7 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
 
     paths = find_images(target)
     if not paths:
-        say(f"No images found at {target}.", "warning")
+        say(f"{NO_IMAGES} {target}.", "warning")
         return lines
     prepared: list[PreparedImage] = []
     for k, p in enumerate(paths, 1):  # validate everything before touching the models

@@ -267,7 +267,7 @@ class MemoryCommands:
     @background(group="ingest", exclusive=True)
     def ingest_worker(self, target: str) -> None:
         from .abandon import Abandoned
-        from .ingest import ingest_images, model_manager_for
+        from .ingest import NO_IMAGES, ingest_images, model_manager_for
 
         session, quitting = self.need_session(), self.quit_check()
         try:
@@ -283,8 +283,10 @@ class MemoryCommands:
         except Abandoned:  # closing before the models were swapped: nothing was described
             lines = [("Ingest stopped: Nexus is closing.", "warning")]
         done = sum(1 for text, _ in lines if text.startswith("Ingested "))
+        # "No images found" says it all: "finished: 0 images described" under it said it twice (a trial)
+        nothing = any(text.startswith(NO_IMAGES) for text, _ in lines)
         self.ui(self.end_progress, "ingest", f"/ingest finished: {done} image{'s' if done != 1 else ''} "
-                f"described into memory.", "info" if done else "warning")
+                f"described into memory.", "info" if done else "warning", not nothing)
         self.ui(self.refresh_tree)
 
     def keep_model_manager(self, manager) -> None:

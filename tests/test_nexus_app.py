@@ -498,6 +498,13 @@ async def test_ingest_command_describes_an_image_into_memory(server, tmp_path, m
         assert "model: load qwen2-vl" in log_text(app) and "model: load test-model" in log_text(app)
         await type_and_send(pilot, app, f"/ingest {tmp_path / 'missing.png'}")
         await wait_for(pilot, lambda: "no such file" in notices(app))
+        # a glob that matches nothing is said once ("… 0 images described" under it said it twice: a trial)
+        said = notices(app).count("0 images described")
+        await type_and_send(pilot, app, f"/ingest {tmp_path / '*.gif'}")
+        await wait_for(pilot, lambda: "No images found" in notices(app)
+                       and all(w.is_finished for w in app.workers if w.name == "ingest_worker"))
+        await pilot.pause(0.1)
+        assert notices(app).count("0 images described") == said
         await type_and_send(pilot, app, "/ingest")
         await wait_for(pilot, lambda: "Usage: /ingest" in notices(app))
 
