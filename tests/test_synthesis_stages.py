@@ -295,12 +295,18 @@ def test_supersessions_mark_the_older_fact():
     ("I do not work there any more.", True),
     ("It turns out I was wrong about the date.", True),
     ("I changed my mind: we fly on Friday.", True),
+    # a change of plan said without "Actually," (a trial: "moved … to Thursday" marked nothing)
+    ("Priya moved the draft deadline to Thursday noon.", True),
+    ("The dentist appointment got postponed.", True),
+    ("We rescheduled the call until Monday.", True),
+    ("My tournament got pushed back a week.", True),
     # chit-chat that used to count as an update (and filled LoCoMo blocks with tags)
     ("Thanks! I'll keep you updated.", False),
     ("Not much has changed for me.", False),
     ("Yeah actually - the tournament is intense!", False),
     ("Wow! Any more paintings coming up?", False),
     ("Let me know how it turns out.", False),
+    ("That film really moved me.", False),
 ])
 def test_update_cues_are_corrections_not_chit_chat(text, is_update):
     assert bool(UPDATE_CUES.search(text)) is is_update

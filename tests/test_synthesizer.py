@@ -191,6 +191,22 @@ def test_a_plain_correction_that_names_the_subject_supersedes(tmp_path, minilm):
     assert (0, 2) in synth.last_report.supersessions
 
 
+def test_a_moved_deadline_supersedes_the_one_it_replaces(tmp_path, minilm):
+    """ "Priya moved the draft deadline to Thursday noon." left "Priya wants a draft by
+    Wednesday" untagged: both shown as true (a trial). A change of plan is a correction."""
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
+    tree.add(ex("My manager Priya wants a draft of the report by Wednesday.", "Wednesday it is."))
+    tree.add(ex("I adopted a grey cat called Miso last week.", "Lovely."))
+    tree.add(ex("Priya moved the draft deadline to Thursday noon.", "Noted: Thursday noon."))
+    synth = PromptSynthesizer(ctree=tree)
+    q = "When is the draft due for Priya?"
+    lines = [line for line in synth.synthesize_prompt(q, minilm.embed(q), None, []).splitlines()
+             if line.startswith("- ")]
+    assert "[superseded]" in next(line for line in lines if "by Wednesday" in line)
+    assert "[current]" in next(line for line in lines if "Thursday noon" in line)
+    assert synth.last_report.supersessions == [(0, 2)]
+
+
 def test_a_correction_supersedes_what_it_corrects_not_its_neighbours_on_the_subject(tmp_path, minilm):
     """ "Actually, my flight to Lisbon moved to Friday" also marked the trip's plan ("a
     trip to Lisbon with my partner Jonas in March", cosine 0.60 against the flight's 0.79)

@@ -20,7 +20,8 @@ from .rendering import ARCHIVED, BlockLayout
 # are everywhere, and a wrong [superseded] tells the model to disregard a true fact
 # (the dates on the block's lines still say which of two facts is newer)
 UPDATE_CUES = re.compile(
-    r"\b(?:no longer|no more|changed my mind|correction|from now on|actually,)"
+    r"\b(?:no longer|no more|changed my mind|correction|from now on|actually,|postponed|rescheduled|pushed back)"
+    r"|\bmoved\b[^.!?]{0,30}?\b(?:to|until)\b"
     r"|(?:\bnot|n't)\b[^.!?]{0,40}?\bany ?more\b"
     r"|\bturn(?:s|ed) out (?:that|i|we|he|she|they|it|my|the)\b",
     re.I,
