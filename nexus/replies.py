@@ -292,7 +292,8 @@ class Replies:
         n = len([item for item in self.outbox if not item.command])
         every = f"Nexus asks every {SERVER_RECHECK_SECONDS:g} s"
         if n:
-            said = f"the {counted(n, 'message')} queued after this one wait, and go in order when it answers again"
+            go = "waits, and goes" if n == 1 else "wait, and go in order"
+            said = f"the {counted(n, 'message')} queued after this one {go} when it answers again"
         else:
             said = "your message is sent again when it answers; what you send meanwhile waits, and goes after it"
         self.chat_notice(f"The model server is not answering: {said} ({every}).", "warning")

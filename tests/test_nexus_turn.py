@@ -618,6 +618,7 @@ async def test_messages_queued_behind_a_server_that_went_away_wait_for_it(server
         server.state.models = []  # and its model list says nothing (what Nexus asks to see it back)
         await wait_for(pilot, lambda: "The model server is not answering" in notices(app))
         await pilot.pause(1.0)
+        assert "the 2 messages queued after this one wait, and go in order when it answers again" in notices(app)
         assert [x.user for x in app.session.tree.exchanges] == written[:1]
         assert notices(app).count("cannot reach the model server") == 1  # the second one only, said once
         assert [item.text for item in app.outbox] == written[2:]
@@ -1437,7 +1438,8 @@ async def test_a_server_killed_mid_reply_is_said_so_and_the_queued_message_waits
         said = notices(app)
         assert (f"Reply interrupted: the connection to the model server at {server.base_url} was lost mid-reply. "
                 "The text that came stays above (not stored). Your message is kept") in said
-        assert "The model server is not answering: the 1 message queued after this one wait" in said
+        assert ("The model server is not answering: the 1 message queued after this one waits, and goes when it "
+                "answers again") in said
         await pilot.pause(1.0)
         assert "cannot reach" not in notices(app)  # the queued one was not sent to fail
         assert [item.text for item in app.outbox] == ["And one about the hills."]
