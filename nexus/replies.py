@@ -430,7 +430,10 @@ class Replies:
             return
         if e.kept:
             said = f"No reply: {e.problem.rstrip('.')}."
-            how = f"press {self.resend_key()} to send it again."
+            waits = self.waits_for_server(e.user, e.problem)
+            # the server-wait sends it again itself: "press Ctrl+R" beside it said two things (a review)
+            how = ("it goes again, first, when the model server answers." if waits or self.server_waiting
+                   else f"press {self.resend_key()} to send it again.")
             came = ""
             if e.partial.strip():  # "No reply" under half a reply: what came stays in sight, unstored
                 said = f"Reply interrupted: {e.problem.rstrip('.')}."
@@ -448,10 +451,7 @@ class Replies:
                 if left:
                     resend.say(f"{counted(left, 'more message')} {'waits' if left == 1 else 'wait'} without an "
                                f"answer: {self.resend_key()} sends this one again first (/drop forgets it).")
-            gone = UNREACHABLE in e.problem or LOST_MID_REPLY in e.problem  # a server killed mid-reply too
-            # found gone as it replied: the next message waits for it, queued or not (it was sent to fail)
-            waits = (bool(self.outbox) and gone) or NOTHING_ANSWERS in e.problem
-            if waits and not self.server_waiting and e.user != self.resent_when_back:
+            if waits:
                 self.wait_for_server(e.problem)  # the messages queued behind it are not sent to fail too
         else:  # refused before sending: nothing failed at the server
             was_edit = self.turn is not None and self.turn.id == e.turn and self.turn.replace
@@ -464,6 +464,15 @@ class Replies:
             self.say_not_sent(e.problem, back)
             return
         self.log_line(f"reply failed: {e.problem}", "error")
+
+    def waits_for_server(self, user: str, problem: str) -> bool:
+        """(UI thread) A failure of ``user``'s message that starts the server-wait: the
+        server found gone with messages queued, or found gone mid-reply (the next message
+        was sent to fail) -- not for the message sent again when it came back (a server
+        that crashes on it and is restarted would be crashed for ever)."""
+        gone = UNREACHABLE in problem or LOST_MID_REPLY in problem  # a server killed mid-reply too
+        waits = (bool(self.outbox) and gone) or NOTHING_ANSWERS in problem
+        return waits and not self.server_waiting and user != self.resent_when_back
 
     def give_back(self, turn: int, text: str) -> bool:
         """A message refused before sending (too long) is not kept: it goes back to the

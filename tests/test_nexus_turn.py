@@ -621,6 +621,7 @@ async def test_messages_queued_behind_a_server_that_went_away_wait_for_it(server
         assert "the 2 messages queued after this one wait, and go in order when it answers again" in notices(app)
         assert [x.user for x in app.session.tree.exchanges] == written[:1]
         assert notices(app).count("cannot reach the model server") == 1  # the second one only, said once
+        assert "Your message is kept — it goes again, first, when the model server answers." in notices(app)
         assert [item.text for item in app.outbox] == written[2:]
         assert all("the model server is not answering" in item.shown.state for item in app.outbox)
         down.clear()
@@ -1437,7 +1438,9 @@ async def test_a_server_killed_mid_reply_is_said_so_and_the_queued_message_waits
         await wait_for(pilot, lambda: "Reply interrupted" in notices(app), timeout=10)
         said = notices(app)
         assert (f"Reply interrupted: the connection to the model server at {server.base_url} was lost mid-reply. "
-                "The text that came stays above (not stored). Your message is kept") in said
+                "The text that came stays above (not stored). Your message is kept — it goes again, first, when the "
+                "model server answers.") in said
+        assert "Ctrl+R" not in said  # the server-wait sends it: one thing said
         assert ("The model server is not answering: the 1 message queued after this one waits, and goes when it "
                 "answers again") in said
         await pilot.pause(1.0)
@@ -1490,6 +1493,8 @@ async def test_a_message_that_kills_the_server_again_when_it_is_back_is_not_sent
         await wait_for(pilot, lambda: app.turn is None and not app.outbox and not down.is_set(), timeout=15)
         await pilot.pause(2.0)
         assert asked.count("The message it crashes on.") == 2
+        last = [n.plain for n in app.query(Notice) if "Reply interrupted" in n.plain][-1]
+        assert last.endswith("Your message is kept — press Ctrl+R to send it again.")  # not waited for again
         assert app.session.kept[0] == "The message it crashes on." and not app.server_waiting
 
 
@@ -1519,6 +1524,8 @@ async def test_a_server_killed_as_it_wrote_a_reply_without_chunks_is_said_gone(s
         said = notices(app)
         assert (f"Reply interrupted: the connection to the model server at {server.base_url} was lost mid-reply, "
                 "and nothing answers there now (did it stop or crash?). The text that came stays above") in said
+        assert "Your message is kept — it goes again, first, when the model server answers." in said
+        assert "Ctrl+R" not in said
         assert ("The model server is not answering: your message is sent again when it answers; what you send "
                 "meanwhile waits, and goes after it (Nexus asks every 0.3 s).") in said
         await type_and_send(pilot, app, "And one about the hills.")
