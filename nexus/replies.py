@@ -728,7 +728,9 @@ class Replies:
         if s is not None and s.unstored:
             self.store_again_worker(s)
         elif s is not None and s.kept:
-            self.resend_pending()
+            # waiting for the server (or the bundled model) that failed it, it was to go first
+            # when it is back: sent last, it went after the messages typed since (a review)
+            self.resend_pending(first=self.server_waiting or self.model_restarting)
         elif s is not None and s.tree is not None and s.tree.exchanges \
                 and s.tree.exchanges[-1].assistant.endswith(CANCELLED_MARK.strip()):
             # its message was answered in part and stored so: /retry is the way to ask again

@@ -1538,3 +1538,45 @@ async def test_a_server_killed_as_it_wrote_a_reply_without_chunks_is_said_gone(s
             await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2, timeout=30)
             assert [x.user for x in app.session.tree.exchanges] == ["Write a poem about the sea.",
                                                                     "And one about the hills."]
+
+
+async def test_ctrl_r_while_the_server_is_waited_for_keeps_the_order_written(server, tmp_path, minilm, data_dir,
+                                                                             monkeypatch):
+    """The server killed mid-reply with a message queued, another typed while it is waited
+    for, then Ctrl+R: the kept message went to the end of the queue, answered after the
+    two written after it. It goes first, as it was written first."""
+    from nexus import replies
+
+    monkeypatch.setattr(replies, "SERVER_RECHECK_SECONDS", 0.3)
+    down = threading.Event()
+    died: list[int] = []
+
+    def respond(req):
+        if down.is_set():
+            raise ConnectionAbortedError("the server went away")
+        if user_of(req) == "First." and not died:
+            died.append(1)
+            down.set()
+            server.state.models = []
+            return Reply("", chunks=["Once upon ", "a time "], stall=1.0, die=True)
+        return Reply(f"Answered: {user_of(req)}")
+
+    server.respond(chat_only(respond))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "First.")
+        await wait_for(pilot, lambda: app.current_reply is not None and "a time" in app.current_reply.text)
+        await type_and_send(pilot, app, "Second.")
+        await wait_for(pilot, lambda: app.server_waiting, timeout=10)
+        await type_and_send(pilot, app, "Third.")
+        await pilot.press("ctrl+r")
+        await pilot.pause(0.3)
+        assert [item.text for item in app.outbox] == ["First.", "Second.", "Third."]
+        waiting = [m.text for m in app.query(UserMessage) if "not answering" in m.state]
+        assert waiting == ["First.", "Second.", "Third."]  # shown in that order too
+        down.clear()
+        server.state.models = ["test-model"]
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 3, timeout=30)
+        assert [x.user for x in app.session.tree.exchanges] == ["First.", "Second.", "Third."]
+        assert not app.session.kept
