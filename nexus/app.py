@@ -104,6 +104,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.vision_busy = False  # /ingest holds the vision model: messages wait
         self.model_restarting = False  # the bundled server died and starts again: messages wait
         self.server_waiting = False  # the model server went away with messages queued: they wait for it
+        self.server_wait_note: Notice | None = None  # "The model server is not answering…": said again when it is
         # the message sent again first when it came back: failing so again, it is not waited for
         # again (a server that crashes on it and is restarted would be crashed forever)
         self.resent_when_back: str | None = None

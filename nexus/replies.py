@@ -296,7 +296,10 @@ class Replies:
             said = f"the {counted(n, 'message')} queued after this one {go} when it answers again"
         else:
             said = "your message is sent again when it answers; what you send meanwhile waits, and goes after it"
-        self.chat_notice(f"The model server is not answering: {said} ({every}).", "warning")
+        note = self.chat_notice(f"The model server is not answering: {said} ({every}).", "warning")
+        if note is not None:
+            self.mount_before_waiting(note)  # under the answers of what waits, it stayed there, stale (a review)
+        self.server_wait_note = note
         self.log_line(f"model server gone ({problem.rstrip('.')}): {n} queued messages wait for it", "warning")
         self.mark_outbox()
         self.server_wait_worker()
@@ -317,13 +320,27 @@ class Replies:
         if not self.server_waiting:
             return
         self.server_waiting = False
-        back = self.chat_notice("The model server answers again: the waiting messages go now, in order.")
+        back = self.server_answers("The model server answers again: the waiting messages go now, in order.")
         if back is not None:
             self.mount_before_waiting(back)  # said above what goes now
         if self.session is not None and self.session.pending is not None and self.turn is None:
             self.resent_when_back = self.session.pending
+            for note, said in self.failure_notes.get(self.resent_when_back, []):
+                if note.is_attached:  # it said "it goes again when the server answers": it went
+                    note.say(f"{said} Sent again when the model server answered.")
             self.resend_pending(first=True)  # the one that found it gone goes first, as it was written first
         self.drain_outbox()
+
+    def server_answers(self, said: str) -> Notice | None:
+        """(UI thread) The server-wait is over: its note says ``said`` instead of "is not
+        answering" (a new note when it is gone), and is returned."""
+        note, self.server_wait_note = self.server_wait_note, None
+        if note is None or not note.is_attached:
+            return self.chat_notice(said)
+        note.say(said)
+        note.remove_class("warning")
+        note.add_class("info")
+        return note
 
     def mark_outbox(self) -> bool:
         """(UI thread) Mark each queued message with what it waits for; False when nothing
@@ -404,6 +421,7 @@ class Replies:
                 await reply.finish(e.text, note, e.sources)
         if self.server_waiting and not e.empty:  # answered (a Ctrl+R): the waiting ones need not wait on
             self.server_waiting = False
+            self.server_answers("The model server answers again: the waiting messages go now, in order.")
         if e.empty:
             self.log_line("the model answered nothing: not stored; the message is kept for resend", "warning")
             self.local_model_lost()  # an empty answer from a server that died as it began
@@ -443,6 +461,9 @@ class Replies:
                        f"[server]) and restart Nexus; then {self.resend_key()} sends it.")
             note = self.chat_notice(f"{said}{came} Your message is kept — {how}", "error")
             if note is not None:  # each failure of it: all are said again when it is answered or dropped
+                # said under its own reply, above what was queued after it: there, the answers of those
+                # came above it, and it sat stranded under them (a review)
+                self.mount_before_waiting(note)
                 self.failure_notes.setdefault(e.user, []).append((note, said))
             resend = self.resend_note
             if resend is not None and resend.is_attached and self.session is not None and e.user in self.session.kept:

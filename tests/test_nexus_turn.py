@@ -16,7 +16,7 @@ from nexus.app import NexusApp
 from nexus.chat import load_kept
 from nexus.replies import UNSENT_STATE
 from nexus.turn import says_something
-from nexus.widgets import AssistantMessage, Notice, UserMessage
+from nexus.widgets import AssistantMessage, ExchangeHead, Notice, UserMessage
 from trace_core.embedders import MiniLMEmbedder
 from trace_core.tokens import count_tokens
 
@@ -1454,6 +1454,15 @@ async def test_a_server_killed_mid_reply_is_said_so_and_the_queued_message_waits
         assert [x.user for x in app.session.tree.exchanges] == ["Write a poem about the sea.",
                                                                 "And one about the hills."]
         assert not app.session.kept
+        await wait_for(pilot, lambda: app.turn is None and not app.outbox)
+        # the notes of the outage stay above the answers, and say what became of it (they sat
+        # under both answers, still saying the server was not answering: a review)
+        chat = list(app.query_one("#chat").children)
+        first_answer = next(k for k, w in enumerate(chat) if isinstance(w, ExchangeHead))
+        assert not [w.plain for w in chat[first_answer:] if isinstance(w, Notice)]
+        said = notices(app)
+        assert "is not answering" not in said and "Sent again since, and answered." in said
+        assert said.count("The model server answers again: the waiting messages go now, in order.") == 1
 
 
 async def test_a_message_that_kills_the_server_again_when_it_is_back_is_not_sent_a_third_time(
