@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from textual.worker import Worker, WorkerState
+
 from trace_core.llm import shown_url
 
 from . import commands as C
@@ -92,17 +94,27 @@ class ChatCommands:
                               "may fail, or come from another model. /model alone lists them.", "warning")
 
     @background(group="models")
-    def model_worker(self, s: ChatSession) -> None:
-        """/model: the server's models (fails in words: "Cannot list models: …"); Esc
+    def model_worker(self, s: ChatSession) -> tuple[list[str], str] | None:
+        """/model: the server's models and the chat model, shown as the worker ends
+        (``on_worker_state_changed``; fails in words: "Cannot list models: …"); Esc
         (``stop_model_list``) and a quit cancel the worker, which stops waiting."""
         try:
             models = call_abandonable(s.list_models, give_up=self.quit_check(), name="list models")
         except Abandoned:
+            return None
+        return models, s.model or "(first listed)"
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """/model's list is shown when its worker has ended, on the UI thread, as Esc is
+        handled: Esc comes before (it stops waiting, and no list comes) or after (too late
+        to stop it: the list alone). Shown from the worker's thread, an Esc landing as it
+        came said "Stopped waiting" and the list came under it (a review)."""
+        worker = event.worker
+        if worker.name != "model_worker" or event.state is not WorkerState.SUCCESS or not worker.result:
             return
-        self.call_from_thread(self.models_listed, models)
-        current = s.model or "(first listed)"
-        self.call_from_thread(self.end_progress, "models", f"Chat model: {current}\nAvailable: " + ", ".join(models),
-                              "info", True, False)
+        models, current = worker.result
+        self.models_listed(models)
+        self.end_progress("models", f"Chat model: {current}\nAvailable: " + ", ".join(models), "info", True, False)
 
     def stop_model_list(self) -> bool:
         """(UI thread) Esc while /model waits for the server's list: it stops waiting. True

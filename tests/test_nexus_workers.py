@@ -202,6 +202,28 @@ async def test_escape_stops_waiting_for_a_model_list_that_never_comes(server, tm
         assert "Asking the server" not in notices(app)
 
 
+async def test_escape_as_the_model_list_arrives_says_one_thing(server, tmp_path, minilm, data_dir, monkeypatch):
+    """Esc landing just as /model's list came (the server had answered, the list was not
+    shown yet): "Stopped waiting for the model list (Esc)." and the list under it, both.
+    Esc then comes too late to stop anything: the list alone is shown."""
+    app = NexusApp(make_config(server.base_url, tmp_path), data_dir / "sessions" / "s.db", embed_fn=minilm)
+    listed = app.models_listed
+
+    def esc_as_it_comes(models):  # the list's first step on the UI thread: Esc is handled there
+        app.action_cancel()
+        listed(models)
+
+    monkeypatch.setattr(app, "models_listed", esc_as_it_comes)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/model")
+        await wait_for(pilot, lambda: "Available: test-model" in notices(app) or "Stopped waiting" in notices(app))
+        await wait_for(pilot, lambda: not [w for w in app.workers if w.name == "model_worker" and not w.is_finished])
+        await pilot.pause(0.3)
+        said = notices(app)
+        assert "Available: test-model" in said and "Stopped waiting" not in said and "Asking the server" not in said
+
+
 async def test_a_model_list_that_never_comes_is_given_up_in_words(server, tmp_path, minilm, data_dir):
     """The model list is waited for a bounded time (not the 120 s reply timeout), then
     said in words."""
