@@ -300,7 +300,8 @@ class Replies:
         if note is not None:
             self.mount_before_waiting(note)  # under the answers of what waits, it stayed there, stale (a review)
         self.server_wait_note = note
-        self.log_line(f"model server gone ({problem.rstrip('.')}): {n} queued messages wait for it", "warning")
+        self.log_line(f"model server gone ({problem.rstrip('.')}): {counted(n, 'queued message')} "
+                      f"{'waits' if n == 1 else 'wait'} for it", "warning")
         self.mark_outbox()
         self.server_wait_worker()
 

@@ -1441,6 +1441,7 @@ async def test_a_server_killed_mid_reply_is_said_so_and_the_queued_message_waits
                 "The text that came stays above (not stored). Your message is kept — it goes again, first, when the "
                 "model server answers.") in said
         assert "Ctrl+R" not in said  # the server-wait sends it: one thing said
+        assert "1 queued message waits for it" in log_text(app)
         assert ("The model server is not answering: the 1 message queued after this one waits, and goes when it "
                 "answers again") in said
         await pilot.pause(1.0)
