@@ -295,7 +295,8 @@ class Replies:
             go = "waits, and goes" if n == 1 else "wait, and go in order"
             said = f"the {counted(n, 'message')} queued after this one {go} when it answers again"
         else:
-            said = "your message is sent again when it answers; what you send meanwhile waits, and goes after it"
+            # the failure note above says the message goes again: this one says what else waits
+            said = "what you send meanwhile waits, and goes after the message above when it answers again"
         note = self.chat_notice(f"The model server is not answering: {said} ({every}).", "warning")
         if note is not None:
             self.mount_before_waiting(note)  # under the answers of what waits, it stayed there, stale (a review)
