@@ -859,6 +859,17 @@ class ChatSession:
         self.sent_forgotten = True
         return res, dropped
 
+    def _memory_model_said(self) -> str:
+        """The model the tree's judge asks, as /stats says it: with no chat model known yet
+        the tree holds the placeholder "local-model", which no server lists (a trial read
+        "memory model: local-model (the chat model)" beside "model: (first listed)")."""
+        assert self.tree is not None
+        if self.tree.judge == "embedding":  # it asks no model: placed, named, merged by embeddings
+            return "(none: judge embedding)"
+        if self.config.memory_model:
+            return self.tree.model
+        return f"{self.model} (the chat model)" if self.model else "the chat model, (first listed)"
+
     def stats(self) -> dict:
         assert self.tree is not None
         topics = [t for t in self.tree.iter_topics() if t is not self.tree.root]
@@ -871,8 +882,7 @@ class ChatSession:
             "embedder": getattr(self.tree.embed_fn, "name", "?"),
             "model": self.model or "(first listed)",
             # judge "embedding" asks no model (the tree is placed, named, merged by embeddings)
-            "memory model": "(none: judge embedding)" if self.tree.judge == "embedding"
-            else self.tree.model + ("" if self.config.memory_model else " (the chat model)"),
+            "memory model": self._memory_model_said(),
             "last memory block": f"{r.memory_tokens:,} tokens" if r else "(no reply yet in this window)",
             # now, not at the last reply
             "whole history": f"{self.synth.full_history_tokens() if self.synth else 0:,} tokens",

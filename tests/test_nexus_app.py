@@ -768,6 +768,22 @@ async def test_the_memory_model_is_the_chat_model_the_server_lists_when_none_is_
         await wait_for(pilot, lambda: "memory model: listed-model (the chat model)" in notices(app))
 
 
+async def test_stats_does_not_name_a_placeholder_as_the_memory_model(server, tmp_path, minilm, data_dir):
+    """With no chat model known (the server lists none), /stats said "model: (first
+    listed)" and "memory model: local-model (the chat model)": a name no server has, and
+    the two lines disagreed (a trial)."""
+    server.state.models = []
+    cfg = make_config(server.base_url, tmp_path, {("models", "chat"): "", ("memory", "judge"): "auto"})
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/stats")
+        await wait_for(pilot, lambda: "memory model:" in notices(app))
+        said = notices(app)
+        assert "local-model" not in said, said
+        assert "memory model: the chat model, (first listed)" in said, said
+
+
 async def test_a_session_opened_later_asks_the_listed_model_before_its_first_reply(server, tmp_path, minilm,
                                                                                   data_dir):
     """After /new (or /open), the memory model was "local-model" until the session's first
