@@ -265,7 +265,7 @@ def reorganize_lines(res: dict) -> list[tuple[str, str]]:
     out = []
     for m in res.get("merges", []):
         into, absorbed = _merge_names(m)
-        out.append((f"merge: {into} absorbed {absorbed} (cos {m['similarity']:.2f}, "
+        out.append((f"merge: {into} absorbed {absorbed} (cos {m['similarity']:.2f}{_judged(m)}, "
                     f"{m['judge']} judge: {m['reason']})", "info"))
     for m in res.get("vetoes", []):
         into, absorbed = _merge_names(m)
@@ -281,6 +281,16 @@ def _merge_names(m: dict) -> tuple[str, str]:
     if m["into_name"] == m["absorbed_name"] and m.get("into_span") and m.get("absorbed_span"):
         return f"{a} ({m['into_span']})", f"{b} ({m['absorbed_span']})"
     return a, b
+
+
+def _judged(m: dict) -> str:
+    """The branches the cosine and the reason are about, when a merge earlier in the round
+    made them parts of the two merged topics."""
+    pair = m.get("judged") or []
+    if len(pair) != 2:
+        return ""
+    (a, sa), (b, sb) = pair
+    return f" between {quoted(a)} ({sa}) and {quoted(b)} ({sb}) in them"
 
 
 def reorganize_marks(res: dict) -> dict[str, str]:

@@ -229,6 +229,25 @@ def test_two_merged_topics_of_one_name_are_told_apart_in_the_log():
     assert lines[2].startswith('veto: "Ball Python Eaten" (#3–7) and "Ball Python Eaten" (#12–15) kept apart')
 
 
+def test_a_merge_line_names_the_branches_its_reason_is_about(minilm):
+    """A pair judged alike can be parts of topics merged earlier in the round: the log said
+    '"Roll Kubernetes Deployment" absorbed "Kubernetes Stuck CrashLoopBackOff" (cos 0.77,
+    …: both named Roll Kubernetes Deployment)', false of the two it named (a trial on the
+    needle scenario's 200 exchanges). The line now names the two the reason is about."""
+    from nexus.treeinfo import reorganize_lines
+    from trace_core.scenarios import _add_all, _tree, needle_talk
+
+    tree = _tree("embedding", None, None, minilm, None)
+    _add_all(tree, needle_talk())
+    lines = [text for text, _ in reorganize_lines(tree.reorganize())]
+    named = [(line, line.split("; both named ")[1][:-1]) for line in lines
+             if line.startswith("merge:") and "; both named " in line]
+    # the case of the trial: the two merged are not the two of that name
+    assert any(line.split(" (cos")[0].count(f'"{name}"') < 2 for line, name in named), named
+    for line, name in named:
+        assert line.split(", embedding judge:")[0].count(f'"{name}"') >= 2, line
+
+
 def test_search_results_wrap_under_their_own_text():
     import os
 

@@ -54,6 +54,11 @@ class MergeRecord:
     # apart ('"Ball Python Eaten" absorbed "Ball Python Eaten"', a trial)
     into_span: str = ""
     absorbed_span: str = ""
+    # the two branches the similarity and the judge's reason are about, [name, span] each,
+    # when not the two merged: a branch merged earlier in the round stands for its absorber
+    # ('"Roll Kubernetes Deployment" absorbed "Kubernetes Stuck CrashLoopBackOff" (…: both
+    # named Roll Kubernetes Deployment)' read as false: a trial)
+    judged: list[list[str]] = field(default_factory=list)
 
 
 @dataclass
@@ -363,7 +368,8 @@ class Reorganizer:
                 res.vetoes.append(MergeRecord(older.node_id, newer.node_id, src_a.topic_name, src_b.topic_name,
                                               sim, judge, why, _span(src_a), _span(src_b)))
                 continue
-            approved.append((older, newer, sim, judge, why))
+            judged = [] if {src_a, src_b} == {older, newer} else [[t.topic_name, _span(t)] for t in (src_a, src_b)]
+            approved.append((older, newer, sim, judge, why, judged))
             into[newer.node_id] = older
         self.emit(ev.ReorganizeProgress("judged", len(pairs), len(pairs)))
         if self._stop():  # asked while the last pair was judged (a given-up LLM answers at once)
@@ -383,7 +389,7 @@ class Reorganizer:
             live = set(model.root.iter_topics())
             left: dict[str, TopicNode] = {}  # groups a merge took a part from
             grown: list[TopicNode] = []  # the topics that absorbed one
-            for older, newer, sim, judge, why in approved:
+            for older, newer, sim, judge, why, judged in approved:
                 older = find(older)
                 if older in path or newer in path or older not in live or newer not in live:
                     res.skipped += 1  # axiom 2: it joined the active path meanwhile
@@ -410,7 +416,7 @@ class Reorganizer:
                 grown.append(older)
                 merged += 1
                 res.merges.append(MergeRecord(older.node_id, newer.node_id, older.topic_name, newer.topic_name,
-                                              sim, judge, why, *spans))
+                                              sim, judge, why, *spans, judged))
             res.merged += merged
             # groups are named after their parts: a part merged away must not name its group
             # any more, nor the groups above it or above the absorber ("Training Marathon ·
