@@ -387,6 +387,25 @@ def test_a_merged_topic_over_the_bound_is_cut_in_the_fewest_parts():
             assert [len(p.children) for p in made] == sizes
 
 
+def test_parts_grouped_again_do_not_repeat_a_part_name():
+    """Thirty-one exchanges merged under a bound of five: six parts of five, grouped again
+    in two, and the groups were named "· part 1" and "· part 2" over parts named "· part 1"
+    to "· part 6": /find listed "Kubernetes Stuck CrashLoopBackOff · part 1 (×2)" (a trial
+    on the needle scenario). The groups now say which parts they hold."""
+    from trace_core.fanout import FanoutBalancer
+    from trace_core.nodes import MessageNode, TopicNode
+
+    root, topic = TopicNode("ROOT"), TopicNode("Kubernetes Stuck")
+    root.add_child(topic)
+    for i in range(31):
+        topic.add_child(MessageNode(i, [{"role": "user", "content": f"q{i}"}]))
+    FanoutBalancer(5, lambda n: np.ones(4), lambda nodes: "", lambda t: None).contain(topic)
+    names = [t.topic_name for t in topic.iter_topics() if t is not topic]
+    assert len(names) == len(set(names)), names
+    groups = [t.topic_name for t in topic.topic_children]
+    assert groups == ["Kubernetes Stuck · parts 1–3", "Kubernetes Stuck · parts 4–6"], groups
+
+
 def test_the_embedding_veto_reads_the_subject_in_what_the_user_said(minilm):
     """Two knee topics of a trial were kept apart ("no shared subject words", cosine 0.59)
     because the bundled model's replies outweighed "knee" among their salient words."""

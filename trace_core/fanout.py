@@ -138,7 +138,7 @@ class FanoutBalancer:
                         continue
                     # named after the merged topic (naming each from its text cost a
                     # second per 10,000 merges, and says less)
-                    t = TopicNode(f"{node.topic_name} · part {part}", created_index=min(_created(c) for c in g))
+                    t = TopicNode(self._part_name(node.topic_name, part, g), created_index=min(_created(c) for c in g))
                     for c in g:
                         node.remove_child(c)
                         t.add_child(c)
@@ -150,6 +150,24 @@ class FanoutBalancer:
         for t in list(created):
             created += self.contain(t)
         return created
+
+
+    @staticmethod
+    def _part_name(name: str, part: int, group: list[Node]) -> str:
+        """"X · part 2"; a group of X's parts says which it holds ("X · parts 4–6"): named
+        "part 2" too, it stood beside its own "part 2" (/find: "X · part 2 (×2)")."""
+        numbers = [_part_number(c, name) for c in group]
+        if all(n is not None for n in numbers):
+            return f"{name} · parts {numbers[0]}–{numbers[-1]}"
+        return f"{name} · part {part}"
+
+
+def _part_number(node: Node, name: str) -> int | None:
+    """N when ``node`` is the topic "``name`` · part N", else None."""
+    if not node.is_topic:
+        return None
+    head, sep, number = node.topic_name.rpartition(" · part ")
+    return int(number) if sep and head == name and number.isdigit() else None
 
 
 def _created(node: Node) -> int:
