@@ -38,7 +38,8 @@ def reorganize_summary(res: dict, threshold: float) -> str:
         why = (f"the {counted(res['pairs'], 'similar pair')} {'is' if res['pairs'] == 1 else 'are'} kept apart: "
                "an undo took their merge back (a /reorganize typed now makes it again)")
     else:
-        why = f"the {res['pairs']} similar pairs were vetoed or skipped (the log says why)"
+        why = (f"the {counted(res['pairs'], 'similar pair')} {'was' if res['pairs'] == 1 else 'were'} "
+               "vetoed or skipped (the log says why)")
     return done + f" Nothing changed: {why}."
 
 

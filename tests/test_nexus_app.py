@@ -206,6 +206,9 @@ def test_a_reorganisation_that_changes_nothing_says_why():
     assert "are alike enough (cosine ≥ 0.7)" in apart
     vetoed = reorganize_summary({**base, "vetoed": 2, "candidates": 6, "pairs": 2}, 0.55)
     assert "the 2 similar pairs were vetoed or skipped" in vetoed
+    # "the 1 similar pairs were vetoed" (a trial: /reorganize --threshold 0.3 on drift)
+    lone = reorganize_summary({**base, "vetoed": 1, "candidates": 6, "pairs": 1}, 0.3)
+    assert "the 1 similar pair was vetoed or skipped" in lone, lone
     undone = reorganize_summary({**base, "kept_apart": 2, "candidates": 6, "pairs": 2}, 0.55)
     assert "the 2 similar pairs are kept apart: an undo took their merge back" in undone
     assert "vetoed or skipped" not in undone
