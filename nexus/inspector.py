@@ -41,7 +41,9 @@ def short_path(path: str, keep: int = 6) -> str:
     return " → ".join(names[:1] + [f"… {len(names) - keep + 1} levels …"] + names[-(keep - 2):])
 
 
-def topic_text(d: TopicDetail) -> Text:
+def topic_text(d: TopicDetail, merged: str = "") -> Text:
+    """``merged``: what the last /reorganize merged into it, as the pane's ⇐ mark says
+    (which the pane cuts at its edge)."""
     t = Text()
     t.append(_safe(d.name) + "\n", style="bold")
     t.append(_safe(short_path(d.path)) + "\n\n", style="dim")
@@ -55,6 +57,9 @@ def topic_text(d: TopicDetail) -> Text:
     for k, v in rows:
         t.append(f"{k:<10} ", style="bold")
         t.append(v + "\n")
+    if merged:
+        t.append("\nlast /reorganize  ", style="bold")
+        t.append(_safe(merged) + "\n")
     if d.summary:
         t.append("\nsummary\n", style="bold")
         t.append(_safe(d.summary) + "\n")
@@ -200,7 +205,7 @@ class NodeInspector(ReportsFailures, VerticalScroll):
         if detail is None:
             self.body.update(Text("That node is no longer in the tree.", style="italic"))
         elif isinstance(detail, TopicDetail):
-            self.body.update(topic_text(detail))
+            self.body.update(topic_text(detail, self._merged_into(subject)))
         else:
             self.body.update(exchange_text(detail))
         if not self.display:
@@ -211,6 +216,13 @@ class NodeInspector(ReportsFailures, VerticalScroll):
         self.display = True
         if not self._refreshing:
             self.scroll_home(animate=False)
+
+    def _merged_into(self, topic_id: str) -> str:
+        """The ⇐ mark of the pane showing the inspected tree, for that topic."""
+        from .treepane import MemoryTree
+
+        ctree = self._seen[0] if self._seen else None
+        return next((p.marks.get(topic_id, "") for p in self.app.query(MemoryTree) if p.ctree is ctree), "")
 
     def beside(self, width: int) -> None:
         """Sit left of the tree pane, ``width`` cells wide (Ctrl+←/→ change it)."""

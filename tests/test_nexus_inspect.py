@@ -438,6 +438,14 @@ async def test_reorganisation_marks_merges_until_undo_or_the_next_exchange(serve
         assert tid in pane._topic_nodes and f"⇐ {mark}" in str(pane._topic_nodes[tid].label)
         assert re.fullmatch(r"absorbed .+ \(cos [01]\.\d\d\)", mark)
         assert any("⇐ absorbed" in label for label in pane_labels(pane))
+        # the inspector says it too, whole (README: the pane cuts it at its edge, "the
+        # inspector and the log show it"; it did not: a trial)
+        await select(pilot, pane, pane._topic_nodes[tid])
+        inspector = app.query_one(NodeInspector)
+        await wait_for(pilot, lambda: inspector.display and inspector.subject == tid and inspector.detail is not None,
+                       what="the absorber inspected")
+        assert f"last /reorganize  {mark}" in inspector_text(app), inspector_text(app)
+        await pilot.press("escape")
         # undo: the tree as before, no marks
         await command(pilot, app, "/undo-reorganize")
         await wait_for(pilot, lambda: "was undone" in notices(app), what="undone")
