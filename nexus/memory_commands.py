@@ -312,7 +312,9 @@ class MemoryCommands:
         running = self.scenarios.name if self.scenarios.running else None
         if running:  # the pane shows the scratch tree: say which one was checked (/find searches the pane's)
             lines[0] += f" (your session {self.session_path.stem}; the tree pane shows the {running} scenario's)"
-        self.call_from_thread(self.chat_notice, "\n".join(lines), "info" if health.ok else "error")
+        # in columns: a fan-out line wrapped under its label on a narrow chat (a trial at 80x24)
+        body = two_columns([(lines[0], health.rows())])
+        self.call_from_thread(self.chat_notice, "\n".join(lines), "info" if health.ok else "error", body)
 
     def cmd_find(self, args: list[str]) -> None:
         pane = self.query_one(MemoryTree)

@@ -29,10 +29,15 @@ class Health:
     problem: str  # the violated invariant, naming the node ("" when ok)
     snapshot: TreeSnapshot
 
+    @property
+    def head(self) -> str:
+        return "Tree check: all invariants hold." if self.ok else f"Tree check FAILED: {self.problem}"
+
     def lines(self) -> list[str]:
+        return [self.head] + [f"  {k:<15}{v}" for k, v in self.rows()]
+
+    def rows(self) -> list[tuple[str, str]]:
         s = self.snapshot
-        head = ("Tree check: all invariants hold." if self.ok
-                else f"Tree check FAILED: {self.problem}")
         levels = " ".join(str(n) for n in s.per_level) or "none"
         if len(s.per_level) > 1:
             levels = f"{levels}  (levels 1-{len(s.per_level)})"
@@ -40,12 +45,11 @@ class Health:
         fan = ", ".join(f"{n if i else counted(n, 'topic')} with {k} {'child' if k == 1 else 'children'}"
                         for i, (k, n) in enumerate(sorted(s.fanout.items()))) or "none"
         return [
-            head,
-            f"  exchanges      {s.exchanges - s.archived} in the tree, {s.archived} archived",
-            f"  topics         {s.topic_count}, depth {s.depth}",
-            f"  per level      {levels}",
-            f"  fan-out        {fan}",
-            f"  bound          {s.max_children} topics and {s.max_children} exchanges per topic",
+            ("exchanges", f"{s.exchanges - s.archived} in the tree, {s.archived} archived"),
+            ("topics", f"{s.topic_count}, depth {s.depth}"),
+            ("per level", levels),
+            ("fan-out", fan),
+            ("bound", f"{s.max_children} topics and {s.max_children} exchanges per topic"),
         ]
 
 

@@ -361,6 +361,19 @@ async def test_check_reports_health_and_names_a_corrupted_node(server, tmp_path,
         k, n = fan[0]
         assert f"fan-out        {n} topic{'s' if n > 1 else ''} with {k} child" in text
         assert "→ topics:" not in text
+        # on a narrow chat the fan-out line goes on under its value, not under its label
+        # ("  children, 1 with 5 children" at the notice's edge, a trial at 80x24)
+        import os
+
+        from rich.console import Console
+
+        note = [n for n in app.query(Notice) if "Tree check" in n.plain][-1]
+        narrow = Console(width=50, color_system=None, record=True, file=open(os.devnull, "w"))
+        narrow.print(note.content)
+        drawn = narrow.export_text().splitlines()
+        row = next(i for i, line in enumerate(drawn) if line.lstrip().startswith("fan-out"))
+        column = drawn[row].index(f"{n} topic")
+        assert drawn[row + 1][:column].strip() == "" and drawn[row + 1].strip(), drawn
 
         # corrupt the live tree: one exchange in two topics
         topics = [t for t in tree.iter_topics() if t is not tree.root and t.message_children]
@@ -371,7 +384,9 @@ async def test_check_reports_health_and_names_a_corrupted_node(server, tmp_path,
         await wait_for(pilot, lambda: "Tree check FAILED" in notices(app), what="violation")
         failed = [n for n in app.query(Notice) if "FAILED" in n.plain][-1]
         assert "error" in failed.classes
-        assert f"{x.node_id} is a child of {b.topic_name}" in str(failed.render())
+        wide = Console(width=200, color_system=None, record=True, file=open(os.devnull, "w"))
+        wide.print(failed.content)  # what is drawn
+        assert f"{x.node_id} is a child of {b.topic_name}" in wide.export_text()
         b.children.remove(x)
 
         # a cycle: the check names the node and returns (no endless walk)
