@@ -13,7 +13,7 @@ from .failures import TaskFailed, background
 from .memory_service import SEARCH_FLOOR, holds_words, score_text
 from .text import around_words, counted, quoted
 from .treeinfo import check_health
-from .widgets import MemoryTree, two_columns
+from .widgets import MemoryTree, labelled, two_columns
 
 
 def reorganize_summary(res: dict, threshold: float) -> str:
@@ -359,4 +359,6 @@ class MemoryCommands:
         sampling = session.sampling(session.limits()[1] if hasattr(session, "limits") else 0)
         st["sampling"] = ", ".join(f"{k} {v}" for k, v in sampling.items())
         # a heading: the lines would otherwise run straight on from the output above
-        self.chat_notice("\n".join(["Statistics of this session:"] + [f"{k:>20}: {v}" for k, v in st.items()]))
+        title = "Statistics of this session:"
+        self.chat_notice("\n".join([title] + [f"{k:>20}: {v}" for k, v in st.items()]), "info",
+                         labelled(title, [(k, str(v)) for k, v in st.items()]))

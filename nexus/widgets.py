@@ -174,6 +174,21 @@ def two_columns(sections: list[tuple[str, list[tuple[str, str]]]]):
     return Group(*parts)
 
 
+def labelled(title: str, rows: list[tuple[str, str]]):
+    """A title over "label: value" lines, the labels right-aligned (/stats): a long value
+    (a session's path) wraps in its own column, not at the notice's edge under its label."""
+    from rich.console import Group
+    from rich.padding import Padding
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 1, 0, 0))
+    grid.add_column(justify="right", no_wrap=True)
+    grid.add_column(ratio=1, overflow="fold")
+    for label, value in rows:
+        grid.add_row(Text(safe(f"{label}:")), Text(safe(value)))
+    return Group(Text(safe(title)), Padding(grid, (0, 0, 0, 2)))
+
+
 @functools.cache
 def dotted_markdown():
     """Rich's Markdown with "1." in ordered lists (Rich draws "1", the live reply "1."):

@@ -806,6 +806,28 @@ async def test_stats_does_not_name_a_placeholder_as_the_memory_model(server, tmp
         assert "memory model: the chat model, (first listed)" in said, said
 
 
+async def test_stats_wraps_a_long_value_under_itself(server, tmp_path, minilm, data_dir):
+    """At 80x24 the session's path went on the next line at the notice's edge, under the
+    labels ("session:" alone, then "/tmp/…db" from column 2: a trial)."""
+    import os
+
+    from rich.console import Console
+
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / ("long-name-" * 6 + "s.db"), embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/stats")
+        await wait_for(pilot, lambda: "Statistics of this session:" in notices(app))
+        note = [n for n in app.query(Notice) if "Statistics" in n.plain][-1]
+        narrow = Console(width=60, color_system=None, record=True, file=open(os.devnull, "w"))
+        narrow.print(note.content)
+        drawn = narrow.export_text().splitlines()
+        row = next(i for i, line in enumerate(drawn) if line.strip().startswith("session:"))
+        column = drawn[row].index("session:") + len("session: ")
+        assert drawn[row][column:].strip(), drawn  # the path starts beside its label
+        assert drawn[row + 1][:column].strip() == "" and drawn[row + 1].strip(), drawn
+
+
 async def test_a_session_opened_later_asks_the_listed_model_before_its_first_reply(server, tmp_path, minilm,
                                                                                   data_dir):
     """After /new (or /open), the memory model was "local-model" until the session's first
