@@ -387,6 +387,27 @@ def test_a_merged_topic_over_the_bound_is_cut_in_the_fewest_parts():
             assert [len(p.children) for p in made] == sizes
 
 
+def test_a_group_that_prune_leaves_with_one_part_gives_way_to_it(minilm):
+    """/reorganize --prune archived the "ok thanks" of a group's second part and left
+    "Sourdough Starter · Welcome Conversation" over "Sourdough Starter Weights" alone,
+    named after what was archived (a trial); archiving and merging dissolve such a group."""
+    from trace_core.scenarios import _add_all, _tree, filler
+
+    talk = []
+    for i, x in enumerate(filler(40)):
+        talk.append(x)
+        if i % 6 == 2:
+            talk.append(("thanks", "ok thanks", "You're welcome."))
+    tree = _tree("embedding", None, None, minilm, None)
+    _add_all(tree, talk)
+    res = tree.reorganize(prune_trivial_leaves=True)
+    assert res["pruned"] == 7
+    lone = [t.topic_name for t in tree.iter_topics() if t.is_group and len(t.children) == 1]
+    assert not lone, lone
+    assert not any("Welcome" in t.topic_name for t in tree.iter_topics() if t.is_group)
+    check_invariants(tree)
+
+
 def test_parts_grouped_again_do_not_repeat_a_part_name():
     """Thirty-one exchanges merged under a bound of five: six parts of five, grouped again
     in two, and the groups were named "· part 1" and "· part 2" over parts named "· part 1"

@@ -250,6 +250,8 @@ class Reorganizer:
                     model.detach(x)
                     res.pruned += 1
                     res.archived.append(x.index)
+                if res.pruned:
+                    self._regroup_after_prune(state.touched)
             if res.merged or res.pruned:
                 self._settle(state.touched)
                 self._commit(state.before, res)
@@ -442,6 +444,23 @@ class Reorganizer:
             if merged:
                 self._settle(state.touched)
         return merged
+
+    def _regroup_after_prune(self, touched: list[TopicNode]) -> None:
+        """As after a merge or an archive: a group left with one part gives way to it, and
+        the others are named after the parts they still hold (--prune left "Sourdough
+        Starter · Welcome Conversation" over "Sourdough Starter Weights" alone, named after
+        the "ok thanks" it archived: a trial). Under the tree's lock."""
+        model = self.model
+        live = set(model.root.iter_topics())
+        groups = [g for g in dict.fromkeys(touched) if g.is_group and g in live]
+        for group in groups:
+            if group.parent is not None and len(group.children) == 1 and group.children[0].is_topic:
+                model.dissolve(group)
+                live.discard(group)
+        for group in sorted((g for g in groups if g in live), key=lambda g: -len(model.get_ancestors(g))):
+            name = self.balancer.name_for(list(group.children))
+            if name and name != group.topic_name:
+                group.topic_name = name
 
     def _settle(self, touched: list[TopicNode]) -> None:
         """Ranges, fan-out (inside the touched frozen subtrees only), current node, sums,
