@@ -180,9 +180,11 @@ KINDS = {float: "a number, no quotes (like 30 or 0.7)", int: "a whole number, no
          str: 'text in quotes (like "minilm")'}
 
 
-def _checked(layer: dict, source: str) -> dict:
+def _checked(layer: dict, source: str, written: str | None = None) -> dict:
     """One layer (a file, the environment, flags) with every section and key known and of
-    its declared type (ints given for floats become floats)."""
+    its declared type (ints given for floats become floats). ``written``: the text a single
+    value was read from (an environment variable's), said in an error instead of the value
+    it was read as ("-5", not "-5.0")."""
     out: dict = {}
     for section, body in layer.items():
         if section in FREE_SECTIONS:
@@ -206,7 +208,7 @@ def _checked(layer: dict, source: str) -> dict:
             if key not in fields:
                 raise ConfigError(f"unknown key {section}.{key} in {source} (known: {', '.join(fields)})")
             want, f = fields[key]
-            given = value  # said as written: "-5", not "-5.0" (a trial)
+            given = value if written is None else written  # said as written: "-5", not "-5.0" (a trial)
             value = _typed(value, want, f"{section}.{key} in {source}")
             check = f.metadata.get("check")
             if check and not check[0](value):
@@ -388,7 +390,7 @@ def load_config(flags: dict | None = None, env: dict | None = None, user_file: P
                 origin = dotenv_name if var in from_file else "the environment"
                 raise ConfigError(f"{var}={environ[var]!r} in {origin} is not a valid {section}.{key} "
                                   f"({ENV_KINDS.get(want, want.__name__)})") from None
-            data[section][key] = _checked({section: {key: value}}, where)[section][key]
+            data[section][key] = _checked({section: {key: value}}, where, environ[var])[section][key]
             chosen.add((section, key))
     for (section, key), value in (flags or {}).items():
         if value is not None:

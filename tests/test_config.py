@@ -270,6 +270,14 @@ def test_env_lines_and_values_are_said_in_words(tmp_path, monkeypatch):
         load_config(user_file=tmp_path / "none.toml")
 
 
+def test_an_environment_value_out_of_range_is_said_as_written(tmp_path):
+    """NEXUS_IDLE_REORGANIZE=-5 was said "not -5.0": a value nobody typed (a trial; the
+    file's values were already said as written)."""
+    none = tmp_path / "none.toml"
+    with pytest.raises(ConfigError, match=r"NEXUS_IDLE_REORGANIZE must be a number in \[0, ∞\), not '-5'$"):
+        load_config(env={"NEXUS_IDLE_REORGANIZE": "-5"}, user_file=none, cwd=tmp_path)
+
+
 def test_max_tokens_in_the_file_is_bounded_as_set_bounds_it(tmp_path):
     """[models] max_tokens = 99999999 was taken at start while /set max_tokens allows at
     most 131072 (a trial)."""
