@@ -48,8 +48,10 @@ class MemoryCommands:
 
     def cmd_tree(self, args: list[str]) -> None:
         show = "--messages" in args
-        if [a for a in args if a != "--messages"]:
-            raise C.UsageError(C.BY_NAME["tree"].usage)
+        extra = [a for a in args if a != "--messages"]
+        if extra:
+            C.refuse_unknown_options("tree", extra)
+            raise C.UsageError(f"{C.BY_NAME['tree'].usage} ({quoted(' '.join(extra))} is not understood)")
         s = self.need_session()
         # exchanges, as the tree pane counts them (the TRACE README's print_tree counts messages)
         self.chat_notice(s.tree.render_tree(show_messages=show, count_exchanges=True), drawing=True)
@@ -125,8 +127,10 @@ class MemoryCommands:
         if threshold is not None and not 0 < threshold <= 1:
             self.chat_notice(f"{allowed}; {threshold:g} is outside it. Nothing was changed.", "warning")
             return
-        if args:
-            raise C.UsageError(usage)
+        if args:  # said, not only the usage: "--prnue", or "0.5" without --threshold (a trial)
+            C.refuse_unknown_options("reorganize", args, ("--threshold",))
+            raise C.UsageError(f"{usage} ({quoted(' '.join(args))} is not understood: the threshold goes after "
+                               "--threshold, --prune is given once)")
         self.need_session()
         if self.refused_read_only("/reorganize") or self.refused_while_busy():
             return

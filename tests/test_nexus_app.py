@@ -828,6 +828,21 @@ async def test_stats_wraps_a_long_value_under_itself(server, tmp_path, minilm, d
         assert drawn[row + 1][:column].strip() == "" and drawn[row + 1].strip(), drawn
 
 
+async def test_reorganize_and_tree_say_which_argument_they_do_not_take(server, tmp_path, minilm, data_dir):
+    """"/reorganize --prnue", "/reorganize 0.5" and "/tree --bogus" answered with the usage
+    alone, not saying what was wrong (a trial)."""
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/reorganize --prnue")
+        await wait_for(pilot, lambda: "(--prnue is no option of /reorganize)" in notices(app))
+        await type_and_send(pilot, app, "/reorganize 0.5")
+        await wait_for(pilot, lambda: '("0.5" is not understood: the threshold goes after --threshold' in notices(app))
+        await type_and_send(pilot, app, "/tree --bogus")
+        await wait_for(pilot, lambda: "(--bogus is no option of /tree)" in notices(app))
+        assert "Reorganised" not in notices(app)
+
+
 async def test_a_session_opened_later_asks_the_listed_model_before_its_first_reply(server, tmp_path, minilm,
                                                                                   data_dir):
     """After /new (or /open), the memory model was "local-model" until the session's first
