@@ -158,11 +158,12 @@ class ChatCommands:
 
         session = self.need_session()
         allowed = "; ".join(f"{n}: {lim.describe()}" for n, lim in LIMITS.items())
-        if not args:  # what they are now, and how to change them
+        if not args or (len(args) == 1 and args[0] in LIMITS):  # what they are now, and how to change them
             now = session.sampling(session.limits()[1])
             own = {n for n in LIMITS if getattr(session.settings, n) is not None}
+            names = args or list(LIMITS)  # "/set temperature" answered with the usage alone (a trial)
             said = ", ".join(f"{n} {now[n]:g}" + (" (this session's)" if n in own else "") if n in now
-                             else f"{n}: the server's default" for n in LIMITS)
+                             else f"{n}: the server's default" for n in names)
             self.chat_notice(f"Sampling now: {said}. Usage: {C.BY_NAME['set'].usage} — {allowed}")
             return
         if len(args) != 2:

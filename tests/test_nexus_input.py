@@ -620,6 +620,9 @@ async def test_system_prompt_and_sampling_are_stored_with_the_session(server, tm
         await pilot.press("enter")
         await wait_for(pilot, lambda: "Sampling now: temperature 0.2 (this session's), top_p 0.9 (this session's), "
                        "max_tokens 64 (this session's)." in notices(app))
+        prompt.value = "/set top_p"  # one name alone: its value (it printed the usage only: a trial)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "Sampling now: top_p 0.9 (this session's). Usage:" in notices(app))
     # stored in the session file: a restart keeps them
     app2 = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
     async with app2.run_test(size=(120, 40)) as pilot:
