@@ -56,6 +56,26 @@ def test_vector_database_api(tmp_path):
     assert [h.message_id for h in db2.search_conversation(unit(1, 0, 0), top_k=2)] == ["a", "c"]
 
 
+def test_a_vector_of_another_size_is_refused_and_the_store_stays_searchable(tmp_path):
+    # a topic summary of 2 dimensions in a store of 3 was stored: every topic search of
+    # the session failed from then on, reopened too ("query has dimension 3, the index holds 2")
+    path = str(tmp_path / "v.db")
+    db = VectorDatabase(path)
+    db.add_conversation_message(ConversationVector("a", 0, "user", "cats purr", unit(1, 0, 0), "t0", "ROOT"))
+    db.upsert_topic_summary("t1", "Cats", "All about cats", unit(1, 0, 0))
+    db.delete_topic_summary("t1")  # the topic index is empty: only the messages say the size
+    with pytest.raises(ValueError, match="topic 't2': its vector has shape 2, this store's vectors have 3"):
+        db.upsert_topic_summary("t2", "Dogs", "All about dogs", [1.0, 0.0])
+    with pytest.raises(ValueError, match="message 'b': its vector has shape 2"):
+        db.add_conversation_message(ConversationVector("b", 1, "user", "dogs", [0.0, 1.0], "t1", "ROOT"))
+    db.upsert_topic_summary("t3", "Cats", "Felines", unit(1, 0, 0))
+    assert [r["node_id"] for r in db.search_topic_summaries(unit(1, 0, 0))] == ["t3"]
+    db.close()
+    db = VectorDatabase(path)
+    assert [r["node_id"] for r in db.search_topic_summaries(unit(1, 0, 0))] == ["t3"]
+    db.close()
+
+
 def test_fts_query_treats_user_text_as_words(tmp_path):
     db = VectorDatabase(str(tmp_path / "v.db"))
     db.add_conversation_message(ConversationVector("a", 0, "user", "NEAR the AND gate", unit(1, 0), "t", "p"))

@@ -277,23 +277,31 @@ class VectorDatabase(TopicSummaries, TreeTables):
     # --- conversation vectors -------------------------------------------------------
 
     def _vector_dim(self) -> int | None:
-        """The dimension this store's message vectors have (None: no vector yet)."""
+        """The dimension this store's vectors have (None: no vector yet)."""
         dim = self.get_meta("embed_dim")
         if dim:
             return int(dim)
-        row = self.con.execute("SELECT embedding FROM conversation_vectors LIMIT 1").fetchone()
-        return len(_vec(row[0])) if row else None
+        for table in ("conversation_vectors", "topic_summaries"):
+            row = self.con.execute(f"SELECT embedding FROM {table} LIMIT 1").fetchone()
+            if row:
+                return len(_vec(row[0]))
+        return None
+
+    def _checked_vector(self, what: str, embedding: ArrayLike) -> np.ndarray:
+        """``embedding`` as float32, or ``ValueError`` before anything is written: one
+        vector of another size was stored, and every search and synthesis of the session
+        failed from then on (a trial: a message's; then a topic summary's)."""
+        emb = np.asarray(embedding, dtype=np.float32)
+        dim = self._vector_dim()
+        if emb.ndim != 1 or emb.size == 0 or (dim is not None and emb.shape[0] != dim):
+            size = "x".join(map(str, emb.shape)) or "0"
+            raise ValueError(f"{what}: its vector has shape {size}, this store's vectors "
+                             f"have {dim} dimensions; nothing was stored")
+        return emb
 
     def add_conversation_message(self, cv: ConversationVector) -> None:
-        emb = np.asarray(cv.embedding, dtype=np.float32)
         with self._lock:
-            # checked before anything is written: one vector of another size was stored, and
-            # every search and synthesis of the session failed from then on (a trial)
-            dim = self._vector_dim()
-            if emb.ndim != 1 or emb.size == 0 or (dim is not None and emb.shape[0] != dim):
-                size = "x".join(map(str, emb.shape)) or "0"
-                raise ValueError(f"message {cv.message_id!r}: its vector has shape {size}, this store's vectors "
-                                 f"have {dim} dimensions; nothing was stored")
+            emb = self._checked_vector(f"message {cv.message_id!r}", cv.embedding)
             old = self.con.execute("SELECT rowid FROM conversation_vectors WHERE message_id=?",
                                    (cv.message_id,)).fetchone()
             if old:  # by rowid, never a scan (the FTS row goes with it: schema 7's triggers)

@@ -44,8 +44,8 @@ class TopicSummaries:
 
     def upsert_topic_summary(self, node_id: str, topic_name: str, summary: str, embedding: ArrayLike,
                              start_index: int = -1, end_index: int = -1) -> None:
-        emb = np.asarray(embedding, dtype=np.float32)
         with self._lock:
+            emb = self._checked_vector(f"topic {node_id!r}", embedding)
             row = self.con.execute("SELECT rowid FROM topic_summaries WHERE node_id=?", (node_id,)).fetchone()
             if row:
                 rowid = row[0]
