@@ -111,6 +111,6 @@ def store_problem(exc: BaseException) -> str:
         return "the disk is full"
     if isinstance(exc, PermissionError) or "readonly" in text or "read-only" in text:
         return "the session file cannot be written (read-only)"
-    if isinstance(exc, sqlite3.ProgrammingError) and "closed" in text or "is closed (tree.close()" in text:
+    if isinstance(exc, sqlite3.ProgrammingError) and "closed" in text or "is closed (" in text:
         return "the session was closed"
     return f"{type(exc).__name__}: {text}"

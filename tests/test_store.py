@@ -12,6 +12,7 @@ from trace_core import (
     ConversationVector,
     CTree,
     EmbedderMismatchError,
+    ReadOnlySessionError,
     SessionConflictError,
     SessionFileError,
     VectorDatabase,
@@ -74,6 +75,30 @@ def test_a_vector_of_another_size_is_refused_and_the_store_stays_searchable(tmp_
     db = VectorDatabase(path)
     assert [r["node_id"] for r in db.search_topic_summaries(unit(1, 0, 0))] == ["t3"]
     db.close()
+
+
+def test_a_closed_or_read_only_store_says_so_in_typed_errors(tmp_path):
+    # sqlite3's own errors came out: ProgrammingError "Cannot operate on a closed
+    # database", OperationalError "attempt to write a readonly database"
+    path = str(tmp_path / "v.db")
+    cv = ConversationVector("a", 0, "user", "cats purr", unit(1, 0, 0), "t0", "ROOT")
+    with VectorDatabase(path) as db:  # a context manager, as the tree is
+        db.add_conversation_message(cv)
+        db.upsert_topic_summary("t1", "Cats", "All about cats", unit(1, 0, 0))
+        assert db.search_conversation(unit(1, 0, 0))  # the index is cached
+    assert db.closed
+    for call in (lambda: db.search_conversation(unit(1, 0, 0)), lambda: db.search_topic_summaries(unit(1, 0, 0)),
+                 lambda: db.add_conversation_message(cv), lambda: db.get_meta("embed_dim")):
+        with pytest.raises(SessionFileError, match="is closed"):
+            call()
+    db.close()  # twice: harmless
+    ro = VectorDatabase(path, read_only=True)
+    for call in (lambda: ro.add_conversation_message(cv), lambda: ro.delete_topic_summary("t1"),
+                 lambda: ro.upsert_topic_summary("t2", "Dogs", "dogs", unit(0, 1, 0))):
+        with pytest.raises(ReadOnlySessionError, match="is open read-only"):
+            call()
+    assert [r["node_id"] for r in ro.search_topic_summaries(unit(1, 0, 0))] == ["t1"]
+    ro.close()
 
 
 def test_fts_query_treats_user_text_as_words(tmp_path):

@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -89,6 +90,17 @@ def fts_query(text: str) -> str:
 @dataclass
 class Purge:
     complete: bool = False  # the write-ahead log was emptied (no other connection was reading)
+
+
+class _ClosedConnection:
+    """A closed store's connection: any use says so in words (it was sqlite3's
+    ProgrammingError "Cannot operate on a closed database")."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def __getattr__(self, name: str) -> object:
+        raise SessionFileError(self._path, "is closed (VectorDatabase.close()): VectorDatabase(path) opens it again")
 
 
 class VectorDatabase(TopicSummaries, TreeTables):
@@ -235,14 +247,29 @@ class VectorDatabase(TopicSummaries, TreeTables):
         """Close the file and release the writer lock (closing twice is harmless)."""
         with self._lock:
             con = getattr(self, "con", None)
-            if con is not None:
+            if con is not None and not self.closed:
                 con.close()
+            self.con = cast(sqlite3.Connection, _ClosedConnection(self.path))
+            self._drop_message_caches()  # a search from the caches would answer as if open
+            self._topic_index = None
             self._closed = True
             self._release_writer_lock()
+
+    def __enter__(self) -> VectorDatabase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def closed(self) -> bool:
         return getattr(self, "_closed", False)
+
+    def refuse_if_read_only(self, action: str) -> None:
+        """``ReadOnlySessionError`` before a write (SQLite's own was "attempt to write a
+        readonly database", an ``sqlite3.OperationalError``)."""
+        if self.read_only:
+            raise ReadOnlySessionError(self.path, action)
 
     # --- meta ---------------------------------------------------------------------
 
@@ -252,8 +279,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
         return row[0] if row else default
 
     def set_meta(self, key: str, value: str) -> None:
-        if self.read_only:
-            raise ReadOnlySessionError(self.path, "write to it")
+        self.refuse_if_read_only("write to it")
         with self._lock:
             self.con.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (key, value))
 
@@ -300,6 +326,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
         return emb
 
     def add_conversation_message(self, cv: ConversationVector) -> None:
+        self.refuse_if_read_only("add a message")
         with self._lock:
             emb = self._checked_vector(f"message {cv.message_id!r}", cv.embedding)
             old = self.con.execute("SELECT rowid FROM conversation_vectors WHERE message_id=?",

@@ -44,6 +44,7 @@ class TopicSummaries:
 
     def upsert_topic_summary(self, node_id: str, topic_name: str, summary: str, embedding: ArrayLike,
                              start_index: int = -1, end_index: int = -1) -> None:
+        self.refuse_if_read_only("store a topic summary")
         with self._lock:
             emb = self._checked_vector(f"topic {node_id!r}", embedding)
             row = self.con.execute("SELECT rowid FROM topic_summaries WHERE node_id=?", (node_id,)).fetchone()
@@ -86,6 +87,7 @@ class TopicSummaries:
                     self._topic_index.add(i, np.asarray(e, dtype=np.float32))
 
     def delete_topic_summary(self, node_id: str) -> None:
+        self.refuse_if_read_only("delete a topic summary")
         with self._lock:
             row = self.con.execute("SELECT rowid FROM topic_summaries WHERE node_id=?", (node_id,)).fetchone()
             if row is None:
