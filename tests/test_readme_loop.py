@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import builtins
+import functools
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from trace_core import CTree
 
@@ -50,3 +56,24 @@ def test_readme_loop_runs(tmp_path, monkeypatch, server, minilm):
     assert any("Miso" in r["messages"][0]["content"] for r in chats)
     assert any("memory tokens instead of" in p for p in printed)
     assert "(no answer; ask again)" in printed
+
+
+@pytest.mark.slow
+def test_readme_loop_type_checks_strictly_and_a_wrong_call_is_caught(tmp_path):
+    # py.typed promises types: `from trace_core import PromptSynthesizer` was typed as a
+    # bare `type` (every call unchecked), synthesize_prompt's vector and node took anything,
+    # and the README's loop failed `mypy --strict` (list[dict], an Optional reply)
+    pytest.importorskip("mypy", reason="mypy is in the 'dev' extra")
+    (tmp_path / "loop.py").write_text(readme_loop())
+    (tmp_path / "wrong.py").write_text(
+        "from trace_core import CTree, PromptSynthesizer\n\n"
+        "tree = CTree.open('s.db')\n"
+        "synth = PromptSynthesizer(ctree=tree)\n"
+        "synth.synthesize_prompt('q', 'not a vector', 'not a node', [])\n")
+    run = functools.partial(subprocess.run, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                            env={**os.environ, "MYPYPATH": str(README.parent)})
+    mypy = [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--cache-dir", str(tmp_path / "c")]
+    out = run([*mypy, "loop.py"])
+    assert out.returncode == 0, out.stdout + out.stderr
+    out = run([*mypy, "wrong.py"])
+    assert 'Argument 2 to "synthesize_prompt"' in out.stdout and 'Argument 3 to "synthesize_prompt"' in out.stdout, out.stdout

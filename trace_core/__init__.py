@@ -6,6 +6,7 @@ load when an embedder is first used.
 """
 
 import logging as _logging
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from .nodes import MessageNode, TopicNode
 from .store import (
@@ -18,6 +19,9 @@ from .store import (
     VectorDatabase,
 )
 from .tree import CTree, SessionConflictError
+
+if _TYPE_CHECKING:  # type checkers see the class; at run time it is imported on first use
+    from .synthesizer import PromptSynthesizer
 
 __all__ = [
     "CTree",

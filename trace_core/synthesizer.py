@@ -28,9 +28,9 @@ import asyncio
 import functools
 import re
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
@@ -45,11 +45,17 @@ from .textutil import DocumentFrequency, without_marks
 from .tokens import count_tokens
 
 if TYPE_CHECKING:
+    from .nodes import MessageNode, TopicNode
     from .store import VectorDatabase
+    from .synthesis.candidates import Candidates
     from .tree import CTree
 
 __all__ = ["InjectedExchange", "InjectedPath", "PromptSynthesizer", "RetrievalReport", "SynthesisParams",
            "UPDATE_CUES", "clip_text", "short_date", "z_scores"]
+
+
+# a given query vector, or None: the query is embedded
+QueryVector: TypeAlias = "np.ndarray | Sequence[float] | None"
 
 
 def plain_message(m: Mapping) -> dict:
@@ -88,7 +94,7 @@ class PromptSynthesizer:
         *,
         params: SynthesisParams | None = None,
         word_stats: DocumentFrequency | None = None,
-        **settings,
+        **settings: Any,
     ) -> None:
         self.tree = ctree
         self.vdb = vector_db if vector_db is not None else ctree.vdb
@@ -120,7 +126,7 @@ class PromptSynthesizer:
     def __enter__(self) -> "PromptSynthesizer":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # --- the prompt -----------------------------------------------------------------------
@@ -139,9 +145,9 @@ class PromptSynthesizer:
     def synthesize_prompt(
         self,
         user_query: str,
-        query_vector=None,
-        active_node=None,
-        recent_messages: list[dict] | None = None,
+        query_vector: QueryVector = None,
+        active_node: TopicNode | None = None,
+        recent_messages: Sequence[Mapping[str, Any]] | None = None,
         top_k_docs: int = 3,
         top_k_history: int = 2,
         min_history_similarity: float = 0.50,
@@ -188,18 +194,20 @@ class PromptSynthesizer:
         self.last_report = report
         return "\n\n".join(parts)
 
-    async def asynthesize_prompt(self, user_query: str, *args, **kwargs) -> str:
+    async def asynthesize_prompt(self, user_query: str, *args: Any, **kwargs: Any) -> str:
         """``synthesize_prompt`` for async apps: runs in a worker thread, off the event loop."""
         return await asyncio.to_thread(self.synthesize_prompt, user_query, *args, **kwargs)
 
-    def memory_block(self, query, query_vector, recent_messages, top_k_docs, top_k_history,
-                     min_history_similarity, budget, report: RetrievalReport, *, exclude: Collection[int] = ()) -> str:
+    def memory_block(self, query: str, query_vector: QueryVector, recent_messages: Sequence[Mapping[str, Any]],
+                     top_k_docs: int, top_k_history: int, min_history_similarity: float, budget: int,
+                     report: RetrievalReport, *, exclude: Collection[int] = ()) -> str:
         """The memory block for ``query`` within ``budget`` tokens; fills ``report``."""
         return self.memory_blocks(query, query_vector, recent_messages, top_k_docs, top_k_history,
                                   min_history_similarity, [(budget, report)], exclude=exclude)[0]
 
-    def memory_blocks(self, query, query_vector, recent_messages, top_k_docs, top_k_history,
-                      min_history_similarity, requests: list[tuple[int, RetrievalReport]], *,
+    def memory_blocks(self, query: str, query_vector: QueryVector, recent_messages: Sequence[Mapping[str, Any]],
+                      top_k_docs: int, top_k_history: int, min_history_similarity: float,
+                      requests: list[tuple[int, RetrievalReport]], *,
                       exclude: Collection[int] = ()) -> list[str]:
         """The memory block for ``query`` at each ``(budget, report)`` of ``requests``:
         candidates and ranking are computed once for the budgets that share their settings
@@ -228,8 +236,9 @@ class PromptSynthesizer:
                 out[k] = block
         return out
 
-    def _blocks(self, params: SynthesisParams, query, qvec, embed, exchanges, recent_messages, top_k_docs,
-                top_k_history, min_history_similarity, requests: list[tuple[int, RetrievalReport]],
+    def _blocks(self, params: SynthesisParams, query: str, qvec: np.ndarray, embed: Callable[[str], np.ndarray],
+                exchanges: Sequence[MessageNode], recent_messages: Sequence[Mapping[str, Any]], top_k_docs: int,
+                top_k_history: int, min_history_similarity: float, requests: list[tuple[int, RetrievalReport]],
                 exclude: frozenset[int]) -> list[str]:
         """``memory_blocks`` for budgets that share ``params``: one ranking."""
         tree = self.tree
@@ -308,7 +317,7 @@ class PromptSynthesizer:
             return self._supersessions.find(sorted(set(indices)), exchanges, self.tree.exchange_vector,
                                             message_vector=self.message_vector_lookup())
 
-    def message_vector_lookup(self):
+    def message_vector_lookup(self) -> Callable[[int, str], np.ndarray | None] | None:
         """A function (exchange index, role) -> the stored message's unit vector (None for
         a message not stored), or None without a store."""
         index = self.vdb.conversation_index() if self.vdb is not None else None
@@ -317,13 +326,15 @@ class PromptSynthesizer:
         table = self._finder.table
         table.follow(index)
 
-        def vector(i: int, role: str):
+        def vector(i: int, role: str) -> np.ndarray | None:
             row = table.row_of_unit.get((i, role))
             return None if row is None else index.rows([row])[0]
 
         return vector
 
-    def _injected(self, cands, fused, branch_of, shown, status, pinned, exchanges) -> list[InjectedExchange]:
+    def _injected(self, cands: Candidates, fused: np.ndarray, branch_of: dict[int, float],
+                  shown: dict[tuple[int, str], int], status: dict[int, str], pinned: set[int],
+                  exchanges: Sequence[MessageNode]) -> list[InjectedExchange]:
         """The report's entries: each shown exchange with its best candidate's scores."""
         cand, dense, keyword = cands.units, cands.dense, cands.keyword
         best: dict[int, int] = {}
