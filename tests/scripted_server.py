@@ -42,6 +42,7 @@ class Recorded:
     method: str
     path: str
     body: dict | None
+    authorization: str | None = None  # the request's Authorization header
 
 
 @dataclass
@@ -115,7 +116,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         st = self.state
         with st.lock:
-            st.requests.append(Recorded("GET", self.path, None))
+            st.requests.append(Recorded("GET", self.path, None, self.headers.get("Authorization")))
         if self._key_refused():
             return
         if self.path.rstrip("/") == "/v1/models":
@@ -138,7 +139,7 @@ class _Handler(BaseHTTPRequestHandler):
         st = self.state
         body = self._body()
         with st.lock:
-            st.requests.append(Recorded("POST", self.path, body))
+            st.requests.append(Recorded("POST", self.path, body, self.headers.get("Authorization")))
         if self._key_refused():
             return
         path = self.path.rstrip("/")

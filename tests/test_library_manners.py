@@ -75,6 +75,29 @@ def test_trace_core_changes_nothing_in_os_environ(tmp_path):
     assert "HF_HUB_OFFLINE" not in changed["torch_path"] and "TOKENIZERS_PARALLELISM" not in changed["torch_path"]
 
 
+def test_a_password_in_the_base_url_reaches_the_server_and_no_log(tmp_path, server, hash_embed, caplog):
+    # httpx logs each request's URL at INFO: with the URL handed to the client as given,
+    # an app logging INFO wrote "HTTP Request: POST http://me:pw0rd@127.0.0.1:…" (a trial)
+    import base64
+    import logging
+
+    from trace_core import CTree
+    from trace_core.embedders import OpenAIEmbedder
+
+    url = server.base_url.replace("http://", "http://me:pw0rd@")
+    for name in ("", "httpx", "httpx2", "httpcore", "openai"):  # Nexus's tests quiet some of them
+        caplog.set_level(logging.DEBUG, logger=name or None)
+    tree = CTree(judge="llm", base_url=url, api_key="sk-key", model="test-model", embed_fn=hash_embed)
+    tree.add([{"role": "user", "content": "hello there"}, {"role": "assistant", "content": "hi"}])
+    server.state.embeddings_error = "no embeddings here"
+    with pytest.raises(Exception, match="no embeddings|HTTP 500"):
+        OpenAIEmbedder("nomic", url, "sk-key").embed("hello")
+    basic = "Basic " + base64.b64encode(b"me:pw0rd").decode()
+    assert [r.authorization for r in server.state.requests] == [basic] * len(server.state.requests) != []
+    assert {r.path for r in server.state.requests} >= {"/v1/chat/completions", "/v1/embeddings"}
+    assert "pw0rd" not in caplog.text and "HTTP Request" in caplog.text
+
+
 # --- declared dependencies and imports ------------------------------------------------------------
 
 def _norm(name: str) -> str:

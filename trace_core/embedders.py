@@ -329,10 +329,12 @@ class OpenAIEmbedder(Embedder):
     def __init__(self, model: str, base_url: str, api_key: str, timeout: float = 30.0) -> None:
         from openai import OpenAI
 
+        from .llm import client_for
+
         self.name = f"openai:{model}"
         self.model = model
         self.base_url = base_url
-        self._client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+        self._client = client_for(OpenAI, api_key, base_url, timeout)
         self._dim: int | None = None
 
     def _encode(self, texts: list[str]) -> np.ndarray:

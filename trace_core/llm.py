@@ -92,6 +92,15 @@ def shown_url(url: str) -> str:
     return without_credentials(url)[0]
 
 
+def client_for(openai_class: Any, api_key: str, base_url: str, timeout: float) -> Any:
+    """An OpenAI client for ``base_url``; a "user:password@" in it goes as a Basic
+    ``Authorization`` header, never in the URL: httpx logs each request's URL at INFO
+    ("HTTP Request: POST http://me:pw@host/…"), and an app that logs INFO got the password."""
+    url, basic = without_credentials(base_url)
+    return openai_class(api_key=api_key, base_url=url, timeout=timeout, max_retries=0,
+                        default_headers={"Authorization": basic} if basic else None)
+
+
 def describe_error(exc: BaseException, base_url: str) -> str:
     """Turn an openai/httpx exception into words."""
     import openai
@@ -171,9 +180,7 @@ class JSONLLM:
         self.timeout = timeout
         self.max_tokens = max_tokens
         self.stats = LLMStats()
-        self._client = OpenAI(
-            api_key=self.api_key, base_url=self.base_url, timeout=timeout, max_retries=0
-        )
+        self._client = client_for(OpenAI, self.api_key, self.base_url, timeout)
 
     def _modes(self) -> list[str]:
         with _MODE_LOCK:
