@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from trace_core import CTree, PromptSynthesizer
+from trace_core import CTree, PromptSynthesizer, VectorDatabase
 from trace_core.invariants import check_invariants
 from trace_core.nodes import FORGOTTEN
 from trace_core.reorganize import UndoError
@@ -181,3 +181,31 @@ def test_the_whole_history_count_follows_a_replace_and_a_forget(hash_embed):
     tree.forget([tree.exchanges[0]])
     assert synth.full_history_tokens() < replaced - 40
     synth.close()
+
+
+def test_meta_with_a_lone_surrogate_or_a_number_loses_no_forget(tmp_path, hash_embed):
+    """A lone surrogate in ``meta`` (a JSON client's "\\ud800") failed the file's write
+    with UnicodeEncodeError after the tree had forgotten: the tree said "[forgotten]", the
+    file still held the words, and they were back when it was opened again. A number was
+    stored as one (get_meta read back 5)."""
+    path = str(tmp_path / "s.db")
+    tree = CTree.open(path, judge="embedding", embed_fn=hash_embed)
+    for u, a in TALK:
+        tree.add(ex(u, a))
+    with pytest.raises(ValueError, match="texts or None"):
+        tree.forget([tree.exchanges[1]], meta={"myapp.copy": 5})
+    assert not tree.exchanges[1].forgotten and SECRET in tree.exchanges[1].user
+    tree.forget([tree.exchanges[1]], meta={"myapp.copy": "cleaned \ud800", "myapp.gone": None})
+    tree.vdb.set_meta("myapp.other", "x \udc80")
+    tree.save(str(tmp_path / "e.json"), meta={"myapp.copy": "saved \ud800"})
+    with pytest.raises(ValueError, match="texts to texts"):
+        tree.save(str(tmp_path / "f.json"), meta={"myapp.copy": 5})
+    tree.close()
+    tree = CTree.open(path, judge="embedding", embed_fn=hash_embed)
+    assert tree.exchanges[1].forgotten and SECRET not in file_bytes(tmp_path / "s.db").decode("latin-1")
+    assert tree.vdb.get_meta("myapp.copy") == "cleaned \ufffd" and tree.vdb.get_meta("myapp.other") == "x \ufffd"
+    tree.close()
+    loaded = CTree.load(str(tmp_path / "e.json"), embed_fn=hash_embed)
+    loaded.use_store(VectorDatabase(str(tmp_path / "l.db")))
+    assert loaded.vdb.get_meta("myapp.copy") == "saved \ufffd"
+    loaded.close()

@@ -16,12 +16,17 @@ RESERVED_META = frozenset({"app", "embed_model", "embed_dim", "current_node", "m
                            "reorganize.kept_apart"})
 
 
-def meta_problem(meta) -> str:
-    """What is wrong with an application's meta rows ("" when nothing)."""
+def meta_problem(meta: object, none_deletes: bool = False) -> str:
+    """What is wrong with an application's meta rows ("" when nothing). ``none_deletes``:
+    a None value is allowed (it deletes the row)."""
     from collections.abc import Mapping
 
     if not isinstance(meta, Mapping) or not all(isinstance(k, str) for k in meta):
         return "meta must map texts to texts (VectorDatabase.get_meta's rows)"
+    if not all(isinstance(v, str) or (none_deletes and v is None) for v in meta.values()):
+        # an int was stored as one, and read back by get_meta as an int
+        return ("meta must map texts to texts or None (None deletes the row)" if none_deletes
+                else "meta must map texts to texts (VectorDatabase.get_meta's rows)")
     taken = sorted(k for k in meta if k in RESERVED_META)
     if taken:
         return (f"meta key {taken[0]!r} is one of the engine's own rows ({', '.join(sorted(RESERVED_META))}): "

@@ -37,6 +37,7 @@ from .errors import (
     read_only_uri,
     unwritable_reason,
 )
+from .exchange_input import storable
 from .keywords import SCORED_FROM, MessagePostings
 from .locking import LockBusy, WriterLock
 from .schema import APP_ID, MIGRATIONS, SCHEMA_VERSION, SQLITE_HEADER, inspect_session_file
@@ -280,8 +281,8 @@ class VectorDatabase(TopicSummaries, TreeTables):
 
     def set_meta(self, key: str, value: str) -> None:
         self.refuse_if_read_only("write to it")
-        with self._lock:
-            self.con.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (key, value))
+        with self._lock:  # a lone surrogate raised UnicodeEncodeError: U+FFFD, as add() stores it
+            self.con.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (storable(key), storable(value)))
 
     def check_embedder(self, name: str, dim: int) -> None:
         """Record the session's embedder, or refuse a different one."""

@@ -285,10 +285,11 @@ class CTree(TreeReading):
         application's rows of the session (``VectorDatabase.get_meta``) to keep with it: a
         loaded tree writes them to its new store."""
         if meta is not None:
-            problem = meta_problem(meta) or ("" if all(isinstance(v, str) for v in meta.values()) else
-                                             "meta must map texts to texts (VectorDatabase.get_meta's rows)")
+            problem = meta_problem(meta)
             if problem:  # written, it made an export CTree.load refuses ("its meta is not a table of texts")
                 raise ValueError(problem)
+            # a lone surrogate raised UnicodeEncodeError: made storable, as add() makes messages
+            meta = {storable(k): storable(v) for k, v in meta.items()}
         with self._lock:
             tree_to_json(self.structure, filepath, save_conversation, self.max_children, self.model,
                          self._embed.name if self._embed is not None else None, meta)
@@ -449,9 +450,11 @@ class CTree(TreeReading):
         rows of the session file written in the same purge (None deletes one), for its
         own copies of the text."""
         self._refuse_if_read_only("forget exchanges")
-        problem = meta_problem(meta) if meta is not None else ""
+        problem = meta_problem(meta, none_deletes=True) if meta is not None else ""
         if problem:
             raise ValueError(problem)
+        if meta is not None:  # a lone surrogate failed the file's write after the tree had forgotten
+            meta = {storable(k): None if v is None else storable(v) for k, v in meta.items()}
         exchanges = self._own_exchanges(exchanges, "forget")
         with self._lock:
             done = Forgetting(self.structure, self._archive(), self.judges, self.group_names, self.summaries,
