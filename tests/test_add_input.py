@@ -83,6 +83,49 @@ def test_an_exchange_the_file_refuses_leaves_the_tree_as_the_file_holds_it(tmp_p
     reopened.vdb.close()
 
 
+def test_every_change_the_file_refuses_leaves_the_tree_as_the_file_holds_it(tmp_path, hash_embed):
+    """archive, restore, forget, replace_last and reorganize changed
+    the tree and then the file refused the write: the tree showed the change (an exchange
+    archived by a failed forget, the replacement, the merges) and the file, reopened, had
+    none of it (a developer's trial)."""
+    import sqlite3
+
+    import pytest
+
+    def ex(user: str, assistant: str) -> list[dict]:
+        return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
+    path = str(tmp_path / "s.db")
+    tree = CTree.open(path, judge="embedding", embed_fn=hash_embed, max_children=3)
+    subjects = ["dogs and puppies", "car engines", "tax returns", "jazz music"]
+    for i in range(16):
+        tree.add(ex(f"talk about {subjects[i % 4]} number {i}", f"reply on {subjects[i % 4]}"))
+    tree.archive([tree.exchanges[3]])
+
+    def shape(t: CTree) -> tuple:
+        return (t.render_tree(show_messages=True),
+                [(x.messages, x.archived, x.forgotten) for x in t.exchanges], t.current_node.node_id)
+
+    stored = shape(tree)
+    changes = {"archive": lambda: tree.archive([tree.exchanges[1]]),
+               "restore": lambda: tree.restore_archived([tree.exchanges[3]]),
+               "forget": lambda: tree.forget([tree.exchanges[2]]),
+               "replace_last": lambda: tree.replace_last(ex("replaced by a new question", "a new answer")),
+               "reorganize": lambda: tree.reorganize(similarity_threshold=0.05)}
+    for name, change in changes.items():
+        tree.vdb.con.execute("PRAGMA query_only = ON")  # the file refuses writes
+        with pytest.raises(sqlite3.OperationalError):
+            change()
+        tree.vdb.con.execute("PRAGMA query_only = OFF")
+        assert shape(tree) == stored, name
+    tree.forget([tree.exchanges[2]])  # the tree's own nodes still work after it
+    stored = shape(tree)
+    tree.close()
+    reopened = CTree.open(path, judge="embedding", embed_fn=hash_embed, read_only=True)
+    assert shape(reopened) == stored
+    reopened.close()
+
+
 def test_a_timestamp_that_is_no_date_and_a_reply_before_its_question_are_refused(tmp_path, minilm):
     """"not a date" and 12345 were stored and shown to the model as date lines; an
     [assistant, user] exchange was taken (trial)."""

@@ -6,7 +6,8 @@ import asyncio
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,7 +26,7 @@ from .nodes import MessageNode, TopicNode
 from .persist import TreeStore, conversation_vectors, load_json, open_session, tree_to_json
 from .placement import Placer
 from .render import render_tree
-from .reorganize import Reorganizer, UndoLog, undo_reorganize
+from .reorganize import Reorganizer, UndoError, UndoLog, undo_reorganize
 from .schema import meta_problem
 from .sentence_index import SentenceIndex
 from .store import ConversationVector, ReadOnlySessionError, SessionFileError, VectorDatabase, message_id
@@ -237,6 +238,21 @@ class CTree(TreeReading):
         except Exception:  # the store itself is gone (closed): it takes no later exchange either
             pass
 
+    @contextmanager
+    def _as_stored_on_failure(self, *refusals: type[BaseException]) -> Iterator[None]:
+        """A change the file refused goes from memory too (``refusals``: errors raised
+        before anything changed). An archive, a forget, a replace or a reorganisation the
+        file refused stayed in the tree: it showed [forgotten], the replacement or the
+        merges, and the file, reopened, had none of them (a developer's trial)."""
+        try:
+            yield
+        except refusals:
+            raise
+        except BaseException:
+            with self._lock:
+                self._undo_placement()
+            raise
+
     async def aadd(self, messages: Sequence[Mapping[str, Any]], timestamp: str | None = None) -> MessageNode:
         """``add()`` for async apps: runs in a worker thread, off the event loop (the same
         lock, the same transaction: when it returns, the exchange is on disk)."""
@@ -261,7 +277,7 @@ class CTree(TreeReading):
     def generate_summaries(self) -> int:
         """Summarise every topic whose summary is missing or out of date. Returns how many."""
         self._refuse_if_read_only("store summaries")
-        with self._lock:
+        with self._lock, self._as_stored_on_failure():  # refused, they stay due
             todo = self.summaries.refresh_all()
             if self._store is not None:
                 self._store.write_topics(todo)
@@ -412,15 +428,17 @@ class CTree(TreeReading):
                              f"got {similarity_threshold!r}")
         self._refuse_if_read_only("reorganise it")
         embedder = as_embedder(embed_fn) or self.embed_fn
-        return Reorganizer(self.structure, self.judges, self.summaries, self.balancer, embedder, self.events.emit,
-                           self._store, self._undo, self._lock).run(embed_fn, similarity_threshold,
-                                                                    prune_trivial_leaves, should_stop=should_stop,
-                                                                    redo_undone=redo_undone)
+        with self._as_stored_on_failure():  # finished rounds are on file: those stay
+            return Reorganizer(self.structure, self.judges, self.summaries, self.balancer, embedder, self.events.emit,
+                               self._store, self._undo, self._lock).run(embed_fn, similarity_threshold,
+                                                                        prune_trivial_leaves, should_stop=should_stop,
+                                                                        redo_undone=redo_undone)
 
     def undo_reorganize(self) -> dict:
         """Restore the tree exactly as before the last ``reorganize()``."""
         self._refuse_if_read_only("undo a reorganisation")
-        return undo_reorganize(self.structure, self._store, self._undo, self._lock)
+        with self._as_stored_on_failure(UndoError):
+            return undo_reorganize(self.structure, self._store, self._undo, self._lock)
 
     def _own_exchanges(self, exchanges: Iterable[MessageNode], action: str) -> list[MessageNode]:
         """``exchanges`` as this tree's nodes, or ``TypeError`` in words (``archive([5])``
@@ -434,12 +452,16 @@ class CTree(TreeReading):
 
     def archive(self, exchanges: Iterable[MessageNode]) -> list[MessageNode]:
         self._refuse_if_read_only("archive exchanges")
-        return self._archive().archive(self._own_exchanges(exchanges, "archive"))
+        todo = self._own_exchanges(exchanges, "archive")
+        with self._as_stored_on_failure():
+            return self._archive().archive(todo)
 
     def restore_archived(self, exchanges: Iterable[MessageNode] | None = None) -> list[MessageNode]:
         """Bring soft-archived exchanges back into the tree (all by default)."""
         self._refuse_if_read_only("restore exchanges")
-        return self._archive().restore(None if exchanges is None else self._own_exchanges(exchanges, "restore_archived"))
+        todo = None if exchanges is None else self._own_exchanges(exchanges, "restore_archived")
+        with self._as_stored_on_failure():
+            return self._archive().restore(todo)
 
     def forget(self, exchanges: Iterable[MessageNode], meta: Mapping[str, str | None] | None = None) -> ForgetResult:
         """Forget ``exchanges`` for good (unlike ``archive``): each stays in its place,
@@ -456,7 +478,7 @@ class CTree(TreeReading):
         if meta is not None:  # a lone surrogate failed the file's write after the tree had forgotten
             meta = {storable(k): None if v is None else storable(v) for k, v in meta.items()}
         exchanges = self._own_exchanges(exchanges, "forget")
-        with self._lock:
+        with self._lock, self._as_stored_on_failure():
             done = Forgetting(self.structure, self._archive(), self.judges, self.group_names, self.summaries,
                               self._store, self._sentence_index(), self._undo, self.word_stats, lambda: self.embed_fn,
                               self._lock).forget(exchanges, meta)
@@ -484,11 +506,13 @@ class CTree(TreeReading):
             role_vecs = dict(zip([m["role"] for m in msgs], vecs))
             vector = exchange_vector(role_vecs["user"], role_vecs["assistant"])
             old_ids = [message_id(node.index, m["role"]) for m in node.messages]
-            first = self.structure.replace_last(msgs, vector, timestamp or datetime.now(UTC).isoformat(timespec="seconds"))
-            renamed = self._rename_own_topic(node)
-            self._undo.end()
-            if self._store is not None:
-                self._store.write_replaced(node, first, old_ids, vecs, renamed=renamed is not None)
+            with self._as_stored_on_failure():
+                first = self.structure.replace_last(msgs, vector,
+                                                    timestamp or datetime.now(UTC).isoformat(timespec="seconds"))
+                renamed = self._rename_own_topic(node)
+                self._undo.end()
+                if self._store is not None:
+                    self._store.write_replaced(node, first, old_ids, vecs, renamed=renamed is not None)
         self._auto_save()
         return node
 
