@@ -101,6 +101,25 @@ def test_a_closed_or_read_only_store_says_so_in_typed_errors(tmp_path):
     ro.close()
 
 
+def test_no_file_name_a_folder_name_or_bytes_are_said_or_taken(tmp_path, monkeypatch, hash_embed):
+    # "" said FileNotFoundError "No such file or directory: ''" (an export: a temporary
+    # file's name in the folder above); "new/" made the folder, then IsADirectoryError;
+    # b"s.db" failed with "can't concat str to bytes"
+    monkeypatch.chdir(tmp_path)
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    tree.add(ex("hello there"))
+    for call in (lambda: CTree.open("", embed_fn=hash_embed), lambda: tree.save("")):
+        with pytest.raises(SessionFileError, match="is no file name"):
+            call()
+    for call in (lambda: CTree.open("new/", embed_fn=hash_embed), lambda: tree.save("new/")):
+        with pytest.raises(SessionFileError, match="is a folder"):
+            call()
+    assert not (tmp_path / "new").exists()
+    tree.save(b"b.json")
+    CTree.open(b"b.db", embed_fn=hash_embed).close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.db", "b.json"]
+
+
 def test_fts_query_treats_user_text_as_words(tmp_path):
     db = VectorDatabase(str(tmp_path / "v.db"))
     db.add_conversation_message(ConversationVector("a", 0, "user", "NEAR the AND gate", unit(1, 0), "t", "p"))

@@ -312,8 +312,10 @@ def refuse_export_target(filepath: str) -> None:
     """A JSON export never replaces a database (a session file: a slip of "s.db" for
     "s.json" replaced the tree's own open session, and the exchanges added after it were
     lost: a trial) nor a folder (it said a temporary file's name)."""
-    if os.path.isdir(filepath):
+    if os.path.isdir(filepath) or filepath.endswith(("/", os.sep)):
         raise SessionFileError(filepath, "is a folder: give the export a file name, e.g. export.json")
+    if not filepath:  # it said a temporary file's name in the folder above
+        raise SessionFileError('""', "is no file name: give the export one, e.g. export.json")
     try:
         with open(filepath, "rb") as fh:
             head = fh.read(16)
@@ -340,6 +342,7 @@ def tree_to_json(model: TreeModel, filepath: str, save_conversation: bool, max_c
         data["conversation"] = model.conversation
     if meta:
         data["meta"] = dict(meta)
+    filepath = os.fsdecode(filepath)  # a pathlib.Path or bytes as well
     refuse_export_target(filepath)
     directory = os.path.dirname(os.path.abspath(filepath))
     os.makedirs(directory, exist_ok=True)

@@ -114,10 +114,12 @@ class VectorDatabase(TopicSummaries, TreeTables):
     """
 
     def __init__(self, path: str = "trace_vectors.db", synchronous: str = "FULL", *, read_only: bool = False) -> None:
-        self.path = os.fspath(path)
+        self.path = os.fsdecode(path)  # bytes too: b"s.db" failed later, "can't concat str to bytes"
         self.read_only = read_only
-        if os.path.isdir(self.path):
+        if os.path.isdir(self.path) or self.path.endswith(("/", os.sep)):
             raise SessionFileError(self.path, "is a folder, not a session file")
+        if not self.path:  # it said FileNotFoundError "No such file or directory: ''"
+            raise SessionFileError('""', "is no file name: name the session file, e.g. session.db")
         self._writer: WriterLock | None = None
         self._lock = threading.RLock()
         self._depth = 0
