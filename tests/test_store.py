@@ -206,6 +206,33 @@ def test_assigning_a_store_adopts_or_receives(tmp_path, hash_embed):
         other.vdb = VectorDatabase(path, read_only=True)
 
 
+def test_an_adopted_session_keeps_its_bound_and_refuses_another_embedder(tmp_path, hash_embed):
+    # tree.vdb = VectorDatabase(path) took a session into a tree of another embedder:
+    # every add() and prompt failed after it ("shapes (16,) and (64,) not aligned"); the
+    # file's fan-out bound (3) gave way to the tree's (5)
+    path = str(tmp_path / "s.db")
+    tree = CTree.open(path, judge="embedding", embed_fn=hash_embed, max_children=3)
+    for i in range(4):
+        tree.add(ex(f"exchange {i} about gardening"))
+    tree.close()
+
+    def small(text: str) -> list[float]:
+        return [1.0, float(len(text) % 7), 0.5]
+
+    other = CTree(judge="embedding", embed_fn=small)
+    db = VectorDatabase(path)
+    with pytest.raises(EmbedderMismatchError, match="built with the embedder hash-bow-64"):
+        other.vdb = db
+    assert other.vdb is None and other.exchanges == [] and other.max_children == 5
+    db.close()
+    same = CTree(judge="embedding", embed_fn=hash_embed)
+    same.vdb = VectorDatabase(path)
+    assert same.max_children == 3 and len(same.exchanges) == 4
+    same.add(ex("one more about gardening"))
+    check_invariants(same)
+    same.close()
+
+
 def _digest(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

@@ -451,14 +451,7 @@ def open_session(cls, path: str, read_only: bool, max_children: int = 5, **kwarg
     tree = cls(max_children=max_children, **kwargs)  # bad arguments refused before a file is made
     db = VectorDatabase(path, read_only=read_only)
     try:
-        if has_tree(db):
-            stored_max = stored_max_children(db)
-            if stored_max:
-                problem = max_children_problem(stored_max)
-                if problem:
-                    raise SessionFileError(path, f"is damaged: its {problem}")
-                tree.max_children = tree.balancer.max_children = stored_max
-        tree.vdb = db
+        tree.vdb = db  # a stored session brings its own fan-out bound, and checks the embedder
         tree.verify_embedder()
     except BaseException:
         db.close()

@@ -23,7 +23,7 @@ from .group_names import GroupNames
 from .judges import EmbeddingJudge, Judges, LLMJudge
 from .model import ARROW, ROOT_ID, TreeModel
 from .nodes import MessageNode, TopicNode
-from .persist import TreeStore, conversation_vectors, load_json, open_session, tree_to_json
+from .persist import TreeStore, conversation_vectors, load_json, open_session, stored_max_children, tree_to_json
 from .placement import Placer
 from .render import render_tree
 from .reorganize import Reorganizer, UndoError, UndoLog, undo_reorganize
@@ -145,6 +145,7 @@ class CTree(TreeReading):
                         f"{db.path} already holds a conversation and this tree has its own; "
                         "open the file with CTree.open() or use a new file"
                     )
+                self._take_stored_settings(db)
                 self._vdb, self._store = db, store
                 store.load()
                 for x in self.structure.exchanges:
@@ -163,6 +164,21 @@ class CTree(TreeReading):
             if not db.read_only:
                 for key, value in self.imported_meta.items():
                     db.set_meta(key, value)
+
+    def _take_stored_settings(self, db: VectorDatabase) -> None:
+        """A stored session is adopted with its own fan-out bound (its nodes were split by
+        it), and only by the embedder it was built with (``EmbedderMismatchError``), before
+        anything changes: ``tree.vdb = db`` took a MiniLM session into a tree of another
+        embedder, and every add() and prompt failed after ("shapes (16,) and (384,) not
+        aligned"); the bound stayed the tree's own (a developer's trial)."""
+        if db.get_meta("embed_model") is not None:
+            db.check_embedder(self.embed_fn.name, self.embed_fn.dim)
+        stored = stored_max_children(db)
+        if stored:
+            problem = max_children_problem(stored)
+            if problem:
+                raise SessionFileError(db.path, f"is damaged: its {problem}")
+            self.max_children = self.balancer.max_children = stored
 
     # --- helpers ---------------------------------------------------------------------------
 
