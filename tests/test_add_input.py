@@ -126,6 +126,30 @@ def test_every_change_the_file_refuses_leaves_the_tree_as_the_file_holds_it(tmp_
     reopened.close()
 
 
+def test_a_full_disk_or_a_held_file_is_a_session_error_in_words(tmp_path, hash_embed):
+    """A full disk said sqlite3.OperationalError "database or disk is full", which no
+    ``except SessionFileError`` caught (a developer's trial)."""
+    import sqlite3
+
+    import pytest
+
+    from nexus.turn import store_problem
+    from trace_core import SessionFileError, SessionWriteError
+
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=hash_embed)
+    tree.add([{"role": "user", "content": "a small first one"}, {"role": "assistant", "content": "ok"}])
+    pages = tree.vdb.con.execute("PRAGMA page_count").fetchone()[0]
+    tree.vdb.con.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full
+    with pytest.raises(SessionWriteError, match="s.db: could not be written .database or disk is full.") as info:
+        tree.add([{"role": "user", "content": "word " * 50_000}, {"role": "assistant", "content": "ok"}])
+    assert isinstance(info.value, SessionFileError) and isinstance(info.value, sqlite3.OperationalError)
+    assert store_problem(info.value) == "the disk is full" and len(tree.exchanges) == 1
+    tree.vdb.con.execute("PRAGMA max_page_count = 1073741823")
+    tree.add([{"role": "user", "content": "room again"}, {"role": "assistant", "content": "ok"}])
+    assert [x.index for x in tree.exchanges] == [0, 1]
+    tree.close()
+
+
 def test_a_timestamp_that_is_no_date_and_a_reply_before_its_question_are_refused(tmp_path, minilm):
     """"not a date" and 12345 were stored and shown to the model as date lines; an
     [assistant, user] exchange was taken (trial)."""

@@ -16,6 +16,7 @@ from .store import (
     SessionFileError,
     SessionLockedError,
     SessionNotWritableError,
+    SessionWriteError,
     VectorDatabase,
 )
 from .tree import CTree, SessionConflictError
@@ -34,6 +35,7 @@ __all__ = [
     "SessionFileError",
     "SessionLockedError",
     "SessionNotWritableError",
+    "SessionWriteError",
     "TopicNode",
     "VectorDatabase",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 
 
 class SessionFileError(RuntimeError):
@@ -51,6 +52,15 @@ def read_only_uri(path: str) -> str:
     folder = os.path.dirname(os.path.abspath(path))
     immutable = not os.access(folder, os.W_OK) and not os.path.exists(path + "-wal")
     return f"file:{path}?mode=ro" + ("&immutable=1" if immutable else "")
+
+
+class SessionWriteError(SessionFileError, sqlite3.OperationalError):
+    """The file refused a write (the disk is full, another connection held it past the
+    busy timeout): nothing of that change was stored. An ``sqlite3.OperationalError``
+    too, for code that caught SQLite's own."""
+
+    def __init__(self, path: str, exc: BaseException):
+        super().__init__(path, f"could not be written ({exc}); nothing of this change was stored")
 
 
 class ReadOnlySessionError(SessionFileError):

@@ -34,6 +34,7 @@ from .errors import (
     SessionFileError,
     SessionLockedError,
     SessionNotWritableError,
+    SessionWriteError,
     read_only_uri,
     unwritable_reason,
 )
@@ -229,22 +230,35 @@ class VectorDatabase(TopicSummaries, TreeTables):
             raise ReadOnlySessionError(self.path, "write to it")
         with self._lock:
             if self._depth == 0:
-                self.con.execute("BEGIN IMMEDIATE")
+                try:
+                    self.con.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError as exc:  # "database is locked"
+                    raise SessionWriteError(self.path, exc) from exc
             self._depth += 1
             try:
                 yield self.con
-            except BaseException:
+            except BaseException as exc:
                 self._depth -= 1
                 if self._depth == 0:
-                    self.con.execute("ROLLBACK")
-                    self._drop_message_caches()  # caches may hold rolled-back rows
-                    self._topic_index = None
+                    self._roll_back()
+                    if isinstance(exc, sqlite3.OperationalError) and not isinstance(exc, SessionFileError):
+                        raise SessionWriteError(self.path, exc) from exc
                 raise
             self._depth -= 1
             if self._depth == 0:
-                self.con.execute("COMMIT")
+                try:
+                    self.con.execute("COMMIT")
+                except sqlite3.OperationalError as exc:  # "database or disk is full"
+                    self._roll_back()
+                    raise SessionWriteError(self.path, exc) from exc
                 if self._purge_pending:  # a reader kept a purge's old log pages: gone once it has left
                     self._purge_pending = bool(self.con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0])
+
+    def _roll_back(self) -> None:
+        if self.con.in_transaction:  # a failed COMMIT may have ended it already
+            self.con.execute("ROLLBACK")
+        self._drop_message_caches()  # caches may hold rolled-back rows
+        self._topic_index = None
 
     def close(self) -> None:
         """Close the file and release the writer lock (closing twice is harmless)."""
