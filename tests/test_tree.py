@@ -456,3 +456,25 @@ def test_a_fan_out_bound_past_the_limit_is_refused_in_a_session_file_too(tmp_pat
     with pytest.raises(ValueError, match="from 2 to 10,000"):
         CTree(max_children=10_001, embed_fn=hash_embed, judge="embedding")
     assert CTree(max_children=10_000, embed_fn=hash_embed, judge="embedding").max_children == 10_000
+
+
+def test_constructor_settings_of_the_wrong_kind_are_refused_before_a_file_is_made(tmp_path, hash_embed):
+    """auto_save_path=5 raised TypeError from add() after the exchange was stored (a
+    caller's retry stored it twice); model=5 was asked for as a model; base_url=5 said
+    "'int' object has no attribute 'rstrip'" (a developer's trial)."""
+    path = tmp_path / "s.db"
+    for kwargs, error, words in (({"auto_save_path": 5}, TypeError, "auto_save_path must be a file path"),
+                                 ({"auto_save_path": ""}, TypeError, "auto_save_path must be a file path"),
+                                 ({"model": 5}, ValueError, "model must be the memory model's name"),
+                                 ({"model": " "}, ValueError, "model must be the memory model's name"),
+                                 ({"base_url": 5}, TypeError, "base_url must be text or None"),
+                                 ({"api_key": b"k"}, TypeError, "api_key must be text or None"),
+                                 ({"llm_timeout": 0}, ValueError, "llm_timeout must be a number of seconds")):
+        with pytest.raises(error, match=words):
+            CTree.open(str(path), judge="auto", embed_fn=hash_embed, **kwargs)
+    assert not path.exists()
+    tree = CTree(judge="embedding", embed_fn=hash_embed, auto_save_path=tmp_path / "auto.json")
+    with pytest.raises(ValueError, match="model must be"):
+        tree.model = 5
+    tree.add([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+    assert (tmp_path / "auto.json").exists() and tree.model == "gpt-4o-mini"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 import weakref
@@ -41,6 +42,28 @@ class SessionConflictError(RuntimeError):
     pass
 
 
+def _check_model(name: object) -> None:
+    if not isinstance(name, str) or not name.strip():  # 5 was asked for as model 5, failing every call
+        raise ValueError(f"model must be the memory model's name at the server (text), not {name!r}")
+
+
+def _check_settings(model: object, api_key: object, base_url: object, auto_save_path: object,
+                    llm_timeout: object) -> None:
+    """The constructor's settings, refused in words before anything is made: an
+    ``auto_save_path`` of 5 raised TypeError from add() after the exchange was stored (a
+    caller's retry stores it twice); ``base_url=5`` said "'int' object has no attribute
+    'rstrip'" (a developer's trial)."""
+    _check_model(model)
+    for name, value in (("api_key", api_key), ("base_url", base_url)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be text or None, not {type(value).__name__}")
+    if auto_save_path is not None and (not isinstance(auto_save_path, (str, bytes, os.PathLike))
+                                       or not os.fspath(auto_save_path)):
+        raise TypeError(f"auto_save_path must be a file path or None, not {auto_save_path!r}")
+    if isinstance(llm_timeout, bool) or not isinstance(llm_timeout, (int, float)) or not llm_timeout > 0:
+        raise ValueError(f"llm_timeout must be a number of seconds above 0, not {llm_timeout!r}")
+
+
 class CTree(TreeReading):
     """The public facade (the TRACE README's API). Behind it: the tree model
     (``structure``) and the services handed what they use — placement, summaries,
@@ -63,6 +86,7 @@ class CTree(TreeReading):
         fanout_problem = max_children_problem(max_children)
         if fanout_problem:
             raise ValueError(fanout_problem)
+        _check_settings(model, api_key, base_url, auto_save_path, llm_timeout)
         self.max_children = max_children
         self._model = model
         self.auto_save_path = auto_save_path
@@ -335,6 +359,7 @@ class CTree(TreeReading):
     def model(self, name: str) -> None:
         """Ask ``name`` from now on (a client that learns its server's model late, as the
         first one the server lists)."""
+        _check_model(name)
         self._model = name
         if self.judges.llm is not None:
             self.judges.llm.model = name
