@@ -110,7 +110,7 @@ def build_session(path: str, n: int, emb, sentences, vecs, rng: random.Random) -
                 for r, (role, text) in enumerate((("user", q), ("assistant", a))):
                     v = vecs[2 * k + r]
                     db.add_conversation_message(ConversationVector(
-                        message_id(idx, role), 2 * idx + r, role, text, v, ts, path_s, m.node_id, idx))
+                        message_id(idx, role), 2 * idx + r, role, text, v, ts, path_s, node_id=m.node_id, exchange_index=idx))
                     if prev is not None:  # the message read after its cue (see message_parts)
                         parts.append((message_id(idx, role), 0, f"{prev[0]} {text}", normalise(prev[1] + v)))
                     prev = (text, v)

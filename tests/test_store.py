@@ -120,6 +120,28 @@ def test_no_file_name_a_folder_name_or_bytes_are_said_or_taken(tmp_path, monkeyp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.db", "b.json"]
 
 
+def test_a_message_or_topic_with_no_text_or_a_lone_surrogate_loses_nothing(tmp_path):
+    # a text of None was stored and read back as None; a lone surrogate raised
+    # UnicodeEncodeError after the message's old row had been deleted
+    path = str(tmp_path / "v.db")
+    db = VectorDatabase(path)
+    db.add_conversation_message(ConversationVector("a", 0, "user", "cats purr", unit(1, 0, 0), "t0", "ROOT"))
+    with pytest.raises(TypeError, match="message 'a': text must be text, not NoneType; nothing was stored"):
+        db.add_conversation_message(ConversationVector("a", 0, "user", None, unit(1, 0, 0), "t0", "ROOT"))
+    with pytest.raises(TypeError, match="message 5: message_id must be text"):
+        db.add_conversation_message(ConversationVector(5, 0, "user", "x", unit(1, 0, 0), "t0", "ROOT"))
+    with pytest.raises(TypeError, match="topic 't1': summary must be text"):
+        db.upsert_topic_summary("t1", "Cats", None, unit(1, 0, 0))
+    assert [(h.message_id, h.text) for h in db.search_conversation(unit(1, 0, 0))] == [("a", "cats purr")]
+    db.add_conversation_message(ConversationVector("a", 0, "user", "cats \ud800 purr", unit(1, 0, 0), "t0", "ROOT"))
+    db.upsert_topic_summary("t1", "Cats \udc80", "All about cats", unit(1, 0, 0))
+    db.close()
+    db = VectorDatabase(path)
+    assert [h.text for h in db.search_conversation(unit(1, 0, 0))] == ["cats \ufffd purr"]
+    assert [r["topic_name"] for r in db.search_topic_summaries(unit(1, 0, 0))] == ["Cats \ufffd"]
+    db.close()
+
+
 def test_fts_query_treats_user_text_as_words(tmp_path):
     db = VectorDatabase(str(tmp_path / "v.db"))
     db.add_conversation_message(ConversationVector("a", 0, "user", "NEAR the AND gate", unit(1, 0), "t", "p"))

@@ -95,10 +95,10 @@ def test_a_schema_6_file_is_upgraded_and_stays_searchable(tmp_path):
     assert [n for n, _ in db.keyword_search_topics("rowing")] == ["t0"]
     # rows written now are indexed by SQLite itself, replaced and deleted with their table rows
     db.add_conversation_message(ConversationVector("x1-user", 2, "user", "I paddle on Sundays", unit(0, 0, 1),
-                                                   "2024-05-02", "ROOT", "m2", 1))
+                                                   "2024-05-02", "ROOT", node_id="m2", exchange_index=1))
     assert [m for m, _ in db.keyword_search_messages("paddle")] == ["x1-user"]
     db.add_conversation_message(ConversationVector("x1-user", 2, "user", "I swim on Sundays", unit(0, 0, 1),
-                                                   "2024-05-02", "ROOT", "m2", 1))
+                                                   "2024-05-02", "ROOT", node_id="m2", exchange_index=1))
     assert db.keyword_search_messages("paddle") == [] and [m for m, _ in db.keyword_search_messages("swim")] == [
         "x1-user"]
     db.upsert_topic_summary("t0", "Boats", "Sailing at sea", unit(0, 1, 0))

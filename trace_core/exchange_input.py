@@ -16,6 +16,17 @@ def storable(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
+def checked_texts(what: str, **fields: object) -> dict[str, str]:
+    """``fields`` as storable text (a lone surrogate read as U+FFFD, as ``add()`` stores
+    it), or ``TypeError`` before anything is written: a text of None was stored and read
+    back as None; a surrogate raised UnicodeEncodeError after a message's old row was
+    deleted (a developer's trial)."""
+    for name, value in fields.items():
+        if not isinstance(value, str):
+            raise TypeError(f"{what}: {name} must be text, not {type(value).__name__}; nothing was stored")
+    return {name: storable(value) for name, value in fields.items() if isinstance(value, str)}
+
+
 def validate_exchange(messages: object) -> list[dict]:
     """The exchange's messages (made storable), or ``ValueError`` naming what is wrong."""
     if not isinstance(messages, (list, tuple)):

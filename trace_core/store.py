@@ -38,7 +38,7 @@ from .errors import (
     read_only_uri,
     unwritable_reason,
 )
-from .exchange_input import storable
+from .exchange_input import checked_texts, storable
 from .keywords import SCORED_FROM, MessagePostings
 from .locking import LockBusy, WriterLock
 from .schema import APP_ID, MIGRATIONS, SCHEMA_VERSION, SQLITE_HEADER, inspect_session_file
@@ -344,6 +344,8 @@ class VectorDatabase(TopicSummaries, TreeTables):
 
     def add_conversation_message(self, cv: ConversationVector) -> None:
         self.refuse_if_read_only("add a message")
+        texts = checked_texts(f"message {cv.message_id!r}", message_id=cv.message_id, role=cv.role, text=cv.text,
+                       timestamp=cv.timestamp, thread_path=cv.thread_path, node_id=cv.node_id)
         with self._lock:
             emb = self._checked_vector(f"message {cv.message_id!r}", cv.embedding)
             old = self.con.execute("SELECT rowid FROM conversation_vectors WHERE message_id=?",
@@ -355,8 +357,8 @@ class VectorDatabase(TopicSummaries, TreeTables):
             rowid = self.con.execute(
                 "INSERT INTO conversation_vectors(message_id, message_index, role, text, embedding,"
                 " timestamp, thread_path, node_id, exchange_index, archived) VALUES(?,?,?,?,?,?,?,?,?,0)",
-                (cv.message_id, cv.message_index, cv.role, cv.text, _blob(emb), cv.timestamp,
-                 cv.thread_path, cv.node_id, cv.exchange_index),
+                (texts["message_id"], cv.message_index, texts["role"], texts["text"], _blob(emb),
+                 texts["timestamp"], texts["thread_path"], texts["node_id"], cv.exchange_index),
             ).lastrowid
             if self._postings is not None and rowid is not None:
                 size = self.con.execute("SELECT sz FROM messages_fts_docsize WHERE id=?", (rowid,)).fetchone()

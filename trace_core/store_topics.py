@@ -8,6 +8,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .blobs import chunks, from_blob, now_iso, to_blob
+from .exchange_input import checked_texts
 from .keywords import SCORED_FROM
 from .textutil import query_terms
 from .vectors import VectorIndex
@@ -45,6 +46,8 @@ class TopicSummaries:
     def upsert_topic_summary(self, node_id: str, topic_name: str, summary: str, embedding: ArrayLike,
                              start_index: int = -1, end_index: int = -1) -> None:
         self.refuse_if_read_only("store a topic summary")
+        texts = checked_texts(f"topic {node_id!r}", node_id=node_id, topic_name=topic_name, summary=summary)
+        node_id, topic_name, summary = texts["node_id"], texts["topic_name"], texts["summary"]
         with self._lock:
             emb = self._checked_vector(f"topic {node_id!r}", embedding)
             row = self.con.execute("SELECT rowid FROM topic_summaries WHERE node_id=?", (node_id,)).fetchone()
