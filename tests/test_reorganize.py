@@ -508,6 +508,8 @@ def test_a_threshold_that_is_no_cosine_is_refused(tmp_path, minilm):
     for bad in (-1, 0, 2, "0.5", float("nan")):
         with pytest.raises(ValueError, match="similarity_threshold is a cosine similarity"):
             tree.reorganize(similarity_threshold=bad)
+    with pytest.raises(TypeError, match="should_stop must be a function"):  # it said "'bool' object is not callable"
+        tree.reorganize(should_stop=True)
     assert tree.reorganize(similarity_threshold=1)["merged"] == 0
     tree.vdb.close()
 

@@ -467,6 +467,8 @@ class CTree(TreeReading):
             # a cosine: -1 merged everything, 2 nothing, both silently (a trial)
             raise ValueError(f"similarity_threshold is a cosine similarity in (0, 1], e.g. 0.55; "
                              f"got {similarity_threshold!r}")
+        if should_stop is not None and not callable(should_stop):  # True said "'bool' object is not callable"
+            raise TypeError(f"should_stop must be a function that returns True to stop, not {should_stop!r}")
         self._refuse_if_read_only("reorganise it")
         embedder = as_embedder(embed_fn) or self.embed_fn
         with self._as_stored_on_failure():  # finished rounds are on file: those stay
