@@ -478,3 +478,19 @@ def test_constructor_settings_of_the_wrong_kind_are_refused_before_a_file_is_mad
         tree.model = 5
     tree.add([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
     assert (tmp_path / "auto.json").exists() and tree.model == "gpt-4o-mini"
+
+
+def test_load_says_a_bad_argument_as_such_and_keeps_the_exports_bound(tmp_path, hash_embed):
+    """CTree.load(path, max_children=7) and load(path, read_only=True) said "is a damaged
+    TRACE export (…got multiple values…)": the file was blamed for the caller's argument."""
+    tree = CTree(judge="embedding", embed_fn=hash_embed, max_children=3)
+    for i in range(4):
+        tree.add(ex(f"exchange {i} about the garden"))
+    path = str(tmp_path / "e.json")
+    tree.save(path)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'read_only'"):
+        CTree.load(path, embed_fn=hash_embed, read_only=True)
+    with pytest.raises(ValueError, match="judge must be"):
+        CTree.load(path, embed_fn=hash_embed, judge="nope")
+    loaded = CTree.load(path, embed_fn=hash_embed, judge="embedding", max_children=7)
+    assert loaded.max_children == 3 and loaded.snapshot() == tree.snapshot()

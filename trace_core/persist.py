@@ -462,8 +462,11 @@ def open_session(cls, path: str, read_only: bool, max_children: int = 5, **kwarg
 def load_json(cls, filepath: str, model: str | None = None, **kwargs):
     """``CTree.load``: a tree from a JSON export (``SessionFileError`` for a bad file)."""
     data = read_json(filepath)
+    kwargs.pop("max_children", None)  # the export keeps its own bound (its nodes were split by it), as open() does
+    stored_model = data.model if isinstance(data.model, str) and data.model.strip() else None
+    # the caller's arguments are said as they are: a bad or unknown one read "is a damaged TRACE export"
+    tree = cls(max_children=data.max_children, model=model or stored_model or "gpt-4o-mini", **kwargs)
     try:
-        tree = cls(max_children=data.max_children, model=model or data.model or "gpt-4o-mini", **kwargs)
         tree.structure.replace_structure(data.rows, data.current, lambda r: data.exchanges[r.exchange_index],
                                          data.conversation)
     except (BrokenRowsError, KeyError, TypeError, ValueError) as exc:
