@@ -102,7 +102,8 @@ class _ClosedConnection:
         self._path = path
 
     def __getattr__(self, name: str) -> object:
-        raise SessionFileError(self._path, "is closed (VectorDatabase.close()): VectorDatabase(path) opens it again")
+        raise SessionFileError(self._path, "is closed (tree.close() or VectorDatabase.close()): CTree.open(path) or "
+                               "VectorDatabase(path) opens it again")
 
 
 class VectorDatabase(TopicSummaries, TreeTables):
