@@ -4,6 +4,7 @@ focused query, transcript speaker labels."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from trace_core import CTree, PromptSynthesizer
 from trace_core.dates import DateSpec, dates_in
@@ -105,6 +106,10 @@ def test_index_pending_embeds_sentences_off_the_add_path(tmp_path, minilm):
         ("Caroline: Thanks for the tip. BTW, I had a setback last month. I hurt my knee and stopped running.",
          "Melanie: Oh no, take care of that knee!", "2023-05-02T10:00")])
     assert tree.pending_parts() == 5
+    # batch=0 did nothing and said 0, as if nothing were left; "2" said "'<' not supported…"
+    for bad in ({"batch": 0}, {"max_exchanges": -1}, {"max_exchanges": "2"}, {"batch": None}):
+        with pytest.raises(ValueError, match="must be a whole number"):
+            tree.index_pending(**bad)
     assert tree.index_pending(max_exchanges=2) == 2 and tree.pending_parts() == 3
     assert tree.index_pending() == 3 and tree.pending_parts() == 0 and tree.index_pending() == 0
     parts = tree.vdb.message_parts(["x4-user", "x0-user"])

@@ -446,6 +446,11 @@ class CTree(TreeReading):
         This is idle-time work, kept off ``add()`` (it doubles the embedding cost of an
         exchange): Nexus runs it in the background after each reply; a library user calls
         it when convenient. Retrieval works without it, with message vectors only."""
+        # batch=0 did nothing and said 0, as if nothing were left; "2" said "'<' not supported…"
+        for name, value, least in (("max_exchanges", max_exchanges, 0), ("batch", batch, 1)):
+            if (value is not None or name == "batch") and (
+                    not isinstance(value, int) or isinstance(value, bool) or value < least):
+                raise ValueError(f"{name} must be a whole number ≥ {least}, not {value!r}")
         self.refuse_if_closed("index sentences")
         index = self._sentence_index()
         if index is None or self._vdb is None or self._vdb.read_only:
