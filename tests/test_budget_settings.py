@@ -63,6 +63,34 @@ def test_a_schedule_that_cannot_work_is_refused_when_made(schedule, problem):
         SynthesisParams(by_budget=schedule)
 
 
+@pytest.mark.parametrize("field, value, problem", [
+    ("diversity", "x", "diversity must be a number"), ("candidates", -1, "candidates must be a whole number"),
+    ("focus_query", 1, "focus_query must be True or False"), ("weights", (1.0, 2.0), "weights must be three numbers"),
+    ("topic_threshold", float("nan"), "topic_threshold must be a number"),
+    ("dense_scale", "cosine", "dense_scale must be 'conversation' or 'candidates'")])
+def test_a_setting_of_the_wrong_kind_is_refused_when_made(field, value, problem, hash_embed):
+    # diversity="x" was taken, and failed in the middle of a synthesis; through a budget's
+    # entry or a keyword of PromptSynthesizer alike
+    with pytest.raises(ValueError, match=problem):
+        SynthesisParams(**{field: value})
+    with pytest.raises(ValueError, match=problem):
+        SynthesisParams(by_budget=((500, ((field, value),)),)).at_budget(500)
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    with pytest.raises(ValueError, match=problem):
+        PromptSynthesizer(ctree=tree, **{field: value})
+
+
+def test_the_synthesizer_says_what_it_takes(hash_embed):
+    # "'str' object has no attribute 'vdb'", "'dict' object has no attribute 'fixed'", and
+    # a base prompt of None failed at the first synthesis
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    for kwargs, words in (({"ctree": "session.db"}, "ctree must be a CTree"),
+                          ({"ctree": tree, "params": {"diversity": 0.1}}, "params must be a SynthesisParams"),
+                          ({"ctree": tree, "base_prompt": None}, "base_prompt must be text")):
+        with pytest.raises(TypeError, match=words):
+            PromptSynthesizer(**kwargs)
+
+
 def test_a_query_of_punctuation_or_emoji_only_injects_nothing(tmp_path, minilm):
     """"?" injected 117 tokens, "😀" 332 (a trial): they ask nothing."""
     tree = CTree.open(str(tmp_path / "t.db"), judge="embedding", embed_fn=minilm)

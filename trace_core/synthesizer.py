@@ -96,6 +96,14 @@ class PromptSynthesizer:
         word_stats: DocumentFrequency | None = None,
         **settings: Any,
     ) -> None:
+        # said in words: "'str' object has no attribute 'vdb'", "'dict' object has no
+        # attribute 'fixed'", a base prompt of None failed at the first synthesis
+        if not hasattr(ctree, "exchange_view"):
+            raise TypeError(f"ctree must be a CTree, not {type(ctree).__name__}")
+        if params is not None and not isinstance(params, SynthesisParams):
+            raise TypeError(f"params must be a SynthesisParams, not {type(params).__name__}")
+        if not isinstance(base_prompt, str):
+            raise TypeError(f"base_prompt must be text, not {type(base_prompt).__name__}")
         self.tree = ctree
         self.vdb = vector_db if vector_db is not None else ctree.vdb
         self.base_prompt = base_prompt

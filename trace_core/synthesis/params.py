@@ -77,6 +77,10 @@ class SynthesisParams:
     by_budget: BudgetSettings = BUDGET_SETTINGS
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            problem = _field_problem(f.name, getattr(self, f.name))
+            if problem:  # diversity="x" was taken, and failed in the middle of a synthesis
+                raise ValueError(f"SynthesisParams: {problem}")
         names = {f.name for f in dataclasses.fields(self)} - {"by_budget"}
         for entry in self.by_budget:  # a zero budget divided by zero, a misspelt field failed late (a trial)
             budget, fields = entry
@@ -105,3 +109,29 @@ class SynthesisParams:
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(SynthesisParams)}
+_NONE_ALLOWED = {"group_depth", "neighbour_relevance"}
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _field_problem(name: str, value: object) -> str:
+    """What is wrong with one field's value, by the kind of its default ("" when nothing)."""
+    default = _DEFAULTS.get(name)
+    if name == "by_budget" or (value is None and name in _NONE_ALLOWED):
+        return ""
+    if name == "dense_scale":
+        return "" if value in ("conversation", "candidates") else \
+            f"dense_scale must be 'conversation' or 'candidates', not {value!r}"
+    if name == "weights":
+        ok = isinstance(value, tuple) and len(value) == 3 and all(_is_number(v) for v in value)
+        return "" if ok else f"weights must be three numbers (dense, keyword, branch), not {value!r}"
+    if isinstance(default, bool):
+        return "" if isinstance(value, bool) else f"{name} must be True or False, not {value!r}"
+    if isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return "" if ok else f"{name} must be a whole number ≥ 0, not {value!r}"
+    if isinstance(default, float):
+        return "" if _is_number(value) else f"{name} must be a number, not {value!r}"
+    return ""
