@@ -49,3 +49,37 @@ def test_a_full_disk_leaves_the_earlier_export_whole(tmp_path):
     assert out.stdout.startswith("failed"), out.stderr
     assert path.read_text() == "buy milk and call the plumber\n"
     assert [p.name for p in tmp_path.iterdir()] == ["notes.md"]
+
+
+def test_a_tree_export_never_replaces_the_sessions_own_log_index_or_lock(tmp_path):
+    """save("s.db-wal") replaced the session's write-ahead log: the exchanges not yet
+    copied into the file were lost when the process then ended without closing it (a
+    developer's trial: three exchanges, reopened, none)."""
+    db = tmp_path / "s.db"
+    script = textwrap.dedent(f"""
+        import os
+        from trace_core import CTree, SessionFileError
+        def embed(text):
+            return [1.0, float(len(text) % 5), 0.5]
+        tree = CTree.open({str(db)!r}, judge="embedding", embed_fn=embed)
+        for i in range(3):
+            tree.add([{{"role": "user", "content": f"important {{i}}"}}, {{"role": "assistant", "content": "ok"}}])
+        for name in ("-wal", "-shm", "-journal", ".lock", ""):
+            try:
+                tree.save({str(db)!r} + name)
+            except SessionFileError as exc:
+                print("refused", name, "belongs to the session" in str(exc) or "is a SQLite database" in str(exc))
+        os._exit(0)  # ended without closing: the log holds the exchanges
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.stdout.split("\n")[:5] == [f"refused {n} True" for n in ("-wal", "-shm", "-journal", ".lock", "")], \
+        out.stdout + out.stderr
+    from trace_core import CTree
+
+    def embed(text: str) -> list[float]:
+        return [1.0, float(len(text) % 5), 0.5]
+
+    tree = CTree.open(str(db), judge="embedding", embed_fn=embed, read_only=True)
+    assert [x.user for x in tree.exchanges] == ["important 0", "important 1", "important 2"]
+    tree.close()

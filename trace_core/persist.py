@@ -311,19 +311,30 @@ def _node_json(node: Node) -> dict:
 def refuse_export_target(filepath: str) -> None:
     """A JSON export never replaces a database (a session file: a slip of "s.db" for
     "s.json" replaced the tree's own open session, and the exchanges added after it were
-    lost: a trial) nor a folder (it said a temporary file's name)."""
+    lost: a trial), a session's own log, index or lock file, nor a folder (it said a
+    temporary file's name)."""
     if os.path.isdir(filepath) or filepath.endswith(("/", os.sep)):
         raise SessionFileError(filepath, "is a folder: give the export a file name, e.g. export.json")
     if not filepath:  # it said a temporary file's name in the folder above
         raise SessionFileError('""', "is no file name: give the export one, e.g. export.json")
-    try:
-        with open(filepath, "rb") as fh:
-            head = fh.read(16)
-    except OSError:
-        return  # no such file (or none we may read): the write says what is wrong
-    if head == SQLITE_HEADER:
+    real = os.path.realpath(filepath)
+    for suffix in ("-wal", "-shm", "-journal", ".lock"):
+        # "s.db-wal" replaced: the exchanges not yet copied from the log into the file
+        # were lost when the process ended without closing the session (a developer's trial)
+        if real.endswith(suffix) and _is_sqlite(real[: -len(suffix)]):
+            raise SessionFileError(filepath, f"belongs to the session {real[: -len(suffix)]} (its {suffix[1:]} "
+                                   "file): an export would replace it; save to another name, e.g. export.json")
+    if _is_sqlite(filepath):
         raise SessionFileError(filepath, "is a SQLite database (a session file?): an export would replace it; "
                                "save to another name, e.g. export.json")
+
+
+def _is_sqlite(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == SQLITE_HEADER
+    except OSError:
+        return False
 
 
 def tree_to_json(model: TreeModel, filepath: str, save_conversation: bool, max_children: int, model_name: str,
