@@ -101,6 +101,14 @@ def test_excluded_exchanges_are_never_injected(cross_tree, minilm):
     prompt = synth.synthesize_prompt(q, minilm.embed(q), None, [], exclude={4})
     assert "a cup of peanut butter" not in prompt
     assert 4 not in {x.index for x in synth.last_report.exchanges}
+    # exclude=4 said "'int' object is not iterable"; a text or a single message for the
+    # recent window was dropped without a word
+    for kwargs, words in (({"exclude": 4}, "exclude is a collection of exchange indices"),
+                          ({"exclude": ["4"]}, "exclude is a collection of exchange indices"),
+                          ({"recent_messages": "User: hi"}, "recent_messages is a list of messages, not a str"),
+                          ({"recent_messages": {"role": "user", "content": "hi"}}, "not a dict")):
+        with pytest.raises(TypeError, match=words):
+            synth.synthesize_prompt(q, minilm.embed(q), None, **kwargs)
 
 
 def test_shared_ancestors_are_deduplicated(cross_tree, minilm):

@@ -171,6 +171,13 @@ class PromptSynthesizer:
         # what an OpenAI client hands over: a tool call's content None, content as parts
         # (TypeErrors, a trial), a single context string (injected a character a paragraph)
         user_query = user_query if isinstance(user_query, str) else ""
+        # a text or one message for the list was read a character (a key) at a time, and
+        # dropped without a word; an exclude of 5 said "'int' object is not iterable"
+        if isinstance(recent_messages, (str, bytes, Mapping)):
+            raise TypeError(f"recent_messages is a list of messages, not a {type(recent_messages).__name__}")
+        if not isinstance(exclude, Collection) or isinstance(exclude, (str, bytes)) or \
+                not all(isinstance(i, int) for i in exclude):
+            raise TypeError(f"exclude is a collection of exchange indices, not {exclude!r:.60}")
         # a tool call's None content, or an empty message, is no line of the recent window
         # ("User: " lines, a developer's trial)
         recent_messages = [pm for m in recent_messages or [] if isinstance(m, Mapping)
