@@ -166,7 +166,9 @@ class PromptSynthesizer:
     ) -> str:
         """The system prompt for ``user_query``: the base prompt, the memory block, the
         recent messages, ``extra_context``. ``exclude``: exchange indices never injected
-        (a regenerated reply is asked as if the exchange it replaces had not happened)."""
+        (a regenerated reply is asked as if the exchange it replaces had not happened).
+        ``active_node`` is not used (ChatIndex's signature): every branch is ranked by the
+        query alone, the current one too."""
         started = time.perf_counter()
         # what an OpenAI client hands over: a tool call's content None, content as parts
         # (TypeErrors, a trial), a single context string (injected a character a paragraph)
