@@ -318,6 +318,27 @@ def test_auto_save_path_exports_after_each_add(tmp_path, hash_embed):
     assert len(CTree.load(str(path), embed_fn=hash_embed, judge="embedding").exchanges) == 2
 
 
+def test_auto_save_path_follows_archive_restore_and_reorganisation(tmp_path, hash_embed):
+    """Only add, replace_last and forget wrote the export: after an archive it still
+    held the exchange as live until the next add (a developer's trial)."""
+    path = tmp_path / "auto.json"
+    tree = CTree(judge="embedding", embed_fn=hash_embed, auto_save_path=str(path))
+    for text in ("one", "two", "three"):
+        tree.add(ex(text))
+
+    def archived() -> list[bool]:
+        return [x.archived for x in CTree.load(str(path), embed_fn=hash_embed, judge="embedding").exchanges]
+
+    tree.archive([tree.exchanges[1]])
+    assert archived() == [False, True, False]
+    tree.restore_archived()
+    assert archived() == [False, False, False]
+    assert tree.reorganize(prune_trivial_leaves=True)["pruned"]  # "ok, noted" exchanges are trivial
+    assert True in archived() and archived() == [x.archived for x in tree.exchanges]
+    tree.undo_reorganize()
+    assert archived() == [False, False, False]
+
+
 def test_an_auto_save_that_fails_is_an_event_and_the_exchange_is_stored_once(tmp_path, hash_embed):
     """The export's folder was a file: add() raised after storing the exchange, and the
     caller's retry stored it twice (a trial)."""

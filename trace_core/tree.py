@@ -477,16 +477,20 @@ class CTree(TreeReading):
         self._refuse_if_read_only("reorganise it")
         embedder = as_embedder(embed_fn) or self.embed_fn
         with self._as_stored_on_failure():  # finished rounds are on file: those stay
-            return Reorganizer(self.structure, self.judges, self.summaries, self.balancer, embedder, self.events.emit,
+            done = Reorganizer(self.structure, self.judges, self.summaries, self.balancer, embedder, self.events.emit,
                                self._store, self._undo, self._lock).run(embed_fn, similarity_threshold,
                                                                         prune_trivial_leaves, should_stop=should_stop,
                                                                         redo_undone=redo_undone)
+        self._auto_save()  # the export held the tree of before until the next add (a developer's trial)
+        return done
 
     def undo_reorganize(self) -> dict:
         """Restore the tree exactly as before the last ``reorganize()``."""
         self._refuse_if_read_only("undo a reorganisation")
         with self._as_stored_on_failure(UndoError):
-            return undo_reorganize(self.structure, self._store, self._undo, self._lock)
+            done = undo_reorganize(self.structure, self._store, self._undo, self._lock)
+        self._auto_save()
+        return done
 
     def _own_exchanges(self, exchanges: Iterable[MessageNode], action: str) -> list[MessageNode]:
         """``exchanges`` as this tree's nodes, or ``TypeError`` in words (``archive([5])``
@@ -502,14 +506,18 @@ class CTree(TreeReading):
         self._refuse_if_read_only("archive exchanges")
         todo = self._own_exchanges(exchanges, "archive")
         with self._as_stored_on_failure():
-            return self._archive().archive(todo)
+            done = self._archive().archive(todo)
+        self._auto_save()
+        return done
 
     def restore_archived(self, exchanges: Iterable[MessageNode] | None = None) -> list[MessageNode]:
         """Bring soft-archived exchanges back into the tree (all by default)."""
         self._refuse_if_read_only("restore exchanges")
         todo = None if exchanges is None else self._own_exchanges(exchanges, "restore_archived")
         with self._as_stored_on_failure():
-            return self._archive().restore(todo)
+            done = self._archive().restore(todo)
+        self._auto_save()
+        return done
 
     def forget(self, exchanges: Iterable[MessageNode], meta: Mapping[str, str | None] | None = None) -> ForgetResult:
         """Forget ``exchanges`` for good (unlike ``archive``): each stays in its place,
