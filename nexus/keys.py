@@ -127,9 +127,19 @@ def validate_keys(keys: dict) -> dict[str, str]:
         for one in keymap.get(k.action, k.key).split(","):
             if one in owner:
                 # ctrl+p took the palette's key without a word (a trial)
-                raise ConfigError(f"[keys] {one!r} is bound to both {owner[one]} and {k.action}")
+                raise ConfigError(f"[keys] {one!r} is bound to both {owner[one]} and {k.action}"
+                                  + _freeing(one, owner[one], k.action, keymap))
             owner[one] = k.action
     return keymap
+
+
+def _freeing(key: str, first: str, second: str, keymap: dict[str, str]) -> str:
+    """How to free ``key`` when one of the two holds it by default: the error named only
+    the clash, and a user who moved copy_code to ctrl+y was not told copy_reply has it (a trial)."""
+    by_default = [a for a in (first, second) if a in ALL_KEYS and a not in keymap]
+    if not by_default:
+        return ""
+    return f" ({by_default[0]} has it by default: give {by_default[0]} another key in [keys] too, or choose another)"
 
 
 def key_for(action: str, keymap: dict[str, str] | None = None) -> str:

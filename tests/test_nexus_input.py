@@ -447,6 +447,8 @@ def test_bad_keys_are_named():
         ({"toggle_tree": "ctrl+banana"}, ["banana"]),
         ({"focus_input": "ctrl+i"}, ["ctrl+i", "tab"]),
         ({"copy_code": "ctrl+t"}, ["ctrl+t", "toggle_tree", "copy_code"]),
+        # the one holding it by default is named as the one to move too (a trial)
+        ({"copy_code": "ctrl+y"}, ["copy_reply has it by default: give copy_reply another key"]),
         ({"cancel": 5}, ["cancel"]),
         # keys the input types or edits with: "quit = 'a'" quit at the first "a" typed, the
         # rest of the sentence went to the shell; "resend = 'enter'" sent nothing (a trial)
