@@ -350,12 +350,16 @@ def load_config(flags: dict | None = None, env: dict | None = None, user_file: P
             raise ConfigError(f"{DEFAULTS_FILE} lacks {', '.join(f'{name}.{k}' for k in sorted(missing))}")
     data = copy.deepcopy(defaults)
     sources = [str(DEFAULTS_FILE)]
+    # the files that bind keys: a key error named the shipped defaults too, which bind none (a trial)
+    keys_from = [str(DEFAULTS_FILE)] if defaults.get("keys") else []
     chosen: set[tuple[str, str]] = set()
     path = user_file if user_file is not None else user_config_path()
     if path.exists():
         user = _checked(_read_toml(path), str(path))
         _merge(data, user)
         sources.append(str(path))
+        if user.get("keys"):
+            keys_from.append(str(path))
         chosen |= {(section, key) for section, body in user.items() if section in SECTIONS for key in body}
     environ = dict(os.environ if env is None else env)
     dotenv = (cwd or Path.cwd()) / ".env"
@@ -397,5 +401,5 @@ def load_config(flags: dict | None = None, env: dict | None = None, user_file: P
             flag = FLAG_OF.get((section, key), f"{section}.{key}")
             data[section][key] = _checked({section: {key: value}}, f"the command line ({flag})")[section][key]
             chosen.add((section, key))
-    _validate_keys(data.get("keys", {}), ", ".join(sources))
+    _validate_keys(data.get("keys", {}), ", ".join(keys_from or [str(DEFAULTS_FILE)]))
     return Config(data, sources, chosen=chosen, notes=notes)

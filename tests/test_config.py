@@ -82,6 +82,10 @@ def test_wrong_type_names_key_and_file(tmp_path):
         load_config(env={}, user_file=_user(tmp_path, "[keys]\ncopy_code = 5\n"))
     with pytest.raises(ConfigError, match=r"must be true or false \(no quotes\), not 'no'"):
         load_config(env={}, user_file=_user(tmp_path, "[ui]\nshow_tree = 'no'\n"))
+    # a key bound twice is the user's file's: the shipped defaults, which bind no key, were named too (a trial)
+    with pytest.raises(ConfigError) as exc:
+        load_config(env={}, user_file=_user(tmp_path, "[keys]\ncopy_code = 'ctrl+t'\n"))
+    assert str(exc.value).endswith(f"(in {tmp_path / 'nexus.toml'})"), str(exc.value)
 
 
 def test_bool_is_not_a_number(tmp_path):
