@@ -40,7 +40,7 @@ WHAT = {
     "overwrite": "Sarah's peanut allergy, 12 unrelated exchanges, then 'the test came back negative'; asked "
                  "about a peanut cookie, the newer fact must be marked [current] and the older [superseded].",
     "drift": "'python' the snake and Python the language in separate branches; a reorganisation at threshold "
-             "0.55 must keep them apart (the veto).",
+             "0.55 must keep them apart (by the cosine, or by the judge's veto of a pair that reaches it).",
     "theseus": "Eleanor the 1967 Mustang, one exchange in every five among filler; after a reorganisation "
                f"(threshold {S.THESEUS_THRESHOLD}) her branches must share one parent that is about her.",
     "multihop": "allergy, party and cake recipe in separate topics; 'peanut butter cake for Sarah's party?' "
