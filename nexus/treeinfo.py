@@ -273,7 +273,7 @@ def reorganize_lines(res: dict) -> list[tuple[str, str]]:
                     f"{m['judge']} judge: {m['reason']})", "info"))
     for m in res.get("vetoes", []):
         into, absorbed = _merge_names(m)
-        out.append((f"veto: {into} and {absorbed} kept apart (cos {m['similarity']:.2f}, "
+        out.append((f"veto: {into} and {absorbed} kept apart (cos {m['similarity']:.2f}{_judged(m)}, "
                     f"{m['judge']} judge: {m['reason']})", "info"))
     return out
 

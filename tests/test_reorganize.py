@@ -621,3 +621,34 @@ def test_a_lone_topic_off_the_active_path_is_counted(tmp_path, minilm):
     res = tree.reorganize()
     assert res["merged"] == 0 and res["candidates"] == 1
     tree.close()
+
+
+def test_a_veto_names_the_topics_it_kept_apart_and_the_branches_it_judged(tmp_path, minilm, server):
+    """A veto's record gave the ids of the topics kept apart with the names of the two
+    branches judged, which a merge earlier in the round had made parts of them: the log
+    and the pane's marks spoke of two pairs as one (a trial). Now the names are the
+    topics' and the judged branches stand beside them, as for a merge."""
+    from nexus.treeinfo import reorganize_lines
+    from trace_core.scenarios import _add_all, needle_talk
+
+    asked = []
+
+    def respond(req):
+        text = req["messages"][-1]["content"]
+        if "Topic A" not in text:
+            return Reply('{"action": "continue"}')
+        asked.append(text)
+        return Reply('{"merge": true}' if len(asked) == 1 else '{"merge": false}')  # the first merges, then none
+
+    server.respond(respond)
+    tree = CTree.open(str(tmp_path / "v.db"), judge="auto", base_url=server.base_url, embed_fn=minilm)
+    _add_all(tree, needle_talk())
+    before = {t.node_id: t.topic_name for t in tree.iter_topics()}
+    res = tree.reorganize(similarity_threshold=0.55)
+    assert res["merged"] == 1 and res["vetoed"] > 1
+    for v in res["vetoes"]:
+        assert (before[v["into"]], before[v["absorbed"]]) == (v["into_name"], v["absorbed_name"]), v
+    through = [v for v in res["vetoes"] if v["judged"]]  # judged through the branch merged first
+    assert through, res["vetoes"]
+    lines = [text for text, _ in reorganize_lines(res) if text.startswith("veto:")]
+    assert any(" in them, " in line for line in lines), lines

@@ -364,13 +364,15 @@ class Reorganizer:
             # axiom 4: the veto judges the two branches that matched
             ok, why, judge = self.judges.approve_merge(digest(src_a), digest(src_b),
                                                        lambda texts: embedder.embed_batch(texts))
+            judged = [] if {src_a, src_b} == {older, newer} else [[t.topic_name, _span(t)] for t in (src_a, src_b)]
             if not ok:
                 state.vetoed.add(key)
                 res.vetoed += 1
-                res.vetoes.append(MergeRecord(older.node_id, newer.node_id, src_a.topic_name, src_b.topic_name,
-                                              sim, judge, why, _span(src_a), _span(src_b)))
+                # the topics kept apart by id and name alike (the names were the judged branches',
+                # the ids the topics now holding them: a trial), the judged branches beside them
+                res.vetoes.append(MergeRecord(older.node_id, newer.node_id, older.topic_name, newer.topic_name,
+                                              sim, judge, why, _span(older), _span(newer), judged))
                 continue
-            judged = [] if {src_a, src_b} == {older, newer} else [[t.topic_name, _span(t)] for t in (src_a, src_b)]
             approved.append((older, newer, sim, judge, why, judged))
             into[newer.node_id] = older
         self.emit(ev.ReorganizeProgress("judged", len(pairs), len(pairs)))
