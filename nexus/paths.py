@@ -23,14 +23,20 @@ def missing_folders(path: Path) -> tuple[list[Path], Path]:
     return missing[::-1], p
 
 
-def private_dir(path: Path) -> Path:
-    """``path`` as a directory only its owner can enter; missing parents are made 0700 too."""
+def private_dir(path: Path, tighten: bool = True) -> Path:
+    """``path`` as a directory only its owner can enter; missing parents are made 0700 too.
+    ``tighten``: a folder that was there is made 0700 as well — only for Nexus's own
+    folders: ``--session /tmp/new.db`` made /tmp itself 0700, and one in the home folder
+    the home folder (a trial)."""
     path = Path(path)
-    for d in missing_folders(path)[0]:
+    made = missing_folders(path)[0]
+    for d in made:
         try:
             d.mkdir(mode=0o700)
         except FileExistsError:
             pass
+    if not tighten and path not in made:
+        return path
     try:
         if path.stat().st_uid == os.getuid() and path.stat().st_mode & 0o077:
             path.chmod(0o700)
@@ -146,7 +152,7 @@ def folder_problem(folder: Path) -> str | None:
     import tempfile
 
     try:
-        private_dir(folder)
+        private_dir(folder, tighten=False)  # the user's folder: checked, never made private
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:

@@ -12,11 +12,19 @@ from .parked import opening_files, side_files
 from .paths import write_problem
 
 
+def own_data_dir() -> Path:
+    """The data folder, 0700 (conversations are private, issue 10.6) — but a folder that
+    NEXUS_DATA_DIR names and that was there already is the user's: left as it is (its
+    ``sessions`` folder is private)."""
+    from .paths import private_dir
+
+    return private_dir(data_dir(), tighten=not os.environ.get("NEXUS_DATA_DIR"))
+
+
 def sessions_dir() -> Path:
     from .paths import private_dir
 
-    private_dir(data_dir())  # 0700: conversations are private (issue 10.6)
-    return private_dir(data_dir() / "sessions")
+    return private_dir(own_data_dir() / "sessions")
 
 
 def resolve(name_or_path: str | None) -> Path:
@@ -63,9 +71,7 @@ def _pointer() -> Path:
 
 
 def remember(path: Path) -> None:
-    from .paths import private_dir
-
-    private_dir(_pointer().parent)
+    own_data_dir()
     fd = os.open(_pointer(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # a session's name is private too
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(str(path))

@@ -60,6 +60,29 @@ def test_data_folders_are_0700(tmp_path, monkeypatch, loose_umask):
     assert log_dir() == tmp_path / "deep" / "data" / "logs"
 
 
+def test_a_folder_nexus_did_not_make_keeps_its_mode(tmp_path, monkeypatch, loose_umask):
+    """``nexus --session /tmp/new.db`` made /tmp 0700 (every other user locked out of it),
+    and a session in the home folder the home folder: the check of a session's folder
+    changed it. Only the folders Nexus makes, and its own, are made private."""
+    from nexus import sessions
+    from nexus.paths import folder_problem
+
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o1777)
+    assert folder_problem(shared) is None and mode(shared) == 0o1777
+    assert folder_problem(shared / "new" / "deeper") is None  # made by Nexus: private
+    assert mode(shared / "new") == 0o700 and mode(shared / "new" / "deeper") == 0o700
+    # a data folder of the user's, named by NEXUS_DATA_DIR: its sessions folder is private, it is not
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    os.chmod(mine, 0o755)
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(mine))
+    assert mode(sessions.sessions_dir()) == 0o700 and mode(mine) == 0o755
+    sessions.remember(mine / "sessions" / "x.db")
+    assert mode(mine) == 0o755 and mode(mine / "last-session") == 0o600
+
+
 @pytest.fixture
 def file_log(tmp_path, monkeypatch):
     """Nexus's log file in ``tmp_path``; the root logger and the loggers it quiets are
