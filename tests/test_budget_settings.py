@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from bench.locomo import Evaluation, leave_one_out
@@ -144,3 +145,22 @@ def test_each_fold_chooses_per_budget_on_the_other_three():
     assert all(loo["folds"][n] == {500: 0, 2000: 1} for n in names)
     assert loo["recall"][500] == 0.9
     assert abs(loo["recall"][2000] - (0.8 * 3 + 0.1) / 4) < 1e-9  # "d" is scored, not chosen on
+
+
+def test_numpy_numbers_are_taken_as_plain_ones(hash_embed):
+    # the check of each field's kind refused np.float32(0.4) (a cosine read from a float32
+    # vector) and np.int64(100) (a grid made with np.arange), which synthesis took before
+    p = SynthesisParams(topic_threshold=np.float32(0.4), candidates=np.int64(100),
+                        weights=(np.float32(1.0), 5, 0.3), focus_query=np.bool_(False))
+    assert (p.topic_threshold, p.candidates, p.weights, p.focus_query) == (
+        pytest.approx(0.4), 100, (1.0, 5.0, 0.3), False)
+    assert type(p.topic_threshold) is float and type(p.candidates) is int and type(p.focus_query) is bool
+    assert all(type(w) is float for w in p.weights)
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    tree.add([{"role": "user", "content": "My cello is in Lisbon"}, {"role": "assistant", "content": "Noted."}])
+    synth = PromptSynthesizer(ctree=tree, candidates=np.int64(50))
+    # exclude: exchange indices, numpy's as well (they were refused as "not … indices")
+    prompt = synth.synthesize_prompt("Where is my cello?", None, None, [], exclude=np.array([0]))
+    assert "Lisbon" not in prompt
+    assert "Lisbon" in synth.synthesize_prompt("Where is my cello?", None, None, [], exclude={np.int64(5)})
+    synth.close()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import numbers
 import re
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -178,7 +179,7 @@ class PromptSynthesizer:
         if isinstance(recent_messages, (str, bytes, Mapping)):
             raise TypeError(f"recent_messages is a list of messages, not a {type(recent_messages).__name__}")
         if not isinstance(exclude, Collection) or isinstance(exclude, (str, bytes)) or \
-                not all(isinstance(i, int) for i in exclude):
+                not all(isinstance(i, numbers.Integral) for i in exclude):  # numpy's ints too
             raise TypeError(f"exclude is a collection of exchange indices, not {exclude!r:.60}")
         # a tool call's None content, or an empty message, is no line of the recent window
         # ("User: " lines, a developer's trial)

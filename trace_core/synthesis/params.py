@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Literal
+
+import numpy as np
 
 # What suits a block's size, chosen per budget by ``bench.locomo``'s grid (the setting best
 # at that budget on the four development conversations): a small block wants the few
@@ -81,6 +84,8 @@ class SynthesisParams:
             problem = _field_problem(f.name, getattr(self, f.name))
             if problem:  # diversity="x" was taken, and failed in the middle of a synthesis
                 raise ValueError(f"SynthesisParams: {problem}")
+            # numpy's scalars (a float32 cosine, an int64 from a grid) as Python's own
+            object.__setattr__(self, f.name, _plain(f.name, getattr(self, f.name)))
         names = {f.name for f in dataclasses.fields(self)} - {"by_budget"}
         for entry in self.by_budget:  # a zero budget divided by zero, a misspelt field failed late (a trial)
             budget, fields = entry
@@ -113,7 +118,31 @@ _NONE_ALLOWED = {"group_depth", "neighbour_relevance"}
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite real number (numpy's too), not True or False."""
+    return isinstance(value, numbers.Real) and not _is_bool(value) and math.isfinite(value)
+
+
+def _is_whole(value: object) -> bool:
+    """A whole number (numpy's too), not True or False."""
+    return isinstance(value, numbers.Integral) and not _is_bool(value)
+
+
+def _is_bool(value: object) -> bool:
+    return isinstance(value, (bool, np.bool_))
+
+
+def _plain(name: str, value: object) -> object:
+    """A checked field's value as the Python type of its default."""
+    default = _DEFAULTS.get(name)
+    if name == "weights" and isinstance(value, tuple):
+        return tuple(float(v) for v in value)
+    if isinstance(default, bool):
+        return bool(value)
+    if value is None or not isinstance(value, numbers.Real):
+        return value
+    if isinstance(default, int):
+        return int(value)
+    return float(value) if isinstance(default, float) else value
 
 
 def _field_problem(name: str, value: object) -> str:
@@ -128,9 +157,9 @@ def _field_problem(name: str, value: object) -> str:
         ok = isinstance(value, tuple) and len(value) == 3 and all(_is_number(v) for v in value)
         return "" if ok else f"weights must be three numbers (dense, keyword, branch), not {value!r}"
     if isinstance(default, bool):
-        return "" if isinstance(value, bool) else f"{name} must be True or False, not {value!r}"
+        return "" if _is_bool(value) else f"{name} must be True or False, not {value!r}"
     if isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        ok = _is_whole(value) and value >= 0
         return "" if ok else f"{name} must be a whole number ≥ 0, not {value!r}"
     if isinstance(default, float):
         return "" if _is_number(value) else f"{name} must be a number, not {value!r}"
