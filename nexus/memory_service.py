@@ -229,7 +229,7 @@ def _hit(session: str, h, lift: float = 0.0) -> SearchHit:
 
 
 def _search_other(path: Path, qvec, query: str, embedder, k: int, min_similarity: float,
-                  skipped: list[str]) -> list[SearchHit]:
+                  skipped: list[str]) -> list[tuple[SearchHit, int]]:
     name = session_name(path)
     try:
         if path.stat().st_size == 0:  # an empty file holds nothing to search ("no such table: meta": a trial)
@@ -245,7 +245,7 @@ def _search_other(path: Path, qvec, query: str, embedder, k: int, min_similarity
         if stored != embedder.name or int(db.get_meta("embed_dim") or 0) != embedder.dim:
             skipped.append(f"{name}: embedded with {stored}, not {embedder.name}")
             return []
-        return [_hit(name, h, lift) for h, lift in search_messages(db, qvec, query, k, min_similarity)]
+        return _hits(name, search_messages(db, qvec, query, k, min_similarity), query)
     except Exception as exc:
         skipped.append(f"{name}: {exc}")
         return []
@@ -277,22 +277,29 @@ def _terms_held(texts: list[str], query: str) -> list[int]:
     return held
 
 
-def _lifts_across_sessions(hits: list[SearchHit], query: str) -> list[SearchHit]:
+def _hits(session: str, found: list[tuple[ConversationVector, float]], query: str) -> list[tuple[SearchHit, int]]:
+    """``search_messages``'s hits, each with how many of the query's terms its whole text
+    holds when it was lifted for them (0 otherwise): counted before the text is cut at
+    ``HIT_CHARS``, where a long message's later words are gone."""
+    lifted = [h.text for h, lift in found if lift > 0]
+    held = iter(_terms_held(lifted, query))
+    return [(_hit(session, h, lift), next(held) if lift > 0 else 0) for h, lift in found]
+
+
+def _lifts_across_sessions(hits: list[tuple[SearchHit, int]]) -> list[SearchHit]:
     """Each session weighs the words against its own best keyword match; across sessions a
-    hit keeps that lift only as far as it holds as many of the query's terms as the best
-    hit anywhere (squared, as within a session). "Miso vet": a session holding "Miso" alone
-    had its Miso hits marked ≡ "holds its words" and ranked over the other session's
-    (a trial)."""
-    lifted = [h for h in hits if h.rank > h.score]
-    held = dict(zip(map(id, lifted), _terms_held([h.text for h in lifted], query)))
-    best = max(held.values(), default=0)
+    hit keeps that lift only as far as it holds as many of the query's terms (``hits``:
+    each with that count) as the best hit anywhere (squared, as within a session). "Miso
+    vet": a session holding "Miso" alone had its Miso hits marked ≡ "holds its words" and
+    ranked over the other session's (a trial)."""
+    best = max((held for _, held in hits), default=0)
     if not best:
-        return hits
+        return [h for h, _ in hits]
     out = []
-    for h in hits:
+    for h, held in hits:
         lift = h.rank - h.score
         if lift > 0:
-            lift *= (held[id(h)] / best) ** 2
+            lift *= (held / best) ** 2
             h = SearchHit(**{**asdict(h), "words": holds_words(lift), "rank": round(h.score + lift, 4)})
         out.append(h)
     return out
@@ -311,12 +318,14 @@ def search_sessions(tree: CTree, path: Path, query: str, k: int = 10, all_sessio
     with tree.lock:  # the tree's own lock: add() holds it while it writes
         hits = search_messages(tree.vdb, qvec, query, k, min_similarity)
     own = Path(path).resolve()
-    result.hits = [_hit(session_name(own), h, lift) for h, lift in hits]
     if all_sessions:
+        found = _hits(session_name(own), hits, query)
         for other in sorted(sessions.sessions_dir().glob("*.db")):
             if other.resolve() != own:
-                result.hits += _search_other(other, qvec, query, tree.embed_fn, k, min_similarity, result.skipped)
-        result.hits = _lifts_across_sessions(result.hits, query)
+                found += _search_other(other, qvec, query, tree.embed_fn, k, min_similarity, result.skipped)
+        result.hits = _lifts_across_sessions(found)
+    else:
+        result.hits = [_hit(session_name(own), h, lift) for h, lift in hits]
     result.hits.sort(key=lambda h: -h.rank)
     result.hits = result.hits[:k]
     return result

@@ -113,3 +113,29 @@ def test_a_session_without_the_rarer_word_does_not_hold_the_query_s_words(data_d
     from nexus.memory_service import KEYWORD_LIFT
 
     assert all(h.rank - h.score <= KEYWORD_LIFT / 4 + 1e-3 for h in res.hits if h.session == "notes")
+
+
+def test_a_long_hit_keeps_its_word_lift_for_words_past_the_cut(data_dir, minilm):
+    """The terms a hit holds were counted in its text as shown, cut at 2,000 characters:
+    a long note naming Miso at its start and the vet at its end counted one term of two,
+    and /search --all took three quarters of its word lift away (as /search does not)."""
+    from nexus.memory_service import HIT_CHARS, search_sessions
+
+    pets = MemoryService.open(session_path("pets"), embed_fn=minilm, judge="embedding")
+    long_note = "My cat Miso had a long day. " + "We walked along the river and watched the boats. " * 60 + \
+        "In the end the vet said she is fine."
+    assert long_note.index("vet") > HIT_CHARS
+    pets.remember("Miso saw the vet today.", "Good to hear.")
+    pets.remember(long_note, "Glad she is fine.")
+    pets.remember("I'm flying to Lisbon on March 14th.", "Have a good trip.")
+    try:
+        alone = search_sessions(pets.tree, pets.path, "Miso vet", k=10, all_sessions=False)
+        everywhere = search_sessions(pets.tree, pets.path, "Miso vet", k=10, all_sessions=True)
+    finally:
+        pets.close()
+
+    def lift(res):
+        hit = next(h for h in res.hits if h.text.startswith("My cat Miso had a long day"))
+        return round(hit.rank - hit.score, 3)
+
+    assert lift(alone) > 0 and lift(everywhere) == lift(alone)
