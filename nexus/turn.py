@@ -104,7 +104,11 @@ def store_problem(exc: BaseException) -> str:
     import errno
     import sqlite3
 
-    text = str(exc)
+    from trace_core.errors import SessionFileError
+
+    # a session error's words without its path: a session named "readonly-notes" had every
+    # failure said as a read-only file
+    text = exc.problem if isinstance(exc, SessionFileError) else str(exc)
     if isinstance(exc, UnicodeError):
         return f"the text has characters that cannot be stored ({exc.__class__.__name__})"
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC or "database or disk is full" in text:
@@ -113,4 +117,4 @@ def store_problem(exc: BaseException) -> str:
         return "the session file cannot be written (read-only)"
     if isinstance(exc, sqlite3.ProgrammingError) and "closed" in text or "is closed (" in text:
         return "the session was closed"
-    return f"{type(exc).__name__}: {text}"
+    return f"{type(exc).__name__}: {exc}"

@@ -250,3 +250,23 @@ def test_counts_and_budgets_below_zero_are_refused_in_words(tmp_path, minilm):
             call()
     assert tree.vdb.search_conversation(q, top_k=0) == []
     tree.close()
+
+
+def test_a_store_failure_is_said_by_its_problem_not_by_the_sessions_name(tmp_path):
+    # the words were matched in the whole message, path too: a session named
+    # "readonly-notes" had a file held by another connection said as a read-only file
+    import sqlite3
+
+    from nexus.turn import store_problem
+    from trace_core import SessionWriteError
+    from trace_core.errors import SessionFileError
+
+    path = str(tmp_path / "sessions" / "readonly-notes.db")
+    said = store_problem(SessionWriteError(path, sqlite3.OperationalError("database is locked")))
+    assert "read-only" not in said and "database is locked" in said and path in said
+    assert store_problem(SessionWriteError(path, sqlite3.OperationalError("database or disk is full"))) == \
+        "the disk is full"
+    assert store_problem(SessionFileError(str(tmp_path / "is closed (old)" / "s.db"), "is damaged")) != \
+        "the session was closed"
+    assert store_problem(sqlite3.OperationalError("attempt to write a readonly database")) == \
+        "the session file cannot be written (read-only)"
