@@ -164,3 +164,16 @@ def test_numpy_numbers_are_taken_as_plain_ones(hash_embed):
     assert "Lisbon" not in prompt
     assert "Lisbon" in synth.synthesize_prompt("Where is my cello?", None, None, [], exclude={np.int64(5)})
     synth.close()
+
+
+def test_exclude_may_be_a_generator(hash_embed):
+    # exclude=(x.index for x in …) was taken until the check of its kind, which asked
+    # for a collection: "exclude is a collection of exchange indices, not <generator…>"
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    tree.add([{"role": "user", "content": "My cello is in Lisbon"}, {"role": "assistant", "content": "Noted."}])
+    synth = PromptSynthesizer(ctree=tree)
+    prompt = synth.synthesize_prompt("Where is my cello?", None, None, [], exclude=(x.index for x in tree.exchanges))
+    assert "Lisbon" not in prompt
+    with pytest.raises(TypeError, match="exclude is a collection of exchange indices"):
+        synth.synthesize_prompt("Where is my cello?", None, None, [], exclude=(str(i) for i in range(2)))
+    synth.close()

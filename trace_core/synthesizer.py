@@ -29,7 +29,7 @@ import functools
 import numbers
 import re
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -178,6 +178,8 @@ class PromptSynthesizer:
         # dropped without a word; an exclude of 5 said "'int' object is not iterable"
         if isinstance(recent_messages, (str, bytes, Mapping)):
             raise TypeError(f"recent_messages is a list of messages, not a {type(recent_messages).__name__}")
+        if isinstance(exclude, Iterator):  # (x.index for x in …) was taken before this check: read once, here
+            exclude = list(exclude)
         if not isinstance(exclude, Collection) or isinstance(exclude, (str, bytes)) or \
                 not all(isinstance(i, numbers.Integral) for i in exclude):  # numpy's ints too
             raise TypeError(f"exclude is a collection of exchange indices, not {exclude!r:.60}")
