@@ -74,8 +74,8 @@ def test_a_setting_of_the_wrong_kind_is_refused_when_made(field, value, problem,
     # entry or a keyword of PromptSynthesizer alike
     with pytest.raises(ValueError, match=problem):
         SynthesisParams(**{field: value})
-    with pytest.raises(ValueError, match=problem):
-        SynthesisParams(by_budget=((500, ((field, value),)),)).at_budget(500)
+    with pytest.raises(ValueError, match=problem):  # when made, not at the first synthesis
+        SynthesisParams(by_budget=((500, ((field, value),)),))
     tree = CTree(judge="embedding", embed_fn=hash_embed)
     with pytest.raises(ValueError, match=problem):
         PromptSynthesizer(ctree=tree, **{field: value})

@@ -94,6 +94,10 @@ class SynthesisParams:
             unknown = [name for name, _ in fields if name not in names]
             if unknown:
                 raise ValueError(f"by_budget: no such setting: {', '.join(map(repr, unknown))}")
+            for name, value in fields:  # checked here too: at_budget met diversity="x" mid-synthesis
+                problem = _field_problem(name, value)
+                if problem:
+                    raise ValueError(f"SynthesisParams: by_budget's entry for {budget} tokens: {problem}")
 
     def fixed(self, **changes: object) -> "SynthesisParams":
         """These fields set, and kept at every budget: ``by_budget`` no longer sets them
