@@ -110,7 +110,8 @@ def test_index_pending_embeds_sentences_off_the_add_path(tmp_path, minilm):
     for bad in ({"batch": 0}, {"max_exchanges": -1}, {"max_exchanges": "2"}, {"batch": None}):
         with pytest.raises(ValueError, match="must be a whole number"):
             tree.index_pending(**bad)
-    assert tree.index_pending(max_exchanges=2) == 2 and tree.pending_parts() == 3
+    # numpy's ints are whole numbers too (np.int64 was refused as "must be a whole number")
+    assert tree.index_pending(max_exchanges=np.int64(2)) == 2 and tree.pending_parts() == 3
     assert tree.index_pending() == 3 and tree.pending_parts() == 0 and tree.index_pending() == 0
     parts = tree.vdb.message_parts(["x4-user", "x0-user"])
     assert list(parts) == ["x4-user"]  # the first message: one sentence, nothing before it

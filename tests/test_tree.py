@@ -494,6 +494,7 @@ def test_constructor_settings_of_the_wrong_kind_are_refused_before_a_file_is_mad
         with pytest.raises(error, match=words):
             CTree.open(str(path), judge="auto", embed_fn=hash_embed, **kwargs)
     assert not path.exists()
+    CTree(judge="embedding", embed_fn=hash_embed, llm_timeout=np.float32(5.0))  # numpy's numbers are numbers
     tree = CTree(judge="embedding", embed_fn=hash_embed, auto_save_path=tmp_path / "auto.json")
     with pytest.raises(ValueError, match="model must be"):
         tree.model = 5

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import numbers
 import os
 import threading
 import time
@@ -60,7 +61,9 @@ def _check_settings(model: object, api_key: object, base_url: object, auto_save_
     if auto_save_path is not None and (not isinstance(auto_save_path, (str, bytes, os.PathLike))
                                        or not os.fspath(auto_save_path)):
         raise TypeError(f"auto_save_path must be a file path or None, not {auto_save_path!r}")
-    if isinstance(llm_timeout, bool) or not isinstance(llm_timeout, (int, float)) or not llm_timeout > 0:
+    # numpy's numbers too (np.float32(30) was refused)
+    if isinstance(llm_timeout, (bool, np.bool_)) or not isinstance(llm_timeout, numbers.Real) \
+            or not float(llm_timeout) > 0:
         raise ValueError(f"llm_timeout must be a number of seconds above 0, not {llm_timeout!r}")
 
 
@@ -102,7 +105,7 @@ class CTree(TreeReading):
         if llm is None and judge != "embedding":
             from .llm import JSONLLM
 
-            llm = LLMJudge(JSONLLM(model, api_key=api_key, base_url=base_url, timeout=llm_timeout))
+            llm = LLMJudge(JSONLLM(model, api_key=api_key, base_url=base_url, timeout=float(llm_timeout)))
         self.judges = Judges(judge, embedding_judge or EmbeddingJudge(), llm, self._on_llm_failure)
         self.structure = TreeModel(lambda: self.embed_fn)
         self.summaries = Summaries(self.structure, self.judges, lambda: self.embed_fn, judge == "llm")
@@ -449,8 +452,9 @@ class CTree(TreeReading):
         # batch=0 did nothing and said 0, as if nothing were left; "2" said "'<' not supported…"
         for name, value, least in (("max_exchanges", max_exchanges, 0), ("batch", batch, 1)):
             if (value is not None or name == "batch") and (
-                    not isinstance(value, int) or isinstance(value, bool) or value < least):
+                    not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)) or value < least):
                 raise ValueError(f"{name} must be a whole number ≥ {least}, not {value!r}")
+        max_exchanges, batch = None if max_exchanges is None else int(max_exchanges), int(batch)  # numpy's as plain
         self.refuse_if_closed("index sentences")
         index = self._sentence_index()
         if index is None or self._vdb is None or self._vdb.read_only:
