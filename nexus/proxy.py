@@ -333,7 +333,8 @@ class MemoryProxy:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return _error(400, "the request needs a non-empty 'messages' list", "invalid_request_error")
-        if body.get("stream") not in (None, True, False):  # "yes" was relayed as a stream, unsaid (a trial)
+        stream_given = body.get("stream")  # "yes" was relayed as a stream, unsaid (a trial); 1 == True: by kind
+        if stream_given is not None and not isinstance(stream_given, bool):
             return _error(400, "'stream' must be true or false", "invalid_request_error")
         problem = messages_problem(messages)
         if problem:  # a client's mistake, said here: the upstream answered 500 with its traceback (trial)

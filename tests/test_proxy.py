@@ -588,6 +588,8 @@ def test_malformed_messages_are_refused_in_words_before_the_upstream(data_dir, m
                             "messages[0].content[0].text must be text"),
                            ({"messages": [{"role": "user", "content": ["hi"]}]}, "must be an object with a 'type'"),
                            ({"messages": [{"role": "user", "content": "hi"}], "stream": "yes"},
+                            "'stream' must be true or false"),
+                           ({"messages": [{"role": "user", "content": "hi"}], "stream": 1},
                             "'stream' must be true or false")):
             r = httpx.post(f"{url}/chat/completions", json=body, timeout=30)
             assert r.status_code == 400 and said in r.json()["error"]["message"], (body, r.text)
