@@ -337,6 +337,10 @@ def test_auto_save_path_follows_archive_restore_and_reorganisation(tmp_path, has
     assert True in archived() and archived() == [x.archived for x in tree.exchanges]
     tree.undo_reorganize()
     assert archived() == [False, False, False]
+    path.unlink()
+    assert tree.reorganize(similarity_threshold=0.999)["merged"] == 0 and not path.exists()  # nothing changed
+    summaries = tree.generate_summaries()
+    assert path.exists() is bool(summaries)
 
 
 def test_an_auto_save_that_fails_is_an_event_and_the_exchange_is_stored_once(tmp_path, hash_embed):

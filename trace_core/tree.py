@@ -324,7 +324,9 @@ class CTree(TreeReading):
             todo = self.summaries.refresh_all()
             if self._store is not None:
                 self._store.write_topics(todo)
-            return len(todo)
+        if todo:
+            self._auto_save()  # the export's summaries were the old ones (a review)
+        return len(todo)
 
     def render_tree(self, node: TopicNode | None = None, show_messages: bool = False,
                     count_exchanges: bool = False) -> str:
@@ -485,7 +487,8 @@ class CTree(TreeReading):
                                self._store, self._undo, self._lock).run(embed_fn, similarity_threshold,
                                                                         prune_trivial_leaves, should_stop=should_stop,
                                                                         redo_undone=redo_undone)
-        self._auto_save()  # the export held the tree of before until the next add (a developer's trial)
+        if done.get("merged") or done.get("pruned"):  # the export held the tree of before (a developer's trial)
+            self._auto_save()
         return done
 
     def undo_reorganize(self) -> dict:
