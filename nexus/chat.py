@@ -214,7 +214,9 @@ class ChatSession:
 
         wait = min(MODEL_LIST_SECONDS, self.config.section("server").timeout)
         try:
-            return [m.id for m in self.client.with_options(timeout=wait).models.list().data]
+            # a blank id is no model: taken as the first listed, the tree refused it half-way (a review)
+            return [m.id for m in self.client.with_options(timeout=wait).models.list().data
+                    if isinstance(m.id, str) and m.id.strip()]
         except APITimeoutError as exc:
             raise ServerProblem(f"the server at {shown_url(self.config.base_url)} did not answer the model list "
                                 f"in {wait:g} s") from exc

@@ -60,10 +60,11 @@ def server_models(base_url: str, api_key: str, timeout: float = 2.0) -> tuple[st
         return f"it answered HTTP {status} to GET /models", []
     try:
         models = json.loads(body).get("data") or []
-        ids = [str(m["id"]) for m in models if isinstance(m, dict) and m.get("id")]
+        # a blank id is no model (taken as the first listed, the session refused it: a review)
+        ids = [m["id"] for m in models if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"].strip()]
     except (ValueError, AttributeError, TypeError):
         return "it did not answer GET /models with JSON (not an OpenAI-compatible endpoint?)", []
-    return (None, ids) if models else ("it lists no models: load one first", [])
+    return (None, ids) if ids else ("it lists no models: load one first", [])
 
 
 def server_problem(base_url: str, api_key: str, timeout: float = 2.0) -> str | None:

@@ -773,8 +773,9 @@ async def test_the_memory_model_is_the_chat_model_the_server_lists_when_none_is_
                                                                                      data_dir):
     """With no memory model set ("Empty: the chat model", the config says), the tree's
     judge asked for "local-model": a server that checks names refused every call, and the
-    tree fell back to embeddings unsaid (a trial)."""
-    server.state.models = ["listed-model"]
+    tree fell back to embeddings unsaid (a trial). A blank id listed first is no model (the
+    tree refused it after the chat had taken it: a review)."""
+    server.state.models = [" ", "listed-model"]
     server.respond(chat_reply("Noted."))
     cfg = make_config(server.base_url, tmp_path, {("models", "chat"): "", ("memory", "judge"): "llm"})
     app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
