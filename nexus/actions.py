@@ -130,8 +130,11 @@ class KeyActions:
             self.turn.cancel()
             return
         quit_key = "+".join(part.capitalize() for part in key_for("quit", self.keymap).split(",")[0].split("+"))
-        self.chat_notice(f"Ctrl+C copies selected text. {quit_key} quits Nexus (what you wrote is kept); Esc "
-                         "cancels a reply.")
+        hint = f"Ctrl+C copies selected text. {quit_key} quits Nexus (what you wrote is kept); Esc cancels a reply."
+        if self.last_chat_notice() == hint:  # pressed again, as in a terminal: the hint once (it stacked: a trial)
+            self.follow_chat()
+            return
+        self.chat_notice(hint)
 
     def action_focus_input(self) -> None:
         self._on_main_screen()

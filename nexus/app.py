@@ -333,6 +333,15 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             chat.mount(notice)
         return notice
 
+    def last_chat_notice(self) -> str | None:
+        """The text of the chat's last widget when it is a note, else None."""
+        try:
+            children = self.query_one("#chat").children
+        except NoMatches:  # shutting down
+            return None
+        last = children[-1] if children else None
+        return last.plain if isinstance(last, Notice) else None
+
     # --- commands -----------------------------------------------------------------------------------
 
     def return_to_input(self, text: str) -> None:

@@ -146,6 +146,22 @@ async def test_escape_cancels_before_the_first_byte_and_a_late_timeout_touches_n
         assert app.session.pending is None
 
 
+async def test_ctrl_c_pressed_again_says_how_to_quit_once(server, tmp_path, minilm, data_dir):
+    """Ctrl+C pressed two or three times, as in a terminal, stacked the same note as
+    many times in the chat (a trial); after something else it is said again."""
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        for _ in range(3):
+            await pilot.press("ctrl+c")
+            await pilot.pause()
+        await wait_for(pilot, lambda: "Ctrl+C copies selected text" in notices(app))
+        assert notices(app).count("Ctrl+C copies selected text") == 1
+        app.chat_notice("something else")
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: notices(app).count("Ctrl+C copies selected text") == 2)
+
+
 async def test_ctrl_c_copies_a_selection_stops_a_reply_or_says_how_to_quit(server, tmp_path, minilm, data_dir):
     """Ctrl+C did nothing and said nothing, idle or while a reply streamed (a trial)."""
     server.respond(chat_only(lambda req: Reply("", chunks=[f"delta{i} " for i in range(200)], chunk_delay=0.05)))
