@@ -288,6 +288,25 @@ def test_a_question_about_the_memory_itself_gets_its_outline(tmp_path, minilm):
     assert 0 < synth.last_report.memory_tokens <= 40  # within its budget
 
 
+def test_the_outline_says_what_the_user_said_before_a_summary_of_the_replies(tmp_path, minilm):
+    """ "What do you know about me?" got an outline whose topics read as the small model's
+    rambling replies (their summaries): "Tax Report March (1): I will not be able to pay you
+    if you do not take care of me as a father…" — the deadline the user gave was in none
+    of it (a trial). Each topic leads with what the user said there."""
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
+    rambling = ("I will not be able to pay you if you do not take care of me as a father, so that we can live "
+                "together without paying money on each other. I am going to get paid for by you and I want to "
+                "buy a new house with your help because I am saving money for the apartment.")
+    for text in ("My tax report is due on March 14.", "I have a cat called Mochi.",
+                 "I'm learning to play the bass guitar on weekends.", "I work as a nurse at the city hospital."):
+        tree.add(ex(text, rambling))
+    assert any(t.summary and "father" in t.summary for t in tree.iter_topics())  # the replies' words summarise
+    synth = PromptSynthesizer(ctree=tree)
+    prompt = synth.synthesize_prompt("What do you know about me?", None, None, [])
+    assert "What this conversation has covered so far" in prompt
+    assert all(fact in prompt for fact in ("March 14", "Mochi", "bass guitar", "nurse")), prompt
+
+
 def test_archived_exchanges_never_appear(cross_tree, minilm):
     cross_tree.archive([cross_tree.exchanges[0]])
     synth = PromptSynthesizer(ctree=cross_tree)

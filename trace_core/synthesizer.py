@@ -304,17 +304,19 @@ class PromptSynthesizer:
         return out
 
     def overview(self, budget: int, report: RetrievalReport) -> str:
-        """The conversation's topics, largest first, each with its summary (or what the
-        user first said there), within ``budget``: "Tell me everything you know about me"
-        reached no message's evidence floor and got an empty memory block in a session of
-        a dozen facts (a trial)."""
+        """The conversation's topics, largest first, each with what the user said there
+        (their first three messages) and then its summary, within ``budget``: "Tell me
+        everything you know about me" reached no message's evidence floor and got an empty
+        memory block in a session of a dozen facts (a trial). The user's words lead: a summary is the most informative
+        sentences, and a small model's rambling replies made every line of a trial's outline
+        ("I will not be able to pay you…"), the user's deadline in none."""
         topics = [t for t in self.tree.iter_topics() if not t.is_root and not t.is_group and t.message_children]
         topics.sort(key=lambda t: -t.message_count)
         lines = [prompts.OVERVIEW_HEADER]
         used = count_tokens(lines[0]) + 1
         for t in topics:
-            first = next((x.user for x in t.message_children if x.user.strip()), "")
-            about = clip_text(t.summary or without_marks(first), 160)
+            said = " ".join(without_marks(x.user).strip() for x in t.message_children[:3] if x.user.strip())
+            about = clip_text(overview_line(said, (t.summary or "").strip()), 160)
             line = f"- {t.topic_name} ({t.message_count}): {about}" if about else f"- {t.topic_name} ({t.message_count})"
             cost = count_tokens(line) + 1
             if used + cost > budget:
@@ -377,3 +379,12 @@ class PromptSynthesizer:
     def _focused_query_vector(self, query: str) -> np.ndarray | None:
         """The focused second reading of ``query`` (``synthesis.candidates``)."""
         return focused_query_vector(query, self.word_stats, self.tree.embed_fn.embed, self.params.focus_query)
+
+
+def overview_line(said: str, summary: str) -> str:
+    """What an outline line says of a topic: what the user said there, then its summary;
+    the summary alone when it holds those words already, either alone when the other is empty."""
+    if not said or not summary:
+        return said or summary
+    return summary if said in summary else f"{said} — {summary}"
+
