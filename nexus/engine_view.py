@@ -132,8 +132,11 @@ class EngineView:
 
     def show_report(self, r) -> None:
         ratio = f"{r.memory_tokens}/{r.full_history_tokens} tokens ({r.saved_ratio:.0%} of the full history)"
-        self.log_line(f"retrieval: {counted(len(r.exchanges), 'exchange')} in {counted(len(r.paths), 'branch')}, {ratio}, "
-                      f"{r.seconds * 1000:.1f} ms")
+        # no exchange but tokens: a question about the memory itself got the outline ("0 exchanges
+        # in 0 branches, 457/1624 tokens" read as nothing recalled, and yet something sent: a trial)
+        what = (f"{counted(len(r.exchanges), 'exchange')} in {counted(len(r.paths), 'branch')}"
+                if r.exchanges or not r.memory_tokens else "no message close enough: the conversation's outline")
+        self.log_line(f"retrieval: {what}, {ratio}, {r.seconds * 1000:.1f} ms")
         for p in r.paths:
             self.log_line(branch_line(p, r.exchanges))
         for x in r.exchanges[:12]:

@@ -100,6 +100,24 @@ async def test_a_message_streams_a_reply_and_is_remembered(server, tmp_path, min
         assert app.session.tree.vdb.message_parts(["x1-user"])  # read after the reply it follows
 
 
+async def test_the_log_says_when_the_memory_block_is_the_outline(server, tmp_path, minilm, data_dir):
+    """ "What do you know about me?" sent the conversation's outline, and the log said
+    "retrieval: 0 exchanges in 0 branches, 457/1624 tokens": nothing recalled, and yet
+    tokens sent (a trial)."""
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My tax report is due on March 14.")
+        await wait_for(pilot, lambda: "remembered exchange #0" in log_text(app))
+        await type_and_send(pilot, app, "What do you know about me?")
+        await wait_for(pilot, lambda: "remembered exchange #1" in log_text(app))
+        system = [r for r in server.chat_requests() if not r.get("response_format")][-1]["messages"][0]["content"]
+        assert "March 14" in system  # the outline was sent
+        line = [t for t in log_text(app).splitlines() if t.startswith("retrieval:")][-1]
+        assert "the conversation's outline" in line and "0 exchanges" not in line, line
+
+
 async def test_the_header_names_the_model_the_server_lists(server, tmp_path, minilm, data_dir):
     server.state.models = ["qwen2.5-7b-instruct", "other-model"]
     server.respond(chat_reply("Hello."))
