@@ -29,7 +29,7 @@ from .session_settings import META_KEY as SETTINGS_KEY
 from .session_settings import SessionSettings, parse_setting
 from .streaming import stream_reply
 from .text import counted, exchanges_said
-from .turn import Turn, reply_problem, says_something, store_problem, strip_think
+from .turn import Turn, reply_problem, says_something, store_problem, strip_think, without_empty_bullets
 from .versions import META_KEY as VERSIONS_KEY
 from .versions import ReplyVersions, version_of
 from .web import RouteDecision, WebRouter, WebSearch, WebSearchError, results_block
@@ -399,7 +399,7 @@ class ChatSession:
                     f"cancelled: this partial reply is not kept, and {AS_IT_WAS}"
                     + (" — your edited message is kept: Ctrl+R sends it again" if kept else ""))))
                 return None
-            reply = turn.partial + CANCELLED_MARK
+            reply = without_empty_bullets(turn.partial) + CANCELLED_MARK
             self.emit(ev.ReplyFinished(reply, True, sources, turn.id))
         elif not says_something(turn.partial, sent):  # nothing, or a bare "User:"
             turn.outcome = "empty"
@@ -412,7 +412,7 @@ class ChatSession:
         else:
             turn.outcome = "answered"
             note = ""
-            reply = turn.partial
+            reply = without_empty_bullets(turn.partial)
             if finish == "length":
                 # one wording, live and reopened (the stored mark is what a reopened one shows: a trial)
                 note = f"reply cut at the max_tokens limit ({max_tokens})"

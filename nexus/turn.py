@@ -52,6 +52,16 @@ def says_something(text: str, own_system: str = "") -> bool:
     return textutil.says_something(text, boilerplate=SYSTEM_BOILERPLATE)
 
 
+EMPTY_BULLETS = re.compile(r"(?:\n[ \t]*[-*•+][ \t]*)+\s*$")
+
+
+def without_empty_bullets(text: str) -> str:
+    """The reply without the empty list items it ends in: a small model that starts writing
+    out a line of the memory block ("- User: …") is stopped after its "-", which was stored
+    and shown at the reply's end, and sent again in the next prompt's recent exchanges (a trial)."""
+    return EMPTY_BULLETS.sub("", text)
+
+
 class ReplyError(RuntimeError):
     """A reply that is not an answer: said in words, never stored."""
 

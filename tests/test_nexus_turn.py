@@ -146,6 +146,20 @@ async def test_escape_cancels_before_the_first_byte_and_a_late_timeout_touches_n
         assert app.session.pending is None
 
 
+async def test_a_reply_ending_in_an_empty_list_item_is_stored_without_it(server, tmp_path, minilm, data_dir):
+    """The bundled model began to write a memory line out again and was stopped after its
+    "-": the reply was stored ending "…\n-", and that went back into the next prompt (a trial)."""
+    server.respond(chat_reply("You live in Graz.\n-"))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Where do I live?")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert app.session.tree.exchanges[0].assistant == "You live in Graz."
+        await wait_for(pilot, lambda: app.turn is None)
+        assert app.query(AssistantMessage).last().text == "You live in Graz."
+
+
 async def test_ctrl_c_pressed_again_says_how_to_quit_once(server, tmp_path, minilm, data_dir):
     """Ctrl+C pressed two or three times, as in a terminal, stacked the same note as
     many times in the chat (a trial); after something else it is said again."""
