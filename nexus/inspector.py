@@ -74,7 +74,10 @@ def topic_text(d: TopicDetail, merged: str = "") -> Text:
         t.append("\nfed the last reply\n", style="bold magenta")
         if r.similarity is not None:
             t.append(f"  branch cos {r.similarity:.3f}  bm25 {r.keyword or 0:.3f}\n")
-        t.append(f"  {counted(r.injected, 'exchange')} injected, best fused {r.best_fused:.4f}\n")
+        # fused scores are relative to the other candidates: the weakest reads 0.0, which looked
+        # as if the branch holding the answer had counted for nothing (a trial)
+        weakest = " (relative: the weakest candidate reads 0)" if r.best_fused == 0 else ""
+        t.append(f"  {counted(r.injected, 'exchange')} injected, best fused {r.best_fused:.4f}{weakest}\n")
         if r.injected:  # why they were evidence: close in meaning, or a shared word
             t.append(f"  their best message: cos {r.best_vector:.2f}, bm25 {r.best_keyword:.2f}\n")
         t.append(f"  for: {_safe(r.query[:120])}\n", style="dim")

@@ -1010,3 +1010,19 @@ async def test_esc_during_a_slow_reorganize_is_said_at_once(server, tmp_path, mi
         await pilot.pause(0.2)
         assert "Cancelling /reorganize after its current step" in notices(app)
         await wait_for(pilot, lambda: "Reorganisation cancelled" in notices(app), 30, what="cancelled")
+
+
+def test_a_fused_score_of_zero_is_said_to_be_relative():
+    """The branch holding "I have a cat called Mochi." fed the reply to "What is my cat
+    called?" and read "best fused 0.0000" (the weakest of three candidates) beside cos 0.65:
+    as if it had counted for nothing (a trial)."""
+    from nexus.inspector import topic_text
+    from nexus.treeinfo import RetrievalScores, TopicDetail
+
+    def detail(fused: float) -> TopicDetail:
+        scores = RetrievalScores("What is my cat called?", 0.415, 0.0, 1, fused, 0.65, 3.25)
+        return TopicDetail("t1", "Ilse Live Graz", "", 0, 1, 1, "ROOT → Ilse Live Graz", 0, 2, 5, True, 2, (), scores)
+
+    assert "best fused 0.0000 (relative: the weakest candidate reads 0)" in topic_text(detail(0.0)).plain
+    assert "relative" not in topic_text(detail(2.3)).plain
+
