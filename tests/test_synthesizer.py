@@ -306,6 +306,15 @@ def test_the_outline_says_what_the_user_said_before_a_summary_of_the_replies(tmp
     assert "What this conversation has covered so far" in prompt
     assert all(fact in prompt for fact in ("March 14", "Mochi", "bass guitar", "nurse")), prompt
 
+    # what the user said is not said again when the summary holds it too ("What is the weather
+    # in Graz today? Tell me a long story… — What is the weather in Graz today? Мне нужен…")
+    from trace_core.synthesizer import overview_line
+    said = ["What is the weather in Graz today?", "Tell me a story about my cat Mochi."]
+    line = overview_line(said, "What is the weather in Graz today? You are my landlord.")
+    assert line == "What is the weather in Graz today? Tell me a story about my cat Mochi. — You are my landlord."
+    assert overview_line(said[:1], "What is the weather in Graz today?") == said[0]
+    assert overview_line([], "You are my landlord.") == "You are my landlord."
+
 
 def test_archived_exchanges_never_appear(cross_tree, minilm):
     cross_tree.archive([cross_tree.exchanges[0]])

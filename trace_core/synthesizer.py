@@ -315,8 +315,8 @@ class PromptSynthesizer:
         lines = [prompts.OVERVIEW_HEADER]
         used = count_tokens(lines[0]) + 1
         for t in topics:
-            said = " ".join(without_marks(x.user).strip() for x in t.message_children[:3] if x.user.strip())
-            about = clip_text(overview_line(said, (t.summary or "").strip()), 160)
+            said = [without_marks(x.user).strip() for x in t.message_children[:3] if x.user.strip()]
+            about = clip_text(overview_line(said, t.summary or ""), 160)
             line = f"- {t.topic_name} ({t.message_count}): {about}" if about else f"- {t.topic_name} ({t.message_count})"
             cost = count_tokens(line) + 1
             if used + cost > budget:
@@ -381,10 +381,11 @@ class PromptSynthesizer:
         return focused_query_vector(query, self.word_stats, self.tree.embed_fn.embed, self.params.focus_query)
 
 
-def overview_line(said: str, summary: str) -> str:
-    """What an outline line says of a topic: what the user said there, then its summary;
-    the summary alone when it holds those words already, either alone when the other is empty."""
-    if not said or not summary:
-        return said or summary
-    return summary if said in summary else f"{said} — {summary}"
-
+def overview_line(said: list[str], summary: str) -> str:
+    """What an outline line says of a topic: what the user said there, then its summary
+    without those words (a summary often holds the user's first sentence: it was said twice)."""
+    rest = summary
+    for text in said:
+        rest = rest.replace(text, " ")
+    rest, words = " ".join(rest.split()), " ".join(said)
+    return f"{words} — {rest}" if words and rest else words or rest
