@@ -40,6 +40,7 @@ STOPWORDS = FUNCTION_WORDS | frozenset(
     usually generally typically normally mostly often sometimes exclusively especially particularly
     basically simply exactly fully completely entirely deeply gradually quickly slowly easily nearly
     slightly likely possibly hopefully honestly seriously literally obviously clearly currently recently
+    without within upon onto toward towards besides
     """.split()
 ) | frozenset(
     # what a user asks with ("how do I set…", "should I keep…", "what's the best…"): the
