@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 
@@ -43,6 +44,9 @@ def reorganize_summary(res: dict, threshold: float) -> str:
     return done + f" Nothing changed: {why}."
 
 
+_WORD = re.compile(r"\w+")
+
+
 class MemoryCommands:
     """NexusApp's memory commands (cmd_* run by run_command)."""
 
@@ -55,6 +59,19 @@ class MemoryCommands:
         s = self.need_session()
         # exchanges, as the tree pane counts them (the TRACE README's print_tree counts messages)
         self.chat_notice(s.tree.render_tree(show_messages=show, count_exchanges=True), drawing=True)
+
+    def unanswered_note(self, query: str) -> str:
+        """A line naming the open session's messages without an answer that hold every word
+        of ``query``: they are on screen but in no memory until answered, and /search said
+        "Nothing … matches" of a message the user could see (a trial)."""
+        words = set(_WORD.findall(query.lower()))
+        s = self.session
+        held = [m for m in (s.kept if s is not None else []) if words and words <= set(_WORD.findall(m.lower()))]
+        if not held:
+            return ""
+        return (f"Not in memory yet: {counted(len(held), 'message')} without an answer "
+                f"{'holds' if len(held) == 1 else 'hold'} it — {quoted(clip_text(held[0], 80))} "
+                "(Ctrl+R sends it; answered, it is remembered).")
 
     def cmd_search(self, args: list[str]) -> None:
         every = "--all" in args
@@ -73,10 +90,11 @@ class MemoryCommands:
                                   "or digit.")
             return
         hits = self.need_session().search_scored(query)  # fails: a session closed meanwhile, an embedder not loaded
+        unanswered = self.unanswered_note(query)
         if not hits:
-            self.call_from_thread(self.chat_notice, f"Nothing in memory matches {quoted(query, 120)} "
-                                  "(no message holds its words, and none reaches "
-                                  f"cosine {SEARCH_FLOOR:.2f}, where unrelated text stops).")
+            self.call_from_thread(self.chat_notice, "\n".join(filter(None, [
+                f"Nothing in memory matches {quoted(query, 120)} (no message holds its words, and none reaches "
+                f"cosine {SEARCH_FLOOR:.2f}, where unrelated text stops).", unanswered])))
             return
         title = f"Memory search: {clip_text(query, 120)}"
         if any(holds_words(lift) for _, lift in hits):
@@ -96,6 +114,8 @@ class MemoryCommands:
                  f"#{h.exchange_index} {h.role}: {around_words(h.text, query)}") for h, lift in hits]
         self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}" for a, b in rows]),
                               "info", two_columns([(title, rows)]))
+        if unanswered:
+            self.call_from_thread(self.chat_notice, unanswered)
 
     def search_all_worker(self, query: str) -> None:
         """``/search --all``: every session (the others read-only, never blocking their writer)."""
@@ -115,6 +135,8 @@ class MemoryCommands:
         rows += [("", f"(not searched: {why})") for why in res.skipped]
         self.call_from_thread(self.chat_notice, "\n".join([title] + [f"  {a}  {b}".rstrip() for a, b in rows]),
                               "info", two_columns([(title, rows)]))
+        if unanswered := self.unanswered_note(query):
+            self.call_from_thread(self.chat_notice, unanswered)
 
     def cmd_reorganize(self, args: list[str]) -> None:
         usage = C.BY_NAME["reorganize"].usage

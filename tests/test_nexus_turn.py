@@ -160,6 +160,25 @@ async def test_a_reply_ending_in_an_empty_list_item_is_stored_without_it(server,
         assert app.query(AssistantMessage).last().text == "You live in Graz."
 
 
+async def test_search_names_a_message_without_an_answer_that_holds_the_words(server, tmp_path, minilm, data_dir):
+    """ "My deadline for the grant is Friday." stood on screen, not answered, and
+    "/search --all deadline" said "Nothing in any session matches" (a trial)."""
+    server.respond(chat_reply(""))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My deadline for the grant is Friday.")
+        await wait_for(pilot, lambda: app.session.kept == ["My deadline for the grant is Friday."] and app.turn is None)
+        for command in ("/search deadline", "/search --all Deadline grant"):
+            before = notices(app).count("Not in memory yet")
+            await type_and_send(pilot, app, command)
+            await wait_for(pilot, lambda n=before + 1: notices(app).count("Not in memory yet") == n)
+        assert "1 message without an answer holds it" in notices(app)
+        await type_and_send(pilot, app, "/search holiday")
+        await wait_for(pilot, lambda: 'Nothing in memory matches "holiday"' in notices(app))
+        assert notices(app).count("Not in memory yet") == 2
+
+
 async def test_ctrl_c_pressed_again_says_how_to_quit_once(server, tmp_path, minilm, data_dir):
     """Ctrl+C pressed two or three times, as in a terminal, stacked the same note as
     many times in the chat (a trial); after something else it is said again."""
