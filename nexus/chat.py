@@ -29,7 +29,7 @@ from .session_settings import META_KEY as SETTINGS_KEY
 from .session_settings import SessionSettings, parse_setting
 from .streaming import stream_reply
 from .text import counted, exchanges_said
-from .turn import Turn, reply_problem, says_something, store_problem, strip_think, without_empty_bullets
+from .turn import Turn, failure_kind, reply_problem, says_something, store_problem, strip_think, without_empty_bullets
 from .versions import META_KEY as VERSIONS_KEY
 from .versions import ReplyVersions, version_of
 from .web import RouteDecision, WebRouter, WebSearch, WebSearchError, results_block
@@ -381,7 +381,7 @@ class ChatSession:
             turn.outcome = "failed"
             kept = self._keep(text, turn)
             self.emit(ev.ReplyFailed(text, turn.partial, reply_problem(exc, self.config.base_url), turn.id,
-                                     kept=kept, stays=not kept))
+                                     kept=kept, stays=not kept, kind=failure_kind(exc)))
             return None
         sources = tuple((r.title, r.url) for r in results)
         if turn.cancelled.is_set():

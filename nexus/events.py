@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
+
+
+class FailureKind(enum.Enum):
+    """What a failed reply says of the model server, decided where the error is caught
+    (``nexus.turn.failure_kind``), never read back out of its words: a proxy's "cannot
+    reach the model server" in an HTTP 502 was taken for the server gone (a review)."""
+
+    OTHER = "other"
+    UNREACHABLE = "unreachable"  # no connection could be made
+    LOST_MID_REPLY = "lost mid-reply"  # the connection broke as the reply came
+    GONE_MID_REPLY = "gone mid-reply"  # it broke, and nothing answers at the address now
+    KEY_REFUSED = "key refused"  # the server answers, and refuses the API key
 
 
 @dataclass(frozen=True)
@@ -53,6 +66,7 @@ class ReplyFailed:
     turn: int = 0
     kept: bool = True  # the message is kept for resend (False: refused, e.g. too long for the context)
     stays: bool = False  # a /retry: not kept, the exchange it was to replace stays as it was
+    kind: FailureKind = FailureKind.OTHER
 
 
 @dataclass(frozen=True)

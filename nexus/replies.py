@@ -16,17 +16,17 @@ from . import events as ev
 from . import messages as M
 from . import parked, sessions
 from .chat import CANCELLED_MARK, ChatSession, Turn
+from .events import FailureKind
 from .failures import TaskFailed, background
 from .forgetting import asks_to_forget
 from .history import when
 from .inspector import NodeInspector
-from .streaming import LOST_MID_REPLY, NOTHING_ANSWERS
 from .text import counted
+from .turn import failure_kind
 from .widgets import STALL_SECONDS, AssistantMessage, ExchangeHead, Notice, PastExchangeView, PromptInput, UserMessage
 
 log = logging.getLogger("nexus")
 UNSENT_STATE = "not answered — kept to send again"
-UNREACHABLE = "cannot reach the model server"  # trace_core.llm.describe_error's words for a server gone
 SERVER_RECHECK_SECONDS = 5.0
 
 
@@ -381,7 +381,8 @@ class Replies:
         if turn is None:
             self.chat_notice(text, "error")
             return
-        self.post_event(ev.ReplyFailed(turn.text, turn.partial, f"{type(cause).__name__}: {cause}", turn.id))
+        self.post_event(ev.ReplyFailed(turn.text, turn.partial, f"{type(cause).__name__}: {cause}", turn.id,
+                                       kind=failure_kind(cause)))
 
     # --- the reply's events, one handler per kind (nexus/messages.py) ---------------------------
 
@@ -450,7 +451,7 @@ class Replies:
             return
         if e.kept:
             said = f"No reply: {e.problem.rstrip('.')}."
-            waits = self.waits_for_server(e.user, e.problem)
+            waits = self.waits_for_server(e.user, e.kind)
             # the server-wait sends it again itself: "press Ctrl+R" beside it said two things (a review)
             how = ("it goes again, first, when the model server answers." if waits or self.server_waiting
                    else f"press {self.resend_key()} to send it again.")
@@ -458,7 +459,7 @@ class Replies:
             if e.partial.strip():  # "No reply" under half a reply: what came stays in sight, unstored
                 said = f"Reply interrupted: {e.problem.rstrip('.')}."
                 came = " The text that came stays above (not stored)."
-            if "refused the API key" in e.problem:  # Ctrl+R alone cannot help (a re-trial)
+            if e.kind is FailureKind.KEY_REFUSED:  # Ctrl+R alone cannot help (a re-trial)
                 how = (f"set the key (OPENAI_API_KEY in the environment or .env, or api_key in nexus.toml's "
                        f"[server]) and restart Nexus; then {self.resend_key()} sends it.")
             note = self.chat_notice(f"{said}{came} Your message is kept — {how}", "error")
@@ -488,13 +489,13 @@ class Replies:
             return
         self.log_line(f"reply failed: {e.problem}", "error")
 
-    def waits_for_server(self, user: str, problem: str) -> bool:
+    def waits_for_server(self, user: str, kind: FailureKind) -> bool:
         """(UI thread) A failure of ``user``'s message that starts the server-wait: the
         server found gone with messages queued, or found gone mid-reply (the next message
         was sent to fail) -- not for the message sent again when it came back (a server
         that crashes on it and is restarted would be crashed for ever)."""
-        gone = UNREACHABLE in problem or LOST_MID_REPLY in problem  # a server killed mid-reply too
-        waits = (bool(self.outbox) and gone) or NOTHING_ANSWERS in problem
+        gone = kind in (FailureKind.UNREACHABLE, FailureKind.LOST_MID_REPLY)  # a server killed mid-reply too
+        waits = (bool(self.outbox) and gone) or kind is FailureKind.GONE_MID_REPLY
         return waits and not self.server_waiting and user != self.resent_when_back
 
     def give_back(self, turn: int, text: str) -> bool:

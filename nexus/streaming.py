@@ -11,11 +11,9 @@ from collections.abc import Callable
 from trace_core.llm import shown_url
 
 from . import events as ev
+from .events import FailureKind
 from .turn import TAGS, ReplyError, Turn, strip_think
 
-# a connection that broke as the reply came, and a server found gone then (nexus/replies.py waits for it)
-LOST_MID_REPLY = "was lost mid-reply"
-NOTHING_ANSWERS = "nothing answers there now"
 TINY_MAX_TOKENS = 32  # a limit this low, not a full context, is why a reply is cut before its first word
 
 
@@ -92,7 +90,7 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
         if kind in ("end", "whole"):
             if finish is None:
                 if turn.partial.strip() and refused(client):  # a server killed as it wrote (no chunked body)
-                    raise ReplyError(connection_lost(client, gone=True))
+                    raise lost(client, gone=True)
                 # said without the protocol's field name ("no finish_reason" read as jargon, a trial)
                 raise ReplyError("the reply stream ended before the server finished it (the connection "
                                  "dropped, the server could not fit the prompt in the model's context, or "
@@ -117,12 +115,12 @@ def broken_off(exc: BaseException, quiet: float, client) -> BaseException:
     import openai
 
     if isinstance(exc, openai.APITimeoutError):
-        words = f"the model server at {server_of(client)} stopped sending mid-reply (no new text for {quiet:.0f} s)"
+        said = ReplyError(f"the model server at {server_of(client)} stopped sending mid-reply (no new text for "
+                          f"{quiet:.0f} s)")
     elif isinstance(exc, openai.APIConnectionError):  # reset, or closed mid-body: a server killed as it wrote
-        words = connection_lost(client, refused(client))
+        said = lost(client, refused(client))
     else:
         return exc
-    said = ReplyError(words)
     said.__cause__ = exc
     return said
 
@@ -131,10 +129,12 @@ def server_of(client) -> str:
     return shown_url(str(client.base_url).rstrip("/"))
 
 
-def connection_lost(client, gone: bool) -> str:
-    """``gone``: nothing listens there now (a server killed, not a connection dropped)."""
-    return (f"the connection to the model server at {server_of(client)} {LOST_MID_REPLY}"
-            + (f", and {NOTHING_ANSWERS} (did it stop or crash?)" if gone else ""))
+def lost(client, gone: bool) -> ReplyError:
+    """The connection broke mid-reply; ``gone``: nothing listens there now (a server
+    killed, not a connection dropped)."""
+    return ReplyError(f"the connection to the model server at {server_of(client)} was lost mid-reply"
+                      + (", and nothing answers there now (did it stop or crash?)" if gone else ""),
+                      FailureKind.GONE_MID_REPLY if gone else FailureKind.LOST_MID_REPLY)
 
 
 def refused(client) -> bool:

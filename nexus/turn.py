@@ -11,6 +11,8 @@ from trace_core import textutil
 from trace_core.llm import describe_error
 from trace_core.prompts import SYSTEM_BOILERPLATE
 
+from .events import FailureKind
+
 THINK = re.compile(r"<think>.*?(</think>|$)", re.S)
 TAGS = re.compile(r"<[^>]+>")
 _turn_ids = itertools.count(1)
@@ -63,7 +65,31 @@ def without_empty_bullets(text: str) -> str:
 
 
 class ReplyError(RuntimeError):
-    """A reply that is not an answer: said in words, never stored."""
+    """A reply that is not an answer: said in words, never stored; ``kind``: what it says
+    of the server."""
+
+    def __init__(self, words: str, kind: FailureKind = FailureKind.OTHER) -> None:
+        super().__init__(words)
+        self.kind = kind
+
+
+def failure_kind(exc: BaseException | None) -> FailureKind:
+    """What a reply's failure says of the server, from the exception and its causes (a
+    server gone when the model list was asked first is a ``ServerProblem`` from the
+    connection error)."""
+    import openai
+
+    while exc is not None:
+        if isinstance(exc, ReplyError):
+            return exc.kind
+        if isinstance(exc, openai.APITimeoutError):  # there, and slow: not known to be gone
+            return FailureKind.OTHER
+        if isinstance(exc, openai.APIConnectionError):
+            return FailureKind.UNREACHABLE
+        if isinstance(exc, openai.AuthenticationError):
+            return FailureKind.KEY_REFUSED
+        exc = exc.__cause__
+    return FailureKind.OTHER
 
 
 @dataclass(eq=False)

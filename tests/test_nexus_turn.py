@@ -1515,6 +1515,34 @@ async def test_a_server_killed_mid_reply_is_said_so_and_the_queued_message_waits
         assert said.count("The model server answers again: the waiting messages go now, in order.") == 1
 
 
+async def test_a_proxy_saying_its_upstream_cannot_be_reached_is_not_taken_for_the_server_gone(
+        server, tmp_path, minilm, data_dir):
+    """What a failure says of the server was read out of its words: a proxy's HTTP 502
+    "cannot reach the model server at http://gpu-box:8000/v1" (its own upstream, its words
+    said back) was taken for Nexus's server gone, and the message queued behind it was held
+    "waiting — the model server is not answering" while the server answered. The failure's
+    kind comes from the error caught (an HTTP status here), not from its text."""
+    upstream = "cannot reach the model server at http://gpu-box:8000/v1 (is it running?)"
+
+    def respond(req):
+        if user_of(req) == "First question.":
+            return Reply(status=502, error=upstream, delay=1.0)
+        return Reply(f"Answered: {user_of(req)}")
+
+    server.respond(chat_only(respond))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "First question.")
+        await type_and_send(pilot, app, "Second question.")
+        await wait_for(pilot, lambda: "No reply" in notices(app), timeout=10)
+        assert upstream in notices(app)  # its words are still said
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1, timeout=3)
+        assert [x.user for x in app.session.tree.exchanges] == ["Second question."]
+        assert "not answering" not in notices(app) and not app.server_waiting
+        assert "press Ctrl+R to send it again" in notices(app)
+
+
 async def test_a_message_that_kills_the_server_again_when_it_is_back_is_not_sent_a_third_time(
         server, tmp_path, minilm, data_dir, monkeypatch):
     """A server that crashes on one message and is restarted at once: the message was sent
