@@ -321,8 +321,7 @@ class Replies:
         """(UI thread) The model server answers again: the waiting messages go."""
         if not self.server_waiting:
             return
-        self.server_waiting = False
-        back = self.server_answers("The model server answers again: the waiting messages go now, in order.")
+        back = self.server_answers()
         if back is not None:
             self.mount_before_waiting(back)  # said above what goes now
         if self.session is not None and self.session.pending is not None and self.turn is None:
@@ -333,9 +332,11 @@ class Replies:
             self.resend_pending(first=True)  # the one that found it gone goes first, as it was written first
         self.drain_outbox()
 
-    def server_answers(self, said: str) -> Notice | None:
-        """(UI thread) The server-wait is over: its note says ``said`` instead of "is not
-        answering" (a new note when it is gone), and is returned."""
+    def server_answers(self) -> Notice | None:
+        """(UI thread) The server-wait is over (it answered the check, or a Ctrl+R): its note
+        says so instead of "is not answering" (a new note when it is gone), and is returned."""
+        self.server_waiting = False
+        said = "The model server answers again: the waiting messages go now, in order."
         note, self.server_wait_note = self.server_wait_note, None
         if note is None or not note.is_attached:
             return self.chat_notice(said)
@@ -423,8 +424,7 @@ class Replies:
                 note = e.note or ("reply cancelled: partial text kept" if e.cancelled else "")
                 await reply.finish(e.text, note, e.sources)
         if self.server_waiting and not e.empty:  # answered (a Ctrl+R): the waiting ones need not wait on
-            self.server_waiting = False
-            self.server_answers("The model server answers again: the waiting messages go now, in order.")
+            self.server_answers()
         if e.empty:
             self.log_line("the model answered nothing: not stored; the message is kept for resend", "warning")
             self.local_model_lost()  # an empty answer from a server that died as it began
