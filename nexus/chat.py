@@ -43,6 +43,10 @@ UNSENT_KEY = "nexus.unsent"  # the session file's meta row of messages kept for 
 # and of those kept from an /edit or /retry: the exchange their answer replaces (an /edit
 # left unanswered became a new exchange after a restart: trial)
 REPLACES_KEY = "nexus.unsent.replaces"
+# and where each was written among the exchanges: the index of the exchange stored next (a
+# reopened session drew them all under the last exchange, one that failed before an answered
+# one included; a count, not a clock: a failure and the answer stored after it can share a second)
+AFTER_KEY = "nexus.unsent.after"
 
 
 class ServerProblem(Foreseen, RuntimeError):
@@ -53,7 +57,7 @@ def session_rows(db) -> dict[str, str]:
     """Nexus's rows of a session file — its settings, its messages with no answer, its
     reply versions — for ``/save`` to keep with the tree (``/load`` of the export had lost
     the system prompt and the sampling settings: a trial)."""
-    keys = (SETTINGS_KEY, UNSENT_KEY, REPLACES_KEY, VERSIONS_KEY)
+    keys = (SETTINGS_KEY, UNSENT_KEY, REPLACES_KEY, AFTER_KEY, VERSIONS_KEY)
     return {k: v for k in keys if (v := db.get_meta(k))}
 
 
@@ -66,10 +70,11 @@ def load_kept(db) -> list[str]:
     return [t for t in raw if isinstance(t, str) and t.strip()] if isinstance(raw, list) else []
 
 
-def load_replacing(db, kept: list[str]) -> dict[str, int]:
-    """Which kept messages replace an exchange when answered (an unreadable row: none)."""
+def load_replacing(db, kept: list[str], key: str = REPLACES_KEY) -> dict[str, int]:
+    """Which kept messages replace an exchange when answered (an unreadable row: none);
+    ``key=AFTER_KEY``: where each was written (a file from before it was recorded: none)."""
     try:
-        raw = json.loads(db.get_meta(REPLACES_KEY) or "{}")
+        raw = json.loads(db.get_meta(key) or "{}")
     except (ValueError, TypeError):
         return {}
     if not isinstance(raw, dict):
@@ -98,6 +103,7 @@ class ChatSession:
         self.newest_unanswered: str | None = None
         # kept messages of /retry and /edit: the exchange their answer is to replace
         self.replacing: dict[str, int] = {}
+        self.kept_after: dict[str, int] = {}  # kept messages: the index of the exchange stored after them
         self._kept_saved: list[str] = []
         self.unstored: list[tuple[str, str]] = []  # exchanges whose storing failed: store again with a key
         self.unstored_on_disk = True  # ... and they are in the file beside the session (not on a full disk)
@@ -139,6 +145,7 @@ class ChatSession:
             self.web_enabled = False    # off wins: a session's "on" never overrides --no-web or the config
         self.kept = load_kept(tree.vdb)
         self.replacing = load_replacing(tree.vdb, self.kept)
+        self.kept_after = load_replacing(tree.vdb, self.kept, AFTER_KEY)
         self.newest_unanswered = self.kept[-1] if self.kept else None  # kept last time: written last
         self.versions = ReplyVersions.load(tree.vdb)
         self._kept_saved = list(self.kept)  # what the file holds: written only when it differs
@@ -439,8 +446,10 @@ class ChatSession:
         for Ctrl+R. Not in ``kept``: Ctrl+R must not send it again meanwhile."""
         if self.tree is None or self.tree.vdb is None or self.read_only or text in self._kept_saved:
             return
+        self.kept_after[text] = self.next_index()
         try:
             self.tree.vdb.set_meta(UNSENT_KEY, json.dumps(self.kept + [text]))
+            self.tree.vdb.set_meta(AFTER_KEY, json.dumps(self.after_of(self.kept + [text])))
             self._kept_saved = self.kept + [text]
         except Exception as exc:  # the message is on screen and in the prompt history
             log.warning("the message being answered could not be held in the session file: %s", exc)
@@ -523,7 +532,16 @@ class ChatSession:
                 before.remove(text)
                 self.kept.remove(text)
             self.kept.append(text)  # two queued "ok"s are two messages (they collapsed into one)
+            self.kept_after[text] = self.next_index()
         self.save_kept()
+
+    def next_index(self) -> int:
+        """The index of the exchange stored next: where a message kept now was written."""
+        xs = self.tree.exchanges if self.tree is not None else []
+        return xs[-1].index + 1 if xs else 0
+
+    def after_of(self, texts: list[str]) -> dict[str, int]:
+        return {t: self.kept_after[t] for t in texts if t in self.kept_after}
 
     def take_parked(self) -> None:
         """Messages sent while this session opened last time, when Nexus closed first, and
@@ -584,6 +602,7 @@ class ChatSession:
             self.tree.vdb.set_meta(UNSENT_KEY, json.dumps(self.kept))
             self.tree.vdb.set_meta(REPLACES_KEY, json.dumps({t: i for t, i in self.replacing.items()
                                                              if t in self.kept}))
+            self.tree.vdb.set_meta(AFTER_KEY, json.dumps(self.after_of(self.kept)))
             self._kept_saved = list(self.kept)
         except Exception as exc:  # the message is still on screen and in the prompt history
             self.emit(ev.Notice(f"the unsent message could not be kept in the session file: {exc}", "warning"))

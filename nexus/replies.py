@@ -700,12 +700,21 @@ class Replies:
             text = message
         self.keep_texts(self.session, self.session_path, [text])
 
-    def show_unsent(self, texts: list[str]) -> None:
-        """(UI thread, on open) Messages the session kept unsent: shown under the history."""
+    def show_unsent(self, texts: list[str], after: dict[str, int] | None = None) -> None:
+        """(UI thread, on open) Messages the session kept unsent, each where it was written:
+        above the first exchange shown that was stored after it (``after``: that index; one
+        from before it was recorded, or written after all, goes under the history). They were
+        all drawn under the last exchange: one that failed before an answered one too."""
         chat = self.query_one("#chat")
+        past = list(chat.query_children(PastExchangeView))
         for text in texts:
+            at = (after or {}).get(text)
+            before = next((v for v in past if at is not None and v.exchange.index >= at), None)
             shown = UserMessage(text)
-            chat.mount(shown)
+            if before is None:
+                chat.mount(shown)
+            else:
+                chat.mount(shown, before=before)
             shown.set_state(UNSENT_STATE)
         self.unsent_notice = self.chat_notice(self.unsent_note(len(texts)), "warning")
         self.keep_in_sight()

@@ -214,7 +214,7 @@ class SessionView:
                                   "as a new session. If it held a conversation, it was emptied outside Nexus.",
                                   "warning")
         if session.kept and shown is None:
-            self.call_from_thread(self.show_unsent, list(session.kept))
+            self.call_from_thread(self.show_unsent, list(session.kept), session.after_of(session.kept))
         self.call_from_thread(self.refresh_tree)
         embedder = self._load_embedder(tree)  # here, in the worker: the first paint did not wait for it
         self.call_from_thread(self.set_embedder_state, embedder)

@@ -16,7 +16,7 @@ from nexus.app import NexusApp
 from nexus.chat import load_kept
 from nexus.replies import UNSENT_STATE
 from nexus.turn import says_something
-from nexus.widgets import AssistantMessage, ExchangeHead, Notice, UserMessage
+from nexus.widgets import AssistantMessage, ExchangeHead, Notice, PastExchangeView, UserMessage
 from trace_core.embedders import MiniLMEmbedder
 from trace_core.tokens import count_tokens
 
@@ -705,6 +705,44 @@ async def test_a_failed_message_is_still_kept_after_a_restart(tmp_path, minilm, 
             await pilot.press("ctrl+r")
             await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
             assert app.session.pending is None
+
+
+async def test_a_message_kept_unanswered_is_drawn_where_it_was_written_when_the_session_reopens(
+        server, tmp_path, minilm, data_dir):
+    """A message that failed between two answered ones was drawn under both once the session
+    was opened again, as if written last. It is drawn where it was written: the file keeps
+    which exchange came after it."""
+    failed: list[str] = []
+
+    def respond(req):
+        if user_of(req) == "Second question." and not failed:
+            failed.append(user_of(req))
+            return Reply(status=500, error="the model crashed")
+        return Reply(f"Answered: {user_of(req)}")
+
+    server.respond(chat_only(respond))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        for text in ("First question.", "Second question.", "Third question."):
+            await type_and_send(pilot, app, text)
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2 and app.turn is None and not app.outbox,
+                       timeout=15)
+        assert app.session.kept == ["Second question."]
+        await pilot.press("ctrl+q")
+    again = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with again.run_test(size=(120, 40)) as pilot:
+        await ready(again, pilot)
+        await wait_for(pilot, lambda: any(m.state == UNSENT_STATE for m in again.query(UserMessage)))
+        drawn = [(w.exchange.user if isinstance(w, PastExchangeView) else w.text)
+                 for w in again.query_one("#chat").children if isinstance(w, (PastExchangeView, UserMessage))]
+        assert drawn == ["First question.", "Second question.", "Third question."]
+        assert "1 message above has no answer yet" in notices(again)
+        await pilot.press("ctrl+r")  # sent again, it goes below, as in the window it failed in
+        await wait_for(pilot, lambda: len(again.session.tree.exchanges) == 3 and again.turn is None)
+        assert [x.user for x in again.session.tree.exchanges][-1] == "Second question."
+        assert not [m for m in again.query(UserMessage) if m.state == UNSENT_STATE]
 
 
 async def test_a_session_switch_first_stores_the_reply_in_flight(server, tmp_path, minilm, data_dir):
