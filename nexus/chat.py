@@ -897,7 +897,7 @@ class ChatSession:
         r = self.synth.last_report if self.synth else None
         return {
             "session": str(self.path),
-            "exchanges": exchanges_said(self.tree.exchanges),
+            "exchanges": exchanges_said(self.tree.exchanges, unit=False),
             "topics": len(topics),
             "judge": self.tree.judge,
             "embedder": getattr(self.tree.embed_fn, "name", "?"),

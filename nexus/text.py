@@ -113,12 +113,14 @@ def around_words(text: str, query: str, width: int = 120) -> str:
     return "…" + part + ("…" if start + width - 2 < len(flat) else "")
 
 
-def exchanges_said(exchanges) -> str:
+def exchanges_said(exchanges, unit: bool = True) -> str:
     """How many exchanges, as the tree pane counts them (those in the tree), with the
     archived and the forgotten named apart: /stats called a forgotten one "archived",
-    which reads as restorable, and /export and /load counted what the pane did not (a trial)."""
+    which reads as restorable, and /export and /load counted what the pane did not (a trial).
+    ``unit=False``: the number alone, after a label that says it ("exchanges: 13 exchanges")."""
     forgotten = sum(1 for x in exchanges if x.forgotten)
     archived = sum(1 for x in exchanges if x.archived and not x.forgotten)
-    said = counted(len(exchanges) - forgotten - archived, "exchange")
+    n = len(exchanges) - forgotten - archived
+    said = counted(n, "exchange") if unit else f"{n:,}"
     apart = [f"{archived} archived"] * bool(archived) + [f"{forgotten} forgotten"] * bool(forgotten)
     return said + (f" ({' and '.join(apart)} beside them)" if apart else "")

@@ -377,6 +377,8 @@ async def test_commands(server, tmp_path, minilm, data_dir):
                        and app.session.tree is not None and len(app.session.tree.exchanges) == 4)
         await type_and_send(pilot, app, "/stats")
         await wait_for(pilot, lambda: "exchanges: 4" in notices(app))
+        # the label says the unit: "exchanges: 4 exchanges" said it twice
+        assert re.search(r"^ *exchanges: 4$", notices(app), re.M)
         assert "Statistics of this session:\n" in notices(app)  # a heading, not run on from the output above
         assert "memory model: (none: judge embedding)" in notices(app)  # no model is asked about the tree
         # a session just opened: its history is counted now, not "0" until the first reply

@@ -109,7 +109,7 @@ async def test_forget_asks_then_erases_from_chat_memory_prompt_history_and_file(
         await wait_for(pilot, lambda: "ROOT (2 exchanges)" in str(app.query_one(MemoryTree).root.label))
         # /stats and /export count as the pane does; a forgotten one is never called archived
         await type_and_send(pilot, app, "/stats")
-        await wait_for(pilot, lambda: "exchanges: 2 exchanges (2 forgotten beside them)" in notices(app))
+        await wait_for(pilot, lambda: "exchanges: 2 (2 forgotten beside them)" in notices(app))
         assert "archived" not in notices(app).split("Statistics of this session:")[-1]
         await type_and_send(pilot, app, f"/export {tmp_path / 'out.md'}")
         await wait_for(pilot, lambda: "Exported 2 exchanges (2 forgotten beside them) to" in notices(app))
