@@ -21,13 +21,21 @@ from .widgets import PastExchangeView, PromptInput, UserMessage, two_columns
 class ChatCommands:
     """NexusApp's conversation commands (cmd_* run by run_command)."""
 
-    def cmd_help(self, args: list[str]) -> None:
-        commands = [(c.usage, c.help) for c in C.COMMANDS]
-        keys = ([("Enter", "send"), ("↑ / ↓", "earlier / later prompts (from the first / last line)"),
+    def help_keys(self) -> list[tuple[str, str]]:
+        """/help's keys: every key the app and the input bind for Nexus (Ctrl+C was missing,
+        bound as it is), and the input's own keys the chat's notes name (F7, Ctrl+Z)."""
+        return ([("Enter", "send"), ("↑ / ↓", "earlier / later prompts (from the first / last line)"),
                  ("F7", "select the whole input (the input's own key)"),
+                 ("ctrl+z", "undo in the input (the input's own key: a cleared input comes back)"),
+                 ("ctrl+c", "copy the text selected in the input, or with the mouse in the chat; with none "
+                  "selected: stop the reply in flight, or say how to quit"),
                  (self.COMMAND_PALETTE_BINDING, "command palette")]
                 # "shift+enter, ctrl+j": a narrow pane wraps between the keys, not inside one (trial)
                 + [(key_for(k.action, self.keymap).replace(",", ", "), k.description) for k in ALL_KEYS.values()])
+
+    def cmd_help(self, args: list[str]) -> None:
+        commands = [(c.usage, c.help) for c in C.COMMANDS]
+        keys = self.help_keys()
         plain = "\n".join(["Commands:"] + [f"  {u:<38} {h}" for u, h in commands]
                           + ["Keys (remap in [keys]): " + ", ".join(f"{k}: {d}" for k, d in keys)])
         self.chat_notice(plain, body=two_columns([("Commands", commands), ("Keys (remap them in [keys])", keys)]))

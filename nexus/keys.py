@@ -24,7 +24,7 @@ class KeyAction:
 
 APP_KEYS: tuple[KeyAction, ...] = (
     KeyAction("toggle_tree", "ctrl+t", "tree", True),
-    KeyAction("focus_tree", "ctrl+b", "browse the tree (→/← open and close, Enter inspects, Esc returns)"),
+    KeyAction("focus_tree", "ctrl+b", "browse the tree (→/← open and close, space folds, Enter inspects, Esc returns)"),
     KeyAction("toggle_log", "ctrl+l", "log", True),
     KeyAction("cancel", "escape", "cancel", True),
     KeyAction("resend", "ctrl+r", "resend", True),

@@ -170,6 +170,30 @@ async def test_help_wraps_each_description_under_itself(server, tmp_path, minilm
             assert any("ctrl+j" in line for line in narrow.export_text().splitlines()), width
 
 
+async def test_help_lists_every_key_bound_and_only_keys_bound(server, tmp_path, minilm, data_dir):
+    """/help's keys lacked Ctrl+C, bound (copy; with nothing selected it stops the reply or
+    says how to quit). Every key the app binds, and the input's own Nexus keys, are listed;
+    each key listed is bound (by the app, the screen, the input or the tree pane)."""
+    from nexus.keys import PROMPT_KEYS
+    from nexus.treepane import MemoryTree
+
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/help")
+        await wait_for(pilot, lambda: "Commands:" in notices(app))
+        listed = {one.strip() for keys, _ in app.help_keys() for part in keys.split(" / ") for one in part.split(",")}
+        listed = {{"Enter": "enter", "↑": "up", "↓": "down"}.get(k, k.lower()) for k in listed}
+        prompt = app.query_one("#prompt")
+        app_keys = set(app._bindings.key_to_bindings)
+        own = {one for k in PROMPT_KEYS for one in k.key.split(",")}
+        assert "ctrl+c" in app_keys and not (app_keys | own) - listed, (app_keys | own) - listed
+        bound = (app_keys | set(app.screen._bindings.key_to_bindings) | set(prompt._bindings.key_to_bindings)
+                 | set(app.query_one(MemoryTree)._bindings.key_to_bindings) | {"enter"})
+        assert not listed - bound, listed - bound
+        assert "ctrl+c: copy the text selected" in [n for n in app.query(Notice) if "Commands:" in n.plain][-1].plain
+
+
 async def test_a_slash_alone_lists_the_commands(server, tmp_path, minilm, data_dir):
     app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
     async with app.run_test(size=(100, 40)) as pilot:
