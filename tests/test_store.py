@@ -101,6 +101,31 @@ def test_a_closed_or_read_only_store_says_so_in_typed_errors(tmp_path):
     ro.close()
 
 
+def test_an_sql_bug_in_a_write_is_raised_as_one_and_a_refused_write_as_the_file_s(tmp_path):
+    """Any OperationalError inside a write was said "could not be written" (a full disk's
+    words) — "no such column" too, a bug in the SQL that the user could do nothing about.
+    Only SQLite's refusals by the file (full, busy or locked, read-only, I/O) are
+    ``SessionWriteError``; the change is rolled back either way."""
+    from trace_core import SessionWriteError
+
+    path = str(tmp_path / "v.db")
+    cv = ConversationVector("a", 0, "user", "cats purr", unit(1, 0, 0), "t0", "ROOT")
+    with VectorDatabase(path) as db:
+        with pytest.raises(sqlite3.OperationalError, match="no such column") as info:
+            with db.transaction() as con:
+                con.execute("INSERT INTO meta VALUES('k', 'v')")
+                con.execute("UPDATE meta SET nonsense = 1")
+        assert not isinstance(info.value, SessionFileError)
+        assert db.get_meta("k") is None  # rolled back
+        db.add_conversation_message(cv)  # and the store goes on
+        pages = db.con.execute("PRAGMA page_count").fetchone()[0]
+        db.con.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full
+        with pytest.raises(SessionWriteError, match="could not be written .database or disk is full."):
+            with db.transaction() as con:
+                con.execute("INSERT INTO meta VALUES('big', ?)", ("x" * 200_000,))
+        assert db.get_meta("big") is None
+
+
 def test_no_file_name_a_folder_name_or_bytes_are_said_or_taken(tmp_path, monkeypatch, hash_embed):
     # "" said FileNotFoundError "No such file or directory: ''" (an export: a temporary
     # file's name in the folder above); "new/" made the folder, then IsADirectoryError;

@@ -54,6 +54,24 @@ def read_only_uri(path: str) -> str:
     return f"file:{path}?mode=ro" + ("&immutable=1" if immutable else "")
 
 
+# SQLite's primary result codes of a file that would not take a write: busy, locked,
+# read-only, an I/O error, full, and one it could no longer open (its folder gone or made
+# read-only, a journal it could not create). Any other OperationalError ("no such column",
+# a syntax error) is a bug in the SQL, to be raised as one, not said as a file that "could
+# not be written" (a review).
+WRITE_REFUSALS = {
+    sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR,
+    sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN,
+}
+
+
+def refused_write(exc: BaseException) -> bool:
+    """``exc`` is SQLite's refusal of a write by the file (not by the SQL): its primary
+    result code (``sqlite_errorcode`` holds the extended one) is one of ``WRITE_REFUSALS``."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.OperationalError) and isinstance(code, int) and (code & 0xFF) in WRITE_REFUSALS
+
+
 class SessionWriteError(SessionFileError, sqlite3.OperationalError):
     """The file refused a write (the disk is full, another connection held it past the
     busy timeout): nothing of that change was stored. An ``sqlite3.OperationalError``

@@ -36,6 +36,7 @@ from .errors import (
     SessionNotWritableError,
     SessionWriteError,
     read_only_uri,
+    refused_write,
     unwritable_reason,
 )
 from .exchange_input import checked_texts, storable
@@ -234,7 +235,9 @@ class VectorDatabase(TopicSummaries, TreeTables):
                 try:
                     self.con.execute("BEGIN IMMEDIATE")
                 except sqlite3.OperationalError as exc:  # "database is locked"
-                    raise SessionWriteError(self.path, exc) from exc
+                    if refused_write(exc):
+                        raise SessionWriteError(self.path, exc) from exc
+                    raise
             self._depth += 1
             try:
                 yield self.con
@@ -242,7 +245,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
                 self._depth -= 1
                 if self._depth == 0:
                     self._roll_back()
-                    if isinstance(exc, sqlite3.OperationalError) and not isinstance(exc, SessionFileError):
+                    if refused_write(exc) and not isinstance(exc, SessionFileError):
                         raise SessionWriteError(self.path, exc) from exc
                 raise
             self._depth -= 1
@@ -251,7 +254,9 @@ class VectorDatabase(TopicSummaries, TreeTables):
                     self.con.execute("COMMIT")
                 except sqlite3.OperationalError as exc:  # "database or disk is full"
                     self._roll_back()
-                    raise SessionWriteError(self.path, exc) from exc
+                    if refused_write(exc):
+                        raise SessionWriteError(self.path, exc) from exc
+                    raise
                 if self._purge_pending:  # a reader kept a purge's old log pages: gone once it has left
                     self._purge_pending = bool(self.con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0])
 
