@@ -126,6 +126,44 @@ def test_every_change_the_file_refuses_leaves_the_tree_as_the_file_holds_it(tmp_
     reopened.close()
 
 
+def test_after_a_refused_write_the_tree_counts_and_finds_as_the_file_opened_afresh(tmp_path, hash_embed):
+    """After a write the file refused, the tree went back to what the file holds but its
+    word statistics kept the refused exchange's words (a /forget's scrubbing too): a word
+    in half the exchanges turned "common", dropped from the focused query and topic names,
+    where the same file opened afresh kept it. They are counted again from the file."""
+    from trace_core import SessionWriteError
+    from trace_core.synthesizer import PromptSynthesizer
+
+    def ex(user: str, assistant: str) -> list[dict]:
+        return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
+    path = str(tmp_path / "s.db")
+    tree = CTree.open(path, judge="embedding", embed_fn=hash_embed, max_children=3)
+    for i in range(20):  # "graz" in 10 of 20: not common; in 11 of 21 it is
+        where = "graz" if i % 2 else f"town{i}"
+        tree.add(ex(f"the weather in {where} on day {i}", f"sunny in {where}, day {i}"))
+
+    def found(t: CTree) -> tuple:
+        synth = PromptSynthesizer(ctree=t, vector_db=t.vdb, memory_token_budget=200)
+        return (dict(t.word_stats.counts), t.word_stats.docs,
+                synth.synthesize_prompt("graz weather", recent_messages=[]),
+                t.vdb.keyword_search_messages("graz weather"))
+
+    refusals = {"add": lambda: tree.add(ex("the train to graz", "it leaves from graz at noon")),
+                "forget": lambda: tree.forget([tree.exchanges[1]])}
+    for name, change in refusals.items():
+        tree.vdb.con.execute("PRAGMA query_only = ON")  # the file refuses writes
+        with pytest.raises(SessionWriteError):
+            change()
+        tree.vdb.con.execute("PRAGMA query_only = OFF")
+        fresh = CTree.open(path, judge="embedding", embed_fn=hash_embed, read_only=True)
+        try:
+            assert found(tree) == found(fresh), name
+        finally:
+            fresh.close()
+    tree.close()
+
+
 def test_a_full_disk_or_a_held_file_is_a_session_error_in_words(tmp_path, hash_embed):
     """A full disk said sqlite3.OperationalError "database or disk is full", which no
     ``except SessionFileError`` caught (a developer's trial)."""

@@ -160,6 +160,11 @@ class DocumentFrequency:
         self.counts.update(words_of(text))
         self.docs += 1
 
+    def clear(self) -> None:
+        """Nothing counted (in place: the synthesizer and the judges hold this object)."""
+        self.counts.clear()
+        self.docs = 0
+
     def forget(self, text: str) -> None:
         """Take back what ``observe(text)`` counted (a forgotten exchange)."""
         for w in words_of(text):

@@ -175,8 +175,7 @@ class CTree(TreeReading):
                 self._take_stored_settings(db)
                 self._vdb, self._store = db, store
                 store.load()
-                for x in self.structure.exchanges:
-                    self.judges.embedding.observe(x.user, x.assistant)
+                self._count_words()
                 return
             if self.structure.exchanges and db.read_only:
                 raise ReadOnlySessionError(db.path, "receive this tree")
@@ -273,13 +272,23 @@ class CTree(TreeReading):
     def _undo_placement(self) -> None:
         """The file refused the exchange (disk full, a writer holding the lock too long):
         the tree in memory goes back to what the file holds. Kept, the next exchange was
-        written with a gap in the numbering, and the session no longer opened (a trial)."""
+        written with a gap in the numbering, and the session no longer opened (a trial).
+        The word statistics are counted again from it too: they kept the refused
+        exchange's words (or a refused /forget's scrubbing), so names, focused queries and
+        common-word cuts differed from the same file opened afresh (a review)."""
         if self._store is None:
             return
         try:
             self._store.load()
         except Exception:  # the store itself is gone (closed): it takes no later exchange either
-            pass
+            return
+        self._count_words()
+
+    def _count_words(self) -> None:
+        """The word statistics (``word_stats``) of the exchanges the tree holds, counted afresh."""
+        self.word_stats.clear()
+        for x in self.structure.exchanges:
+            self.judges.embedding.observe(x.user, x.assistant)
 
     @contextmanager
     def _as_stored_on_failure(self, *refusals: type[BaseException]) -> Iterator[None]:
