@@ -7,7 +7,7 @@ from pathlib import Path
 
 from textual.containers import VerticalScroll
 
-from trace_core import SessionFileError, SessionLockedError, SessionNotWritableError
+from trace_core import SessionDamagedError, SessionFileError, SessionLockedError, SessionNotWritableError
 from trace_core.llm import shown_url
 
 from . import events as ev
@@ -48,9 +48,10 @@ def holder_kind(pid: int) -> tuple[str, str]:
     return "another Nexus", ""
 
 
-def repair_hint(path: Path, problem: str) -> str:
-    """The sentence that offers /repair, for a file said to be damaged (else nothing)."""
-    if "damaged" not in problem:
+def repair_hint(path: Path, problem: BaseException) -> str:
+    """The sentence that offers /repair, for a damaged file (else nothing): by the error's
+    type, not "damaged" in its words, which name the file ("damaged-notes.db": a review)."""
+    if not isinstance(problem, SessionDamagedError):
         return ""
     return f" /repair {path.stem} rebuilds what it can from what it holds (the damaged file is kept)."
 
@@ -73,7 +74,7 @@ class SessionView:
         self.close_session(queued)
         self._open(path, announce)
 
-    def refuse_open(self, path: Path, problem: str, queued: list) -> None:
+    def refuse_open(self, path: Path, problem: SessionFileError, queued: list) -> None:
         """(UI thread) ``path`` cannot be opened: the open session stays, its queued messages
         go back to the outbox, in their order."""
         self.outbox = queued + self.outbox
@@ -334,7 +335,7 @@ class SessionView:
         except (SessionFileError, Exception) as exc:  # a corrupt file, a foreign file, a mismatched embedder
             self.call_from_thread(self.chat_notice, f"Cannot open the session: {str(exc).rstrip('.')}. "
                                   "The file was left untouched."
-                                  f"{repair_hint(path, str(exc))} Type /new to start a new session, or /open another.", "error")
+                                  f"{repair_hint(path, exc)} Type /new to start a new session, or /open another.", "error")
             self.post_event(ev.Notice(f"session error: {exc}", "error"))
             self.call_from_thread(self.session_failed, path)
             return None

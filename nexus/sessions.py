@@ -6,10 +6,14 @@ import os
 import re
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .config import data_dir
 from .parked import opening_files, side_files
 from .paths import write_problem
+
+if TYPE_CHECKING:
+    from trace_core import SessionFileError
 
 
 def own_data_dir() -> Path:
@@ -372,17 +376,17 @@ def writer_free(session: Path) -> bool:
     return True
 
 
-def open_problem(path: Path) -> str | None:
+def open_problem(path: Path) -> SessionFileError | None:
     """Why ``path`` cannot be opened as a session (not a SQLite file, another program's,
-    damaged, a newer schema), in words; None when it can. The store's own check, read-only:
-    no lock taken, nothing written, the tree not read."""
+    damaged, a newer schema): the ``SessionFileError`` (its words: ``str``); None when it
+    can. The store's own check, read-only: no lock taken, nothing written, the tree not read."""
     from trace_core import SessionFileError
     from trace_core.schema import inspect_session_file
 
     try:
         inspect_session_file(str(path))
     except SessionFileError as exc:
-        return str(exc)
+        return exc
     return None
 
 

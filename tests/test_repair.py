@@ -265,3 +265,37 @@ async def test_nexus_says_repair_and_a_repaired_session_opens_with_its_history(s
         await wait_for(pilot, lambda: "sound passes the file check: nothing to repair." in notices(app))
         assert other.read_bytes() == before and not list(other.parent.glob("sound.db.damaged-*"))
         assert not list(other.parent.glob("sound.db-*"))  # the check left no -wal/-shm beside it
+
+
+async def test_repair_is_offered_for_a_damaged_file_not_for_a_session_named_damaged(server, tmp_path, minilm,
+                                                                                  monkeypatch):
+    """/repair was offered by "damaged" in the error's words, which name the file: a
+    session named "damaged-notes" from a newer Nexus was told "/repair damaged-notes
+    rebuilds what it can", which would rebuild a sound file. It is offered by the error's
+    type (``SessionDamagedError``), when opened at start and with /open."""
+    import sqlite3
+
+    from test_nexus_app import chat_reply, make_config, notices, type_and_send, wait_for
+
+    from nexus import sessions
+    from nexus.app import NexusApp
+    from trace_core.store import SCHEMA_VERSION
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    path = sessions.resolve("damaged-notes")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    make_session(path, minilm)
+    con = sqlite3.connect(path)
+    con.execute(f"PRAGMA user_version={SCHEMA_VERSION + 5}")  # written by a newer Nexus: sound, not damaged
+    con.commit()
+    con.close()
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: "Cannot open the session" in notices(app))
+        assert "newer TRACE" in notices(app) and "/repair" not in notices(app)
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None)
+        await type_and_send(pilot, app, "/open damaged-notes")
+        await wait_for(pilot, lambda: "Cannot open damaged-notes" in notices(app))
+        assert "/repair" not in notices(app)

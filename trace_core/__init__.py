@@ -8,6 +8,7 @@ load when an embedder is first used.
 import logging as _logging
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from .errors import SessionDamagedError
 from .nodes import MessageNode, TopicNode
 from .store import (
     ConversationVector,
@@ -32,6 +33,7 @@ __all__ = [
     "PromptSynthesizer",
     "ReadOnlySessionError",
     "SessionConflictError",
+    "SessionDamagedError",
     "SessionFileError",
     "SessionLockedError",
     "SessionNotWritableError",

@@ -15,6 +15,12 @@ class SessionFileError(RuntimeError):
         self.problem = problem
 
 
+class SessionDamagedError(SessionFileError):
+    """The file is a session whose pages or rows are damaged (``repair.salvage`` may
+    rebuild what it holds): said so by its type, not by "damaged" in its message, which
+    holds the path too (a session named "damaged-notes" was offered a repair it did not need)."""
+
+
 class SessionLockedError(SessionFileError):
     """Another process (or another open ``VectorDatabase`` in this one) has the session
     open for writing. Nothing was written; open it with ``read_only=True`` to read it."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sqlite3
 
-from .errors import SessionFileError, read_only_uri
+from .errors import SessionDamagedError, SessionFileError, read_only_uri
 
 APP_ID = "trace-session"
 # the engine's own rows of the meta table: an application's rows (``save``/``forget``'s
@@ -147,7 +147,7 @@ def _check_file(path: str) -> None:
     try:
         check = con.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
-            raise SessionFileError(path, f"is damaged (SQLite integrity check: {check})")
+            raise SessionDamagedError(path, f"is damaged (SQLite integrity check: {check})")
         version = con.execute("PRAGMA user_version").fetchone()[0]
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not tables:
@@ -162,6 +162,6 @@ def _check_file(path: str) -> None:
                 path, f"was written by a newer TRACE (schema {version}; this one reads up to {SCHEMA_VERSION})"
             )
     except sqlite3.DatabaseError as exc:
-        raise SessionFileError(path, f"is damaged or truncated ({exc})") from exc
+        raise SessionDamagedError(path, f"is damaged or truncated ({exc})") from exc
     finally:
         con.close()

@@ -18,6 +18,7 @@ import numpy as np
 from . import events as ev
 from .archive import Archive
 from .embedders import Embedder, EmbedFnLike, as_embedder, exchange_vector
+from .errors import SessionDamagedError
 from .exchange_input import storable, validate_exchange, validate_timestamp
 from .fanout import FanoutBalancer, max_children_problem
 from .forget import ForgetResult, Forgetting
@@ -203,7 +204,7 @@ class CTree(TreeReading):
         if stored:
             problem = max_children_problem(stored)
             if problem:
-                raise SessionFileError(db.path, f"is damaged: its {problem}")
+                raise SessionDamagedError(db.path, f"is damaged: its {problem}")
             self.max_children = self.balancer.max_children = stored
 
     # --- helpers ---------------------------------------------------------------------------
