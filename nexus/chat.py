@@ -473,6 +473,8 @@ class ChatSession:
             self.close()
         except Exception:
             pass
+        if sessions.where_now(self.path, self.file_id) != self.path:
+            return  # moved or deleted outside Nexus: opening the old name made an empty session there
         self._reloading = True  # not store_unstored inside itself
         try:
             self.open()

@@ -61,6 +61,17 @@ def side_files(session: Path) -> list[Path]:
     return [parked_path(session), unstored_path(session), queued_path(session)]
 
 
+def move_side_files(session: Path, to: Path) -> None:
+    """The side files of ``session`` beside ``to`` instead (its file was renamed outside
+    Nexus); one there already is left as it is."""
+    for a, b in zip(side_files(session), side_files(to)):
+        try:
+            if a.exists() and not b.exists():
+                os.replace(a, b)
+        except OSError:
+            pass
+
+
 def journal_opening(session: Path, texts: list[str]) -> bool:
     """Exactly ``texts`` were typed in this process while ``session`` opens (none: the
     file goes)."""

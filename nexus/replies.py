@@ -147,6 +147,8 @@ class Replies:
         if self.session is not None and self.session.read_only and not self.reopen_if_writable():
             self.refuse_read_only(text)
             return None
+        if not self.follow_moved_file(text):
+            return None
         shown = UserMessage(text)
         self.query_one("#chat").mount(shown)
         item = Outgoing(text, forced_query, shown, replace)
@@ -180,6 +182,32 @@ class Replies:
             self.session_path = now
         old = self.detach_session()  # from now on messages queue until the session is open again
         self.reopen_session(old, announce)
+        return True
+
+    def follow_moved_file(self, text: str | None) -> bool:
+        """(UI thread) The open session's file renamed by another program (a file manager):
+        it is opened again under its new name, and the message ``text`` waits for it; deleted
+        or moved out of its folder, nothing more can be stored in it: said, and the text goes
+        back to the input. False: not sent (None: Ctrl+R storing again)."""
+        session = self.session
+        if session is None or session.read_only:
+            return True
+        now = sessions.where_now(self.session_path, session.file_id)
+        if now == self.session_path:
+            return True
+        if now is None:
+            self.chat_notice(f"{'Not sent: t' if text is not None else 'T'}he file of this session, "
+                             f"{self.session_path}, was deleted or moved away "
+                             "outside Nexus (or another file put in its place), so nothing more can be stored in "
+                             "it. This window still shows what it held: /save PATH keeps it as a JSON export "
+                             "(/load brings it back); /new starts a new session.", "warning")
+            if text is not None:
+                self.return_to_input(text)
+            return False
+        announce = f"The file of this session was renamed outside Nexus, to {now.name}: it is open under that name now."
+        parked.move_side_files(self.session_path, now)  # an exchange the old name could not take goes with it
+        self.session_path = now
+        self.reopen_session(self.detach_session(), announce)  # the message waits in the outbox meanwhile
         return True
 
     def refuse_read_only(self, text: str) -> None:
@@ -758,6 +786,8 @@ class Replies:
         was said last, else the oldest (``ChatSession.pending``)."""
         self._on_main_screen()
         s = self.session
+        if s is not None and (not self.follow_moved_file(None) or self.session is not s):
+            return  # nothing more can be stored in it, or it opens again under its new name (storing what it kept)
         if s is not None and s.unstored:
             self.store_again_worker(s)
         elif s is not None and s.kept:

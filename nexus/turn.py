@@ -140,11 +140,13 @@ def store_problem(exc: BaseException) -> str:
     import errno
     import sqlite3
 
-    from trace_core.errors import SessionFileError
+    from trace_core.errors import SessionFileError, SessionMovedError
 
     # a session error's words without its path: a session named "readonly-notes" had every
     # failure said as a read-only file
     text = exc.problem if isinstance(exc, SessionFileError) else str(exc)
+    if isinstance(exc, SessionMovedError):
+        return "the session file was renamed, moved or deleted while open (outside Nexus)"
     if isinstance(exc, UnicodeError):
         return f"the text has characters that cannot be stored ({exc.__class__.__name__})"
     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC or "database or disk is full" in text:

@@ -1230,3 +1230,65 @@ async def test_a_rename_during_a_reply_waits_for_it_and_keeps_the_order(server, 
         assert "[reply cancelled]" not in app.session.tree.exchanges[0].assistant
         assert app.session.kept == []
         await pilot.press("ctrl+q")
+
+
+async def test_a_session_file_renamed_outside_nexus_is_followed_and_a_deleted_one_refuses(server, tmp_path, minilm,
+                                                                                          data_dir):
+    """Renamed in a file manager while open, the session went on "remembering" into a log
+    under the old name that the renamed file never read (the renamed file opened without
+    the exchanges); deleted, each message was said remembered into a file already gone."""
+    server.respond(chat_reply("Noted."))
+    first = sessions.resolve("trip")
+    app = NexusApp(make_config(server.base_url, tmp_path), first, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My sister lives in Köln.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        renamed = first.with_name("Köln trip.db")
+        first.rename(renamed)
+        await type_and_send(pilot, app, "My bike is red.")
+        await wait_for(pilot, lambda: "was renamed outside Nexus, to Köln trip.db" in notices(app))
+        await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None
+                       and len(app.session.tree.exchanges) == 2)
+        assert app.session_path == renamed and sessions.last_session() == renamed
+        assert [x.user for x in app.session.tree.exchanges] == ["My sister lives in Köln.", "My bike is red."]
+        renamed.unlink()
+        await type_and_send(pilot, app, "My cat is called Miso.")
+        await wait_for(pilot, lambda: "was deleted or moved away outside Nexus" in notices(app))
+        assert app.query_one("#prompt").text == "My cat is called Miso."  # given back, not said remembered
+        assert len(app.session.tree.exchanges) == 2
+        app.query_one("#prompt").text = ""
+        await type_and_send(pilot, app, f"/save {tmp_path / 'kept.json'}")  # what the notice offers works
+        await wait_for(pilot, lambda: "Saved the tree to" in notices(app))
+    assert sorted(p.name for p in sessions.sessions_dir().iterdir()) == []  # nothing made again under a name
+    assert [x.user for x in CTree.load(str(tmp_path / "kept.json"), embed_fn=minilm).exchanges] == \
+        ["My sister lives in Köln.", "My bike is red."]
+
+
+async def test_a_session_file_renamed_during_a_reply_keeps_the_exchange_for_ctrl_r_under_the_new_name(
+        server, tmp_path, minilm, data_dir):
+    from tests.scripted_server import Reply
+
+    def respond(req):
+        if req.get("response_format"):
+            return Reply('{"action": "continue"}')
+        return Reply("Noted, a red bike.", chunk_delay=0.3)
+
+    server.respond(respond)
+    first = sessions.resolve("trip")
+    app = NexusApp(make_config(server.base_url, tmp_path), first, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My bike is red.")
+        await wait_for(pilot, lambda: app.current_reply is not None)
+        renamed = first.with_name("bikes.db")
+        first.rename(renamed)
+        await wait_for(pilot, lambda: "This exchange could not be stored: the session file was renamed, moved or "
+                       "deleted while open (outside Nexus)" in notices(app))
+        assert not first.exists()  # no empty session made again under the old name
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None
+                       and [x.user for x in app.session.tree.exchanges] == ["My bike is red."])
+        assert app.session_path == renamed and "renamed outside Nexus, to bikes.db" in notices(app)
+    assert not first.exists() and not Path(f"{first}.unstored.json").exists()
+

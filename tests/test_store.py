@@ -423,3 +423,50 @@ def test_the_message_index_survives_a_file_without_fts_sizes(tmp_path):
     except sqlite3.DatabaseError:
         pass  # FTS5's own answer to its missing table: not the cosine index's concern
     db.close()
+
+
+def test_a_session_file_renamed_while_open_keeps_every_exchange_and_refuses_more(tmp_path, hash_embed):
+    """A session renamed in a file manager while open: SQLite neither checkpoints a moved
+    file on closing nor stops writing to the log under the old name, so every exchange
+    since the last checkpoint (and one added after the move, said as remembered) stayed
+    in an orphaned log, and the renamed file opened without them."""
+    from trace_core import SessionMovedError
+
+    path, moved = tmp_path / "trip.db", tmp_path / "renamed trip.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=hash_embed)
+    tree.add(ex("my sister lives in Köln"))
+    tree.add(ex("my bike is red"))
+    path.rename(moved)
+    with pytest.raises(SessionMovedError, match="renamed, moved or deleted while open"):
+        tree.add(ex("my cat is called Miso"))
+    assert [x.user for x in tree.exchanges] == ["my sister lives in Köln", "my bike is red"]  # as the file holds
+    tree.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["renamed trip.db"]  # the old name's log went into it
+    again = CTree.open(str(moved), judge="embedding", embed_fn=hash_embed)
+    assert [x.user for x in again.exchanges] == ["my sister lives in Köln", "my bike is red"]
+    again.close()
+
+
+def test_a_session_file_deleted_or_replaced_while_open_is_written_no_more(tmp_path, hash_embed):
+    from trace_core import SessionMovedError
+
+    path = tmp_path / "s.db"
+    tree = CTree.open(str(path), judge="embedding", embed_fn=hash_embed)
+    tree.add(ex("first"))
+    path.unlink()
+    with pytest.raises(SessionMovedError):
+        tree.add(ex("second"))
+    with pytest.raises(SessionMovedError):
+        tree.vdb.set_meta("k", "v")
+    tree.close()
+    assert not path.exists()  # nothing made again under the name
+    other = tmp_path / "t.db"
+    tree = CTree.open(str(other), judge="embedding", embed_fn=hash_embed)
+    tree.add(ex("mine"))
+    stranger = tmp_path / "stranger.db"
+    stranger.write_bytes(b"not mine")
+    stranger.replace(other)  # another file put in its place (a sync tool)
+    with pytest.raises(SessionMovedError):
+        tree.add(ex("more"))
+    tree.close()
+    assert other.read_bytes() == b"not mine"  # the file put there is not touched

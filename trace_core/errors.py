@@ -87,6 +87,17 @@ class SessionWriteError(SessionFileError, sqlite3.OperationalError):
         super().__init__(path, f"could not be written ({exc}); nothing of this change was stored")
 
 
+class SessionMovedError(SessionWriteError):
+    """The session file was renamed, moved or deleted (or another file put in its place)
+    by another program while it was open: nothing more is written to it. SQLite keeps its
+    write-ahead log beside the name the file was opened under, so writes after a move
+    would stay behind, in a log no later open of the moved file reads."""
+
+    def __init__(self, path: str):
+        SessionFileError.__init__(self, path, "was renamed, moved or deleted while open (by another program): "
+                                  "nothing more is written to it, and nothing of this change was stored")
+
+
 class ReadOnlySessionError(SessionFileError):
     """A session opened read-only was asked to change."""
 

@@ -33,6 +33,7 @@ from .errors import (
     ReadOnlySessionError,
     SessionFileError,
     SessionLockedError,
+    SessionMovedError,
     SessionNotWritableError,
     SessionWriteError,
     read_only_uri,
@@ -50,6 +51,15 @@ from .vectors import VectorIndex
 
 # realpath -> the VectorDatabase holding its writer lock in this process
 _WRITERS: dict[str, weakref.ref] = {}
+
+
+def _file_identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the file ``path`` names now; None when nothing is there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 @dataclass
@@ -144,6 +154,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
                 inspect_session_file(self.path)
             else:  # created private before SQLite sees it; its -wal and -shm copy the mode
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            self._identity = _file_identity(self.path)  # a move is found by it (``moved``)
             leftover_log = os.path.exists(self.path + "-wal") and os.path.getsize(self.path + "-wal") > 0
             try:
                 self.con = sqlite3.connect(self.path, timeout=10, check_same_thread=False, isolation_level=None)
@@ -232,6 +243,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
             raise ReadOnlySessionError(self.path, "write to it")
         with self._lock:
             if self._depth == 0:
+                self._refuse_if_moved()
                 try:
                     self.con.execute("BEGIN IMMEDIATE")
                 except sqlite3.OperationalError as exc:  # "database is locked"
@@ -266,17 +278,58 @@ class VectorDatabase(TopicSummaries, TreeTables):
         self._drop_message_caches()  # caches may hold rolled-back rows
         self._topic_index = None
 
+    @property
+    def moved(self) -> bool:
+        """The file was renamed, moved or deleted, or another put in its place, since this
+        writer opened it (another program did it: a file manager, a sync tool)."""
+        identity = getattr(self, "_identity", None)
+        return (identity is not None and not self.read_only and not self.closed
+                and _file_identity(self.path) != identity)
+
+    def _refuse_if_moved(self) -> None:
+        """No write once the file has moved: SQLite would put it in the log beside the old
+        name, which no open of the moved file reads (an exchange said remembered was not in
+        the renamed file). What is in the log already goes into the file first."""
+        if self.moved:
+            self._keep_log_with_file()
+            raise SessionMovedError(self.path)
+
+    def _keep_log_with_file(self) -> None:
+        """Copy the write-ahead log into the file wherever it is now: SQLite does not on
+        closing a moved file, and left every exchange since the last checkpoint in a log
+        under the old name (a session renamed in a file manager lost its last hour)."""
+        try:
+            self.con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:
+            pass
+
     def close(self) -> None:
         """Close the file and release the writer lock (closing twice is harmless)."""
         with self._lock:
             con = getattr(self, "con", None)
+            moved = con is not None and self.moved
             if con is not None and not self.closed:
+                if moved:
+                    self._keep_log_with_file()
                 con.close()
+            if moved:
+                self._drop_emptied_log()
             self.con = cast(sqlite3.Connection, _ClosedConnection(self.path))
             self._drop_message_caches()  # a search from the caches would answer as if open
             self._topic_index = None
             self._closed = True
             self._release_writer_lock()
+
+    def _drop_emptied_log(self) -> None:
+        """The old name's emptied -wal and its -shm, once nothing else is at that name."""
+        wal = self.path + "-wal"
+        try:
+            if os.path.exists(self.path) or os.path.getsize(wal) > 0:
+                return
+            for f in (wal, self.path + "-shm"):
+                os.unlink(f)
+        except OSError:
+            pass
 
     def __enter__(self) -> VectorDatabase:
         return self
@@ -304,6 +357,8 @@ class VectorDatabase(TopicSummaries, TreeTables):
     def set_meta(self, key: str, value: str) -> None:
         self.refuse_if_read_only("write to it")
         with self._lock:  # a lone surrogate raised UnicodeEncodeError: U+FFFD, as add() stores it
+            if self._depth == 0:
+                self._refuse_if_moved()
             self.con.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (storable(key), storable(value)))
 
     def check_embedder(self, name: str, dim: int) -> None:
@@ -572,6 +627,8 @@ class VectorDatabase(TopicSummaries, TreeTables):
 
     def delete_meta(self, key: str) -> None:
         with self._lock:
+            if self._depth == 0:
+                self._refuse_if_moved()
             self.con.execute("DELETE FROM meta WHERE key=?", (key,))
 
     def delete_message_parts(self, message_ids: list[str]) -> None:
