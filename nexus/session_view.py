@@ -67,7 +67,8 @@ class SessionView:
         """``queued``: messages typed in the open session, kept there unsent as it closes.
         A file that cannot be opened is refused before the open session closes: it stays."""
         if self.session is not None and Path(path).is_file() and Path(path).stat().st_size:
-            problem = sessions.open_problem(Path(path))
+            # another embedder too: found only as the tree opened, the open session was closed already
+            problem = sessions.open_problem(Path(path), getattr(self.embed_fn, "name", None))
             if problem:
                 self.call_from_thread(self.refuse_open, Path(path), problem, queued or [])
                 return

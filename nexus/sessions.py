@@ -376,15 +376,16 @@ def writer_free(session: Path) -> bool:
     return True
 
 
-def open_problem(path: Path) -> SessionFileError | None:
+def open_problem(path: Path, embedder: str | None = None) -> SessionFileError | None:
     """Why ``path`` cannot be opened as a session (not a SQLite file, another program's,
-    damaged, a newer schema): the ``SessionFileError`` (its words: ``str``); None when it
-    can. The store's own check, read-only: no lock taken, nothing written, the tree not read."""
+    damaged, a newer schema, built with another ``embedder`` than the one named): the
+    ``SessionFileError`` (its words: ``str``); None when it can. The store's own check,
+    read-only: no lock taken, nothing written, the tree not read."""
     from trace_core import SessionFileError
     from trace_core.schema import inspect_session_file
 
     try:
-        inspect_session_file(str(path))
+        inspect_session_file(str(path), embedder)
     except SessionFileError as exc:
         return exc
     return None

@@ -1292,3 +1292,27 @@ async def test_a_session_file_renamed_during_a_reply_keeps_the_exchange_for_ctrl
         assert app.session_path == renamed and "renamed outside Nexus, to bikes.db" in notices(app)
     assert not first.exists() and not Path(f"{first}.unstored.json").exists()
 
+
+async def test_a_session_of_another_embedder_is_refused_before_the_open_one_closes(server, tmp_path, minilm,
+                                                                                   hash_embed, data_dir):
+    """/open of a session built with another embedder closed the open session first, then
+    could not open the other: no session was open, though /open promises the open one stays."""
+    server.respond(chat_reply("Noted."))
+    other = sessions.resolve("other")
+    make_session(other, hash_embed, 2)
+    before = other.read_bytes()
+    first = sessions.resolve("first")
+    app = NexusApp(make_config(server.base_url, tmp_path), first, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "My bike is a blue Gazelle.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, "/open other")
+        await wait_for(pilot, lambda: "Cannot open other" in notices(app))
+        assert f"was built with the embedder {hash_embed.name}; the embedder now configured is " \
+               "all-MiniLM-L6-v2" in notices(app)
+        assert "left untouched; first stays open" in notices(app)
+        assert app.session is not None and app.session_path == first
+        await type_and_send(pilot, app, "Still here?")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
+    assert other.read_bytes() == before

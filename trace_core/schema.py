@@ -114,8 +114,9 @@ MIGRATIONS: dict[int, list[str]] = {
 }
 
 
-def inspect_session_file(path: str) -> None:
-    """Refuse, without writing, a file that is not a usable TRACE session.
+def inspect_session_file(path: str, embedder: str | None = None) -> None:
+    """Refuse, without writing, a file that is not a usable TRACE session (``embedder``:
+    or one built with an embedder of another name).
 
     Even a read-only look at a WAL-mode file makes SQLite create ``-wal``/``-shm``
     companions; we remove the ones we created (an empty log: nothing was written to it,
@@ -123,7 +124,7 @@ def inspect_session_file(path: str) -> None:
     """
     companions = [p for p in (path + "-wal", path + "-shm") if not os.path.exists(p)]
     try:
-        _check_file(path)
+        _check_file(path, embedder)
     finally:
         wal = path + "-wal"
         if wal not in companions or not os.path.exists(wal) or os.path.getsize(wal) == 0:
@@ -132,7 +133,7 @@ def inspect_session_file(path: str) -> None:
                     os.unlink(p)
 
 
-def _check_file(path: str) -> None:
+def _check_file(path: str, embedder: str | None = None) -> None:
     size = os.path.getsize(path)
     if size == 0:
         return
@@ -160,6 +161,12 @@ def _check_file(path: str) -> None:
         if version > SCHEMA_VERSION:
             raise SessionFileError(
                 path, f"was written by a newer TRACE (schema {version}; this one reads up to {SCHEMA_VERSION})"
+            )
+        built = con.execute("SELECT value FROM meta WHERE key='embed_model'").fetchone()
+        if embedder is not None and built and built[0] != embedder:
+            raise SessionFileError(
+                path, f"was built with the embedder {built[0]}; the embedder now configured is {embedder}. Vectors "
+                "of different models cannot be compared: open the session with its own embedder, or start a new session"
             )
     except sqlite3.DatabaseError as exc:
         raise SessionDamagedError(path, f"is damaged or truncated ({exc})") from exc
