@@ -108,6 +108,7 @@ class ChatSession:
         self.unstored: list[tuple[str, str]] = []  # exchanges whose storing failed: store again with a key
         self.unstored_on_disk = True  # ... and they are in the file beside the session (not on a full disk)
         self._reloading = False  # reading the file again after a failed store
+        self.reopen_problem = ""  # why the file could not be opened again after a failed store (a full disk)
         self.settings = SessionSettings()  # /system, /set: read from the session file when it opens
         self.versions = ReplyVersions()  # what /retry and /edit replaced: /undo-retry puts it back
         self.recent: list[dict] = []
@@ -355,6 +356,15 @@ class ChatSession:
         self.last_activity = time.monotonic()
         self.reopen_if_closed()
         self.emit(ev.ReplyStarted(text, turn.id))
+        if self.tree is not None and self.tree.closed and self.reopen_problem:
+            # its memory cannot be read: said as the file's problem, not the library's "is closed
+            # (tree.close() …): CTree.open opens it again" (a trial on a full disk)
+            turn.outcome = "failed"
+            kept = self._keep(text, turn)
+            self.emit(ev.ReplyFailed(text, "", f"the session file could not be opened again ({self.reopen_problem}), "
+                                     "so its memory cannot be read: nothing was sent to the model", turn.id,
+                                     kept=kept, stays=not kept))
+            return None
         ctx, max_tokens = self.limits()
         size = self.message_tokens(text, self.message_room())
         why = self.too_long(size)
@@ -476,9 +486,14 @@ class ChatSession:
         if sessions.where_now(self.path, self.file_id) != self.path:
             return  # moved or deleted outside Nexus: opening the old name made an empty session there
         self._reloading = True  # not store_unstored inside itself
+        only_here = [t for t in self.kept if t not in self._kept_saved]  # the file refused them (a full disk)
         try:
             self.open()
+            self.reopen_problem = ""
+            # the file's list replaced them, and the quit that was to keep them found nothing to keep (a trial)
+            self.kept += [t for t in only_here if t not in self.kept]
         except Exception as exc:
+            self.reopen_problem = store_problem(exc)
             self.emit(ev.Notice(f"the session could not be read again after a failed store: {exc}", "error"))
         finally:
             self._reloading = False

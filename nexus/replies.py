@@ -490,7 +490,11 @@ class Replies:
             if e.kind is FailureKind.KEY_REFUSED:  # Ctrl+R alone cannot help (a re-trial)
                 how = (f"set the key (OPENAI_API_KEY in the environment or .env, or api_key in nexus.toml's "
                        f"[server]) and restart Nexus; then {self.resend_key()} sends it.")
-            note = self.chat_notice(f"{said}{came} Your message is kept — {how}", "error")
+            kept = "kept"
+            if self.session is not None and (e.user, "") in self.session.only_here():
+                # "kept" read as safe: the file refused it too (a full disk), and a quit loses it
+                kept = "kept in this window only (the session file could not take it; free some space first)"
+            note = self.chat_notice(f"{said}{came} Your message is {kept} — {how}", "error")
             if note is not None:  # each failure of it: all are said again when it is answered or dropped
                 # said under its own reply, above what was queued after it: there, the answers of those
                 # came above it, and it sat stranded under them (a review)

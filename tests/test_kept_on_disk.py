@@ -391,3 +391,42 @@ async def test_export_and_save_during_a_reply_keep_the_message_being_answered(se
     assert "## Not answered" in text and "my locker number is 317" in text
     saved = json.loads((out / "during.json").read_text())
     assert "Remember: my locker number is 317." in json.dumps(saved)
+
+
+async def test_a_message_after_the_file_could_not_be_opened_again_says_why_in_words(
+        server, tmp_path, minilm, data_dir, monkeypatch):
+    """A full disk: after a failed store the file could not be opened again, and each next
+    message got "No reply: …/s.db: is closed (tree.close() or tree.vdb.close()): could not
+    read its memory; CTree.open opens it again. Your message is kept" — the library's words,
+    and "kept" for a message the file had refused too (a trial on a full tmpfs)."""
+    from nexus import chat
+    from trace_core import SessionFileError
+
+    server.respond(chat_reply("Kept safe."))
+    path = tmp_path / "s.db"
+    real_open, full = chat.CTree.open, []
+
+    def open_unless_full(*args, **kwargs):
+        if full:  # as SQLite said it on the full tmpfs
+            raise SessionFileError(str(path), "cannot be used as a session: database or disk is full")
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(chat.CTree, "open", open_unless_full)
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        app.session.tree.vdb.con.execute("PRAGMA query_only = ON")  # the file refuses writes
+        full.append(True)
+        await type_and_send(pilot, app, "first, the store fails")
+        await wait_for(pilot, lambda: "could not be stored" in notices(app))
+        await wait_for(pilot, lambda: app.turn is None and app.session.tree.closed)
+        await type_and_send(pilot, app, "second, after it")
+        await wait_for(pilot, lambda: "No reply: the session file could not be opened again (the disk is full), so "
+                       "its memory cannot be read: nothing was sent to the model. Your message is kept in this "
+                       "window only" in notices(app))
+        assert "tree.close()" not in notices(app)
+        assert len([r for r in server.chat_requests() if not r.get("response_format")]) == 1
+        assert app.session.kept == ["second, after it"]
+        full.clear()  # space freed: the quit opens the file again and keeps the message there
+        await pilot.press("ctrl+q")
+    assert stored_users(path, minilm) == ["first, the store fails"] and load_kept_of(path) == ["second, after it"]
