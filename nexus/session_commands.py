@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from pathlib import Path
 
@@ -279,6 +280,13 @@ class SessionCommands:
         if sessions.starts_with(path, f"# {EXPORT_TITLE}".encode()):  # "not valid JSON (truncated or corrupt?)" alarmed (a trial)
             self.chat_notice(f"Cannot load {path}: it is an /export, Markdown to read; /load takes a .json file "
                              "that /save wrote.", "warning")
+            return
+        if sessions.starts_with(path, sessions.SQLITE_MAGIC):  # "is not a text file" named no way to it (a trial)
+            resolved = path.resolve()
+            how = (f"/open {resolved.stem} opens it" if resolved.parent == sessions.sessions_dir().resolve()
+                   else f"nexus --session {shlex.quote(str(resolved))} opens it")
+            self.chat_notice(f"Cannot load {path}: it is a SQLite database (a session file?), not an export; {how}. "
+                             "/load takes a .json file that /save wrote.", "warning")
             return
         if self.refused_while_busy():
             return

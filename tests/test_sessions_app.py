@@ -1082,6 +1082,26 @@ async def test_load_of_an_export_says_it_is_one(server, tmp_path, minilm, data_d
         assert "corrupt" not in notices(app)
 
 
+async def test_load_of_a_session_file_says_how_to_open_it(server, tmp_path, minilm, data_dir):
+    """/load of a session's .db said "is not a text file (not a TRACE JSON export)" and no
+    way to what it holds (a trial)."""
+    other = sessions.resolve("old trip")
+    make_session(other, minilm, 1)
+    elsewhere = tmp_path / "my notes" / "kept.db"
+    elsewhere.parent.mkdir()
+    make_session(elsewhere, minilm, 1)
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, f"/load {other}")
+        await wait_for(pilot, lambda: "it is a SQLite database (a session file?), not an export; /open old-trip "
+                       "opens it" in notices(app))
+        await type_and_send(pilot, app, f"/load {elsewhere}")
+        await wait_for(pilot, lambda: f"nexus --session '{elsewhere}' opens it" in notices(app))
+        assert "not a text file" not in notices(app)
+        assert not any(p.name.startswith("kept") for p in sessions.sessions_dir().iterdir())  # nothing imported
+
+
 async def test_a_new_session_says_when_the_last_one_is_gone(server, tmp_path, minilm, data_dir):
     """/rename, then the terminal closed at once: the pointer still named the old file,
     and the next start opened an empty session with no word (trial)."""
