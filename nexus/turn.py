@@ -140,7 +140,7 @@ def store_problem(exc: BaseException) -> str:
     import errno
     import sqlite3
 
-    from trace_core.errors import SessionFileError, SessionMovedError
+    from trace_core.errors import SessionFileError, SessionMovedError, SessionWriteError
 
     # a session error's words without its path: a session named "readonly-notes" had every
     # failure said as a read-only file
@@ -155,4 +155,11 @@ def store_problem(exc: BaseException) -> str:
         return "the session file cannot be written (read-only)"
     if isinstance(exc, sqlite3.ProgrammingError) and "closed" in text or "is closed (" in text:
         return "the session was closed"
+    if isinstance(exc, SessionWriteError):  # "SessionWriteError: /path/s.db: could not be written (…)" (a trial)
+        cause = getattr(exc, "cause", "")
+        if "disk I/O error" in cause:  # SQLite's words for EFBIG and EIO alike
+            return "the session file could not be written (a disk I/O error: a failing disk, or a file-size limit reached)"
+        if "locked" in cause:
+            return f"the session file could not be written ({cause}: another program held it past the wait)"
+        return f"the session file could not be written ({cause})"
     return f"{type(exc).__name__}: {exc}"

@@ -301,7 +301,11 @@ def test_a_store_failure_is_said_by_its_problem_not_by_the_sessions_name(tmp_pat
 
     path = str(tmp_path / "sessions" / "readonly-notes.db")
     said = store_problem(SessionWriteError(path, sqlite3.OperationalError("database is locked")))
-    assert "read-only" not in said and "database is locked" in said and path in said
+    assert "read-only" not in said and "database is locked" in said and "SessionWriteError" not in said
+    # SQLite's "disk I/O error" (a file-size limit, ulimit -f, in a trial) said with what it may be, not as
+    # "SessionWriteError: /path/s.db: could not be written (disk I/O error); nothing of this change was stored"
+    assert store_problem(SessionWriteError(path, sqlite3.OperationalError("disk I/O error"))) == \
+        "the session file could not be written (a disk I/O error: a failing disk, or a file-size limit reached)"
     assert store_problem(SessionWriteError(path, sqlite3.OperationalError("database or disk is full"))) == \
         "the disk is full"
     assert store_problem(SessionFileError(str(tmp_path / "is closed (old)" / "s.db"), "is damaged")) != \

@@ -85,6 +85,7 @@ class SessionWriteError(SessionFileError, sqlite3.OperationalError):
 
     def __init__(self, path: str, exc: BaseException):
         super().__init__(path, f"could not be written ({exc}); nothing of this change was stored")
+        self.cause = str(exc)  # SQLite's words ("disk I/O error"), for an app's own
 
 
 class SessionMovedError(SessionWriteError):
