@@ -47,6 +47,8 @@ REPLACES_KEY = "nexus.unsent.replaces"
 # reopened session drew them all under the last exchange, one that failed before an answered
 # one included; a count, not a clock: a failure and the answer stored after it can share a second)
 AFTER_KEY = "nexus.unsent.after"
+# a /save's row of the answered exchanges the session file refused (a full disk): /load stores them
+UNSTORED_KEY = "nexus.unstored"
 
 
 class ServerProblem(Foreseen, RuntimeError):
@@ -59,6 +61,31 @@ def session_rows(db) -> dict[str, str]:
     the system prompt and the sampling settings: a trial)."""
     keys = (SETTINGS_KEY, UNSENT_KEY, REPLACES_KEY, AFTER_KEY, VERSIONS_KEY)
     return {k: v for k in keys if (v := db.get_meta(k))}
+
+
+def saved_rows(db, unanswered: list[str], unstored: list[tuple[str, str]]) -> dict[str, str]:
+    """``session_rows`` as this window holds them: its messages with no answer and the
+    answered exchanges the file refused, which the file's rows lack on a full disk (/save
+    counted them, and its JSON held neither: a trial)."""
+    rows = session_rows(db)
+    rows.pop(UNSENT_KEY, None)
+    if unanswered:
+        rows[UNSENT_KEY] = json.dumps(unanswered)
+    if unstored:
+        rows[UNSTORED_KEY] = json.dumps([list(x) for x in unstored])
+    return rows
+
+
+def saved_unstored(db) -> list[tuple[str, str]]:
+    """The answered exchanges a /save held that its session file had refused (read from
+    the imported file's rows, and the row deleted: they are exchanges from now on)."""
+    try:
+        raw = json.loads(db.get_meta(UNSTORED_KEY) or "[]")
+    except (ValueError, TypeError):
+        raw = []
+    db.delete_meta(UNSTORED_KEY)
+    return [(x[0], x[1]) for x in raw if isinstance(x, list) and len(x) == 2
+            and all(isinstance(t, str) for t in x)] if isinstance(raw, list) else []
 
 
 def load_kept(db) -> list[str]:

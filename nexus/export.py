@@ -56,11 +56,14 @@ def _tags_as_text(line: str) -> str:
 
 
 def conversation_markdown(tree, title: str, with_tree: bool = False, system: str = "",
-                          unanswered: list[str] | None = None) -> str:
+                          unanswered: list[str] | None = None, unstored: list | None = None) -> str:
     """Every exchange in order (archived ones marked), each under its date; then the
-    messages that got no answer (kept for Ctrl+R: no exchange, but the user's words); the
-    topic outline at the end with ``with_tree``."""
+    answered exchanges the session file could not take yet (a full disk: ``unstored``, as
+    (message, reply)), and the messages that got no answer (kept for Ctrl+R: no exchange,
+    but the user's words); the topic outline at the end with ``with_tree``."""
     waiting = f" · {counted(len(unanswered), 'message')} with no answer" if unanswered else ""
+    if unstored:
+        waiting = f" · {counted(len(unstored), 'answered exchange')} not stored yet" + waiting
     lines = [f"# {title}", "", f"Exported {datetime.now().strftime('%Y-%m-%d %H:%M')} · "
              f"{exchanges_said(tree.exchanges)}{waiting}", ""]
     if system:
@@ -78,6 +81,10 @@ def conversation_markdown(tree, title: str, with_tree: bool = False, system: str
         if x.system:
             lines += [f"*{x.system}*", ""]
         lines += ["**You:**", "", as_block(x.user), "", "**Assistant:**", "", as_block(x.assistant), ""]
+    if unstored:
+        lines += ["## Answered, not stored yet", ""]
+        for user, reply in unstored:
+            lines += ["**You:**", "", as_block(user), "", "**Assistant:**", "", as_block(reply), ""]
     if unanswered:
         lines += ["## Not answered", ""]
         for text in unanswered:

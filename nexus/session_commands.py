@@ -11,7 +11,7 @@ from trace_core import SessionFileError
 
 from . import commands as C
 from . import sessions
-from .chat import session_rows
+from .chat import saved_rows, saved_unstored
 from .failures import TaskFailed, background
 from .long_tasks import Cancelled
 from .paths import ends_a_sentence, folders_made, make_folders, private_dir, write_problem
@@ -212,16 +212,16 @@ class SessionCommands:
             return
         if not self.replacing_confirmed("save", path, sessions.save_of):
             return
+        waiting = self.unanswered_now(s)
         try:
             made = make_folders(path.parent)
             s.tree.save(str(path), save_conversation=True,
-                        meta={**session_rows(s.tree.vdb), sessions.SAVED_FROM_KEY: self.session_path.stem})
+                        meta={**saved_rows(s.tree.vdb, waiting, s.unstored),
+                              sessions.SAVED_FROM_KEY: self.session_path.stem})
         except OSError as exc:  # said with the user's path: the engine writes a temporary file first
             self.file_not_written("Not saved", path, exc)
             return
-        waiting = self.unanswered_now(s)
-        also = f" and {counted(len(waiting), 'message')} with no answer" if waiting else ""
-        said = f"Saved the tree{also} to {path}{folders_made(made)}"
+        said = f"Saved the tree{also_held(waiting, s.unstored)} to {path}{folders_made(made)}"
         self.chat_notice(ends_a_sentence(said, path))
 
     def unanswered_now(self, session) -> list[str]:
@@ -327,6 +327,8 @@ class SessionCommands:
             db = VectorDatabase(str(staging))
             try:
                 tree.use_store(db, progress=progress)
+                for user, reply in saved_unstored(db):  # answered, refused by the full disk they were saved from
+                    tree.add([{"role": "user", "content": user}, {"role": "assistant", "content": reply}])
             finally:
                 db.close()
             sessions.move(staging, target)
@@ -363,7 +365,7 @@ class SessionCommands:
             return
         waiting = self.unanswered_now(session)
         text = conversation_markdown(session.tree, f"{EXPORT_TITLE}{self.session_path.stem}", with_tree,
-                                     session.settings.system, waiting)
+                                     session.settings.system, waiting, session.unstored)
         try:
             if args:
                 made = make_folders(path.parent)
@@ -374,10 +376,19 @@ class SessionCommands:
         except OSError as exc:
             self.file_not_written("Not exported", path, exc)
             return
-        also = f" and {counted(len(waiting), 'message')} with no answer" if waiting else ""
         self.chat_notice(ends_a_sentence(
-            f"Exported {exchanges_said(session.tree.exchanges)}{also} to {path.resolve()}"
+            f"Exported {exchanges_said(session.tree.exchanges)}{also_held(waiting, session.unstored)} to "
+            f"{path.resolve()}"
             + (" with the topic outline" if with_tree else "") + folders_made(made), path.resolve()))
+
+
+def also_held(waiting: list[str], unstored: list) -> str:
+    """What a /save or /export holds besides the exchanges: the messages with no answer and
+    the answered exchanges the session file could not take yet."""
+    parts = [f"{counted(len(waiting), 'message')} with no answer"] if waiting else []
+    if unstored:
+        parts.append(f"{counted(len(unstored), 'answered exchange')} the session file could not take yet")
+    return "".join(f" and {p}" for p in parts)
 
 
 def file_in(args: list[str], default: Path) -> Path:

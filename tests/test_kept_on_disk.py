@@ -430,3 +430,44 @@ async def test_a_message_after_the_file_could_not_be_opened_again_says_why_in_wo
         full.clear()  # space freed: the quit opens the file again and keeps the message there
         await pilot.press("ctrl+q")
     assert stored_users(path, minilm) == ["first, the store fails"] and load_kept_of(path) == ["second, after it"]
+
+
+async def test_save_and_export_hold_what_only_this_window_holds_and_load_brings_it_back(
+        server, tmp_path, minilm, data_dir):
+    """A full disk: /save said "Saved the tree and 1 message with no answer", and its JSON
+    held neither that message (it read the file's row, which the disk had refused) nor the
+    answered exchange the file could not take; /export left them out too (a trial)."""
+    from test_nexus_turn import user_of
+
+    server.respond(chat_only(lambda req: Reply("", status=500) if "Grommlet" in user_of(req)
+                             else Reply("Noted, a green Brompton.")))
+    path = tmp_path / "s.db"
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        app.session.tree.vdb.con.execute("PRAGMA query_only = ON")  # the file refuses writes
+        await type_and_send(pilot, app, "My bike is a green Brompton.")
+        await wait_for(pilot, lambda: "could not be stored" in notices(app) and app.turn is None
+                       and not app.session.tree.closed)
+        app.session.tree.vdb.con.execute("PRAGMA query_only = ON")  # still full (the store opened it anew)
+        await type_and_send(pilot, app, "The shed code is Grommlet 7790.")
+        await wait_for(pilot, lambda: app.turn is None and app.session.kept == ["The shed code is Grommlet 7790."])
+        assert app.session.only_here()  # the file has neither
+        saved, md = tmp_path / "kept.json", tmp_path / "kept.md"
+        await type_and_send(pilot, app, f"/save {saved}")
+        await wait_for(pilot, lambda: "Saved the tree and 1 message with no answer and 1 answered exchange the "
+                       "session file could not take yet" in notices(app))
+        await type_and_send(pilot, app, f"/export {md}")
+        await wait_for(pilot, lambda: "Exported 0 exchanges and 1 message with no answer and 1 answered exchange "
+                       "the session file could not take yet" in notices(app))
+        text = md.read_text()
+        assert "## Answered, not stored yet" in text and "Noted, a green Brompton." in text
+        assert "Grommlet 7790" in text
+        app.session.tree.vdb.con.execute("PRAGMA query_only = OFF")
+        await type_and_send(pilot, app, f"/load {saved}")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path.stem == "kept"
+                       and app.session.tree is not None)
+        assert [(x.user, x.assistant.strip()) for x in app.session.tree.exchanges] == \
+            [("My bike is a green Brompton.", "Noted, a green Brompton.")]
+        assert app.session.kept == ["The shed code is Grommlet 7790."]
+        assert app.session.tree.vdb.get_meta("nexus.unstored") is None
