@@ -219,14 +219,16 @@ class ChatSession:
         self.token_counter = ServerTokenCounter(self.config.base_url, self.config.api_key)
 
     def resolve_model(self) -> str:
-        """The chat model: configured, or the first the server lists."""
+        """The chat model: configured, or the first chat model the server lists."""
         if self.model:
             return self.model
-        ids = self.list_models()
-        if not ids:
+        from .lifecycle import first_chat_model
+
+        first = first_chat_model(self.list_models())
+        if first is None:
             raise ServerProblem(f"the server at {shown_url(self.config.base_url)} lists no models; load one first")
-        self.use_chat_model(ids[0])
-        return ids[0]
+        self.use_chat_model(first)
+        return first
 
     def use_chat_model(self, name: str) -> None:
         """The chat model from now on; the memory model too, when none is set (the tree's

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import signal
 import time
 
@@ -77,6 +78,18 @@ def listed(name: str, ids: list[str]) -> bool:
     return name in ids or f"{name}:latest" in ids
 
 
+# an embedding or reranking model's name: LM Studio lists its bundled text-embedding-nomic-embed-text-v1.5
+# among the chat models, Ollama its pulls newest first (nomic-embed-text:latest, all-minilm, bge-m3)
+NOT_CHAT = re.compile(r"embed|rerank|minilm|(?:^|[/_:-])(?:bge|e5|gte)(?:[/_:.-]|$)", re.I)
+
+
+def first_chat_model(ids: list[str]) -> str | None:
+    """The model a chat goes to when none is named: the first listed that is no embedding
+    model (taken as it came first, every reply failed with "does not support chat": a
+    trial); the first listed when all look like one."""
+    return next((i for i in ids if not NOT_CHAT.search(i)), ids[0] if ids else None)
+
+
 LM_STUDIO_URL = "http://127.0.0.1:1234/v1"  # the shipped nexus.toml's base_url
 
 
@@ -89,9 +102,10 @@ class Lifecycle:
         rather than when the first message fails."""
         problem, ids = server_models(self.config.base_url, self.config.api_key)
         if problem is None:
-            if ids:  # the chat model, when none is set, is the first listed: the header says so now
-                self.ui(self.name_listed_model, ids[0])
-                self.ui(self.found_model, ids[0])
+            first = first_chat_model(ids)
+            if first:  # the chat model, when none is set, is the first listed: the header says so now
+                self.ui(self.name_listed_model, first)
+                self.ui(self.found_model, first)
             wanted = self.config.chat_model
             if ids and wanted and not listed(wanted, ids):  # said when the first message failed, again at each Ctrl+R
                 shown = ", ".join(ids[:8]) + (f" and {len(ids) - 8} more" if len(ids) > 8 else "")

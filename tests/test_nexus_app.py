@@ -143,6 +143,34 @@ async def test_the_header_names_the_model_the_server_lists(server, tmp_path, min
         assert " · qwen2.5-7b-instruct · " in app.sub_title, app.sub_title
 
 
+async def test_an_embedding_model_listed_first_is_not_taken_for_the_chat(server, tmp_path, minilm, data_dir):
+    """Ollama lists its pulls newest first and LM Studio lists its bundled embedding model
+    beside the chat models: with no model named, Nexus chatted with nomic-embed-text, and
+    every reply failed with "does not support chat" (a trial)."""
+    server.state.models = ["nomic-embed-text:latest", "text-embedding-bge-m3", "llama3.2:3b", "qwen3:4b"]
+    server.respond(chat_reply("Hello."))
+    app = NexusApp(make_config(server.base_url, tmp_path, {("models", "chat"): ""}), tmp_path / "s.db",
+                   embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await wait_for(pilot, lambda: " · llama3.2:3b · " in app.sub_title)
+        app.session.model = None  # as a session that had not heard of the list: it asks itself
+        await type_and_send(pilot, app, "Hi there.")
+        await wait_for(pilot, lambda: app.session.tree and len(app.session.tree.exchanges) == 1)
+        assert {r["model"] for r in server.chat_requests()} == {"llama3.2:3b"}
+
+
+def test_the_first_chat_model_skips_embedding_and_reranking_models():
+    from nexus.lifecycle import first_chat_model
+
+    embedders = ["text-embedding-nomic-embed-text-v1.5", "mxbai-embed-large:latest", "all-minilm:l6-v2", "bge-m3:latest",
+                 "BAAI/bge-reranker-v2-m3", "intfloat/e5-mistral-7b-instruct", "thenlper/gte-large"]
+    for chat in ["qwen2.5-7b-instruct", "llama3.2:3b", "meta-llama/Llama-3.1-8B-Instruct", "gemma-3-270m-it"]:
+        assert first_chat_model([*embedders, chat, "other"]) == chat
+    assert first_chat_model(embedders) == embedders[0]  # only embedders: the server's answer will say why
+    assert first_chat_model([]) is None
+
+
 async def test_help_wraps_each_description_under_itself(server, tmp_path, minilm, data_dir):
     import os
 
