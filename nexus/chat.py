@@ -24,17 +24,28 @@ from .abandon import Abandoned, call_abandonable
 from .config import Config
 from .failures import Foreseen
 from .memory_service import SEARCH_FLOOR, search_messages
-from .prompt_budget import fit_recent, limits, prompt_room, recent_tokens
+from .prompt_budget import PROMPT_OVERHEAD, fit_recent, limits, prompt_room, recent_tokens
 from .session_settings import META_KEY as SETTINGS_KEY
 from .session_settings import SessionSettings, parse_setting
 from .streaming import stream_reply
 from .text import counted, exchanges_said
-from .turn import Turn, failure_kind, reply_problem, says_something, store_problem, strip_think, without_empty_bullets
+from .turn import (
+    Turn,
+    context_overflow,
+    failure_kind,
+    reply_problem,
+    says_something,
+    server_message,
+    store_problem,
+    strip_think,
+    without_empty_bullets,
+)
 from .versions import META_KEY as VERSIONS_KEY
 from .versions import ReplyVersions, version_of
 from .web import RouteDecision, WebRouter, WebSearch, WebSearchError, results_block
 
 log = logging.getLogger("nexus")
+MIN_CONTEXT = 256  # the least models.context_tokens takes
 
 AS_IT_WAS = "the exchange it was to replace is as it was"
 MODEL_LIST_SECONDS = 10.0  # the longest wait for the server's model list (GET /models)
@@ -426,7 +437,8 @@ class ChatSession:
         except Exception as exc:
             turn.outcome = "failed"
             kept = self._keep(text, turn)
-            self.emit(ev.ReplyFailed(text, turn.partial, reply_problem(exc, self.config.base_url), turn.id,
+            problem = self.fit_server_context(exc) or reply_problem(exc, self.config.base_url)
+            self.emit(ev.ReplyFailed(text, turn.partial, problem, turn.id,
                                      kept=kept, stays=not kept, kind=failure_kind(exc)))
             return None
         sources = tuple((r.title, r.url) for r in results)
@@ -478,6 +490,35 @@ class ChatSession:
             return None
         self.let_go(text, retried)
         return reply
+
+    def fit_server_context(self, exc: BaseException) -> str | None:
+        """A prompt the server refused as too long for its model's context: the words for it,
+        and from now on prompts fit to the context it said (LM Studio had loaded the model
+        with 4,096 tokens where Nexus planned for 8,192: every message failed, and each
+        Ctrl+R sent it to fail again: a trial). None for any other failure."""
+        overflow = context_overflow(exc)
+        if overflow is None:
+            return None
+        planned, _ = self.limits()
+        fit = min(planned, overflow.context or planned)
+        recount = ""
+        if overflow.prompt and self.last_sent is not None:
+            # the server counts more tokens than Nexus's estimate (characters / 4): as many fewer planned,
+            # to at most a token a character (a count past that is of more than Nexus sent)
+            sent = count_tokens(self.last_sent[1]) + count_tokens(self.last_sent[0]) + PROMPT_OVERHEAD
+            if overflow.prompt > sent:
+                fit = max(fit * sent // overflow.prompt, fit // 4)
+                recount = f"; it counted the prompt as {overflow.prompt:,} tokens where Nexus estimated {sent:,}"
+        fit = max(MIN_CONTEXT, fit)
+        holds = f", which holds {overflow.context:,} tokens" if overflow.context else ""
+        said = f"the prompt did not fit the model's context at the server{holds}{recount}"
+        if fit >= planned:
+            return (f"{said} ({server_message(exc)}). Nexus planned for {planned:,} tokens: lower "
+                    "models.context_tokens in nexus.toml, or load the model with a larger context")
+        self.config.set("models", "context_tokens", fit)
+        log.warning("context: %s tokens planned, %s from now on (the server refused a prompt)", planned, fit)
+        return (f"{said}. Nexus had planned for {planned:,} tokens and fits its prompts to {fit:,} from now on "
+                f"(models.context_tokens = {fit} in nexus.toml keeps it for the next runs)")
 
     def hold_in_flight(self, text: str) -> None:
         """Until its exchange is stored, the message being answered is also in the file's

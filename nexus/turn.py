@@ -127,6 +127,46 @@ def server_message(exc: BaseException) -> str:
     return " ".join(TAGS.sub(" ", str(msg)).split())[:300]
 
 
+# the model's context and the prompt's tokens, as each server says them when a prompt does not fit:
+# llama.cpp "request (9412 tokens) exceeds the available context size (8192 tokens)", llama-cpp-python
+# "Requested tokens (9000) exceed context window of 8192", vLLM (and OpenAI) "maximum context length is 4096
+# tokens. However, you requested 5120 tokens (4608 in the messages, 512 in the completion)", LM Studio
+# "the model is loaded with context length of only 4096 tokens"
+CONTEXT_SIZE = re.compile(r"available context size \((\d+)|context window of (\d+)|maximum context length is (\d+)"
+                          r"|context length of only (\d+)", re.I)
+PROMPT_SIZE = re.compile(r"^request \((\d+) tokens\)|(\d+) in the messages", re.I)
+OVERFLOW = re.compile(r"exceed|maximum context length|context length of only|too long", re.I)
+
+
+@dataclass(frozen=True)
+class Overflow:
+    """A prompt the server refused as longer than its model's context: the sizes it said."""
+
+    context: int | None = None  # the model's context, in the server's tokens
+    prompt: int | None = None  # the prompt, by the server's count
+
+
+def context_overflow(exc: BaseException) -> Overflow | None:
+    """The server's refusal of a prompt too long for its model's context, or None."""
+    if getattr(exc, "status_code", None) not in (400, 413, 500):
+        return None
+    body = getattr(exc, "body", None)
+    err = body.get("error", body) if isinstance(body, dict) else None
+    fields = err if isinstance(err, dict) else {}
+    msg = server_message(exc)
+    kind = f"{fields.get('type', '')} {fields.get('code', '')}"
+    if "exceed_context_size" not in kind and "context_length_exceeded" not in kind \
+            and not ("context" in msg.lower() and OVERFLOW.search(msg)):
+        return None
+    size, prompt = fields.get("n_ctx"), fields.get("n_prompt_tokens")  # llama.cpp's body says both
+    if not isinstance(size, int) and (m := CONTEXT_SIZE.search(msg)):
+        size = int(next(g for g in m.groups() if g))
+    if not isinstance(prompt, int) and (m := PROMPT_SIZE.search(msg)):
+        prompt = int(next(g for g in m.groups() if g))
+    return Overflow(size if isinstance(size, int) and size > 0 else None,
+                    prompt if isinstance(prompt, int) and prompt > 0 else None)
+
+
 def reply_problem(exc: BaseException, base_url: str) -> str:
     if isinstance(exc, RuntimeError) and not hasattr(exc, "request") and exc.args:
         return str(exc.args[0])

@@ -4,6 +4,7 @@ Pilot tests against the scripted OpenAI-compatible server (real HTTP, real opena
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -354,7 +355,8 @@ async def test_failures_are_reported_in_words_kept_and_never_stored(server, tmp_
         (Reply("", chunks=["half ", "a ", "sentence "], drop=True),
          ["Reply interrupted: the reply stream ended before the server finished", "stays above (not stored)"]),
         (Reply(status=400, error="Requested tokens (9000) exceed context window of 8192"),
-         ["HTTP 400", "exceed context window of 8192"]),
+         ["did not fit the model's context at the server, which holds 8,192 tokens", "exceed context window of 8192",
+          "lower models.context_tokens"]),
         (Reply(status=500, body="<html><title>oops</title>Internal failure in the model</html>"),
          ["HTTP 500", "Internal failure in the model"]),
         (Reply(body="data: {not json at all\n\n", content_type="text/event-stream"),
@@ -1707,3 +1709,107 @@ async def test_ctrl_r_while_the_server_is_waited_for_keeps_the_order_written(ser
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 3, timeout=30)
         assert [x.user for x in app.session.tree.exchanges] == ["First.", "Second.", "Third."]
         assert not app.session.kept
+
+
+def lm_studio_context(n_ctx: int, answer: str):
+    """A server whose model was loaded with ``n_ctx`` tokens of context (as LM Studio loads
+    most at 4,096): a longer prompt is refused in its words."""
+    def respond(req):
+        size = sum(len(m["content"]) for m in req["messages"]) // 4
+        if size > n_ctx:
+            return Reply(status=400, error=f"Trying to keep the first {size} tokens when context the overflows. "
+                         f"However, the model is loaded with context length of only {n_ctx} tokens, which is not "
+                         "enough. Try to load the model with a larger context length, or provide a shorter input")
+        return Reply(answer)
+    return chat_only(respond)
+
+
+async def test_a_server_context_smaller_than_planned_is_taken_and_ctrl_r_then_fits(server, tmp_path, minilm,
+                                                                                  data_dir):
+    """Nexus planned for 8,192 tokens; LM Studio had loaded the model with 4,096. Once the
+    recent replies filled the prompt past that, every message failed with the server's
+    "context length of only 4096 tokens", and Ctrl+R sent it to fail the same way (a trial)."""
+    server.respond(chat_only(lambda req: Reply("A long answer about sailing. " * 170)))  # ~1,230 tokens
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        for k in range(3):
+            await type_and_send(pilot, app, f"Tell me about sailing, part {k}.")
+            await wait_for(pilot, lambda k=k: len(app.session.tree.exchanges) == k + 1 and app.turn is None)
+        server.respond(lm_studio_context(4096, "Tacking is turning the bow through the wind."))
+        await type_and_send(pilot, app, "And what is tacking? " + "Some detail of my boat. " * 150)
+        await wait_for(pilot, lambda: app.turn is None and app.session.kept)
+        said = notices(app)
+        assert "did not fit the model's context at the server, which holds 4,096 tokens" in said, said
+        assert "fits its prompts to 4,096 from now on" in said and "models.context_tokens = 4096" in said, said
+        assert app.config.section("models").context_tokens == 4096
+        assert len(app.session.tree.exchanges) == 3  # nothing of the refusal is stored
+        await pilot.press("ctrl+r")  # the same message, now fitted to the server's context
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 4 and app.turn is None)
+        assert app.session.tree.exchanges[3].assistant.startswith("Tacking is turning")
+        last = chats(server)[-1]
+        assert sum(len(m["content"]) for m in last["messages"]) // 4 <= 4096
+
+
+async def test_a_prompt_the_server_counts_longer_than_the_estimate_plans_for_less(server, tmp_path, minilm,
+                                                                                 data_dir):
+    """llama.cpp refused a prompt of Japanese text as 9,412 tokens where Nexus's estimate
+    (characters / 4) made it 4,700, within the same 8,192 context: nothing said what to
+    change, and Ctrl+R failed the same way. Its count says by how much to plan for less."""
+    def respond(req):
+        size = sum(len(m["content"]) for m in req["messages"])  # a token a character
+        if size > 8192:
+            return Reply(status=400, body=json.dumps({"error": {
+                "code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": size, "n_ctx": 8192,
+                "message": f"request ({size} tokens) exceeds the available context size (8192 tokens), try "
+                           "increasing it"}}), content_type="application/json")
+        return Reply("了解しました。")
+
+    server.respond(chat_only(respond))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "日本語の長い文章です。" * 800)  # 8,800 characters: 2,200 tokens by the estimate
+        await wait_for(pilot, lambda: app.turn is None and app.session.kept)
+        said = notices(app)
+        assert "which holds 8,192 tokens; it counted the prompt as" in said, said
+        fit = app.config.section("models").context_tokens
+        assert fit < 8192 and f"fits its prompts to {fit:,} from now on" in said, said
+        assert "HTTP 400" not in said
+
+
+class StatusError(Exception):
+    def __init__(self, status: int, body) -> None:
+        super().__init__("error")
+        self.status_code, self.body = status, body
+
+
+@pytest.mark.parametrize("body, context, prompt", [
+    ({"error": {"code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": 9412, "n_ctx": 8192,
+                "message": "request (9412 tokens) exceeds the available context size (8192 tokens), try increasing it"}},
+     8192, 9412),
+    ({"error": {"code": 400, "type": "exceed_context_size_error",
+                "message": "the request exceeds the available context size, try increasing it"}}, None, None),
+    ({"object": "error", "type": "BadRequestError", "code": 400,
+      "message": "This model's maximum context length is 4096 tokens. However, you requested 5120 tokens (4608 in the "
+                 "messages, 512 in the completion). Please reduce the length of the messages or completion."},
+     4096, 4608),
+    ({"error": "Trying to keep the first 5020 tokens when context the overflows. However, the model is loaded with "
+               "context length of only 4096 tokens, which is not enough."}, 4096, None),
+    ({"error": {"message": "Requested tokens (9000) exceed context window of 8192"}}, 8192, None),
+])
+def test_each_servers_words_for_a_prompt_too_long_are_read(body, context, prompt):
+    from nexus.turn import Overflow, context_overflow
+
+    assert context_overflow(StatusError(400, body)) == Overflow(context, prompt)
+
+
+@pytest.mark.parametrize("status, body", [
+    (400, {"error": {"message": "max_tokens must be at least 1, got -5"}}),
+    (404, {"error": "No models loaded. Please load a model in the developer page or use the 'lms load' command."}),
+    (503, {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}),
+])
+def test_other_refusals_are_no_context_overflow(status, body):
+    from nexus.turn import context_overflow
+
+    assert context_overflow(StatusError(status, body)) is None
