@@ -152,7 +152,9 @@ def test_a_reply_that_copies_the_prompts_form_says_nothing():
                  # the prompt in other words but one (a trial's stored "answer")
                  "You are a useful assistant with long-term memory of this conversation.",
                  # role labels numbered, line after line: stored once, each next reply copied it (a trial)
-                 "[User: 13]\n[User: 13]\n[User: 13]", "[User: 13]", "[Assistant]", "[user 2]\n[assistant #3]"):
+                 "[User: 13]\n[User: 13]\n[User: 13]", "[User: 13]", "[Assistant]", "[user 2]\n[assistant #3]",
+                 # an entry's status tag alone: stored as the answer to "When is my thesis deadline?" (a trial)
+                 "- [current]", "[Superseded]", "[2026-12-06]\n- [current]\n-"):
         assert not says_something(junk, boilerplate=SYSTEM_BOILERPLATE), junk
         assert says_nothing(junk) and not nexus_says_something(junk), junk
     for answer in ("42", "2026-12-03", "Rye.", "はい", "Ja, gern.", "User: needs a break", "User: 13 apples",
@@ -160,11 +162,13 @@ def test_a_reply_that_copies_the_prompts_form_says_nothing():
                    "Model 3", "System 1", "User 42", "Model: 4", "(System 1)", "Model 3\nModel Y",
                    "You are right: water them in the morning.", "Memory.", "Most recent exchanges: none",
                    "Your memory of this conversation is better than mine.",
-                   "You are a good assistant with a short memory of this conversation."):
+                   "You are a good assistant with a short memory of this conversation.",
+                   "The [current] deadline is April 2.", "current"):
         assert says_something(answer, boilerplate=SYSTEM_BOILERPLATE) and nexus_says_something(answer), answer
     assert says_something(ASSISTANT_SYSTEM)  # boilerplate only when it is named
     # the start of a stream that may still become a label, a date line or the system prompt
-    for begun in ("Use", "assist", "[2026-1", "- [20", "You are a hel", "[2026-12-03]\n- you are", "You're a help"):
+    for begun in ("Use", "assist", "[2026-1", "- [20", "You are a hel", "[2026-12-03]\n- you are", "You're a help",
+                  "- [cur", "[superse"):
         assert not says_something(begun, partial=True, boilerplate=SYSTEM_BOILERPLATE), begun
     assert says_something("Use") and says_something("assist")  # as a whole reply, words
     for said in ("Usefully, yes", "[2026-10-05] I went", "You are right"):

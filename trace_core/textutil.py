@@ -411,7 +411,7 @@ def message_parts(text: str, previous: str = "", context_chars: int = 300) -> li
 
 # what a small base model answers when it copies the prompt's form and says nothing: a
 # role label ("User:", "user"), the memory block's date lines ("[2026-12-03]", also
-# written "[2015-7-18]"), the system prompt's fixed lines, symbols
+# written "[2015-7-18]") and status tags ("[current]"), the system prompt's fixed lines, symbols
 ROLE_WORDS = ("user", "assistant", "model", "system")
 # the labels small models write for a turn ("Me:", "AI:"): alone, with their colon, no answer
 CHAT_LABELS = ("me", "you", "ai", "human", "bot", "answer", "response", "reply", "q", "a")
@@ -421,8 +421,13 @@ _BARE_LABEL = re.compile(r"^\s*(?:(?:" + "|".join(ROLE_WORDS) + r")\s*:?|(?:" + 
 # eight times, a bundled model's reply that was stored, then copied by each next reply: a
 # trial); unbracketed, "Model 3" and "System 1" are answers
 _LABEL_LINES = re.compile(r"^(?:\s*\[\s*(?:" + "|".join(ROLE_WORDS) + r")\s*[:#]?\s*\d{0,6}\s*\]\s*(?:\n|$))+\Z", re.I)
-_DATE_LINE = re.compile(r"\[\d{4}-\d{1,2}-\d{1,2}\]")
-_DATE_LINE_BEGUN = re.compile(r"\[[\d-]{0,9}\Z")  # a date line a stream has begun
+# an entry's status tag in the memory block ("- [current] User: …"): copied alone, it was
+# stored as the answer to "When is my deadline?" and named the topic "Thesis Deadline Current" (a trial)
+STATUS_TAGS = ("current", "superseded")
+_DATE_LINE = re.compile(r"\[\d{4}-\d{1,2}-\d{1,2}\]|\[(?:" + "|".join(STATUS_TAGS) + r")\]", re.I)
+# a date line or a status tag a stream has begun
+_DATE_LINE_BEGUN = re.compile(r"\[(?:[\d-]{0,9}|" + "|".join(
+    t[:k] for t in STATUS_TAGS for k in range(len(t), 0, -1)) + r")\Z", re.I)
 _WORD_CHAR = re.compile(r"[^\W_]")  # a letter or digit, in any script
 _WORD_RUN = re.compile(r"[^\W_]+")
 
