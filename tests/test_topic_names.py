@@ -173,3 +173,17 @@ def test_prepositions_are_no_subject_words():
             "a house, within a month, towards town.")
     words = salient_words(text, n=8)
     assert not {"without", "within", "towards"} & {w.lower() for w in words}, words
+
+
+def test_german_function_words_name_nothing():
+    """A German trial's topics were "Wie Deutsch Coffee" and "Welches Deutsche Bedeutet", and
+    their group "Welches Deutsche · 日本 ラーメン": the question words named them."""
+    asked = [('Wie sagt man auf Deutsch "I would like a coffee, please"?', "I would like a coffee, please?"),
+             ('Welches deutsche Wort bedeutet "cozy"?', "You should show your sister in Berlin."),
+             ('Was ist der Unterschied zwischen "seit" und "für"?', "I want to learn English.")]
+    names = [extractive_name(exchange_sides([x])).split() for x in asked]
+    for name in names:
+        assert not {w.lower() for w in name} & {"wie", "man", "welches", "bedeutet", "was", "ist", "zwischen"}, names
+    assert names[0][:2] == ["Deutsch", "Coffee"] and names[1] == ["Deutsche", "Wort", "Cozy"], names
+    # a word German and English share is dropped from German only
+    assert "Man" in extractive_name("The man who won the war wore a hat.").split()

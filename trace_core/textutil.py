@@ -3,7 +3,8 @@ an LLM, and what search queries are made of.
 
 One tokenizer (``tokens``: runs of letters and digits in any script, with inner
 apostrophes and hyphens) and one stop-word list (``STOPWORDS``; its ``FUNCTION_WORDS``
-part is what search drops) serve names, summaries, word statistics and FTS queries."""
+part is what search drops) serve names, summaries, word statistics and FTS queries; names
+also leave out German function words (``NAME_ONLY_STOPWORDS``)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,26 @@ STOPWORDS = FUNCTION_WORDS | frozenset(
     "let talk talking switch switching subject subjects topic quick assistant user "
     "important remember reminder please fyi".split()
 )
+
+# German function words, for names only (not search, nor the supersession rule's subject words):
+# "Wie sagt man auf Deutsch …?" was named "Wie Deutsch Coffee" and "Welches deutsche Wort
+# bedeutet …?" "Welches Deutsche Bedeutet" (a trial). Words that are English words too ("die",
+# "man", "war") are in ``GERMAN_HOMOGRAPHS``, dropped only from a text that reads as German
+NAME_ONLY_STOPWORDS = frozenset(
+    """ich du er sie es wir ihr mich mir dich sich uns euch mein meine meinen meinem meiner meines
+    dein deine deinen deinem deiner sein seine seinen seinem seiner ihre ihren ihrem ihrer unser unsere
+    euer eure der das ein eine einen einem einer eines kein keine keinen keinem keiner
+    und oder aber doch denn weil dass daß wenn ob wie wo woher wohin wer wen wem wessen warum wann
+    welche welcher welches welchen welchem nicht nichts ist sind bist seid waren wird wirst werden
+    wurde wurden habe hast haben hatte hatten kann kannst können könnte könnten muss musst müssen
+    soll sollst sollen sollte möchte möchtest magst darf dürfen zum zur vom bei beim auf
+    für über unter nach vor seit bis durch gegen ohne auch noch schon sehr mehr nur nein bitte danke
+    sagt sagen heißt bedeutet bedeuten gibt geht macht jetzt dann hier dort immer etwas viel viele
+    gern gerne heute morgen gestern zwischen jede jeder jeden jedes jedem alle allen alles andere anderen
+    woche wochen monat monate monaten jahr jahre jahren tage tagen""".split()
+)
+GERMAN_HOMOGRAPHS = frozenset("die man war hat bin den gut also will tag rat sage mag mit aus dir dem des".split())
+GERMAN_MARKERS = 2  # a text with this many German function words reads as German
 
 _TOKEN = re.compile(r"[^\W_][\w'\-]*")
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u02bc": "'"})  # "Let’s" (a phone's, a model's) is "Let's"
@@ -252,13 +273,15 @@ def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: Docum
     i = 0
     for part, weight, lead in parts:
         part = _without_paths(without_marks(part).translate(_APOSTROPHES))
+        german = sum(t.lower() in NAME_ONLY_STOPWORDS for t in _TOKEN.findall(part)) >= GERMAN_MARKERS
         for w in (p for m in _TOKEN.finditer(part) for p in _name_pieces(m.group())):
             w = _POSSESSIVE.sub("", w).strip("'-")
             if not w or not w[0].isalpha() or len(w) > MAX_NAME_WORD:  # a token, hash or run-on: no word
                 continue
             low = w.lower()
             i += 1
-            if len(low) < (2 if _ideographic(low) else 3) or low in STOPWORDS:
+            if (len(low) < (2 if _ideographic(low) else 3) or low in STOPWORDS or low in NAME_ONLY_STOPWORDS
+                    or (german and low in GERMAN_HOMOGRAPHS)):
                 continue
             counts[low] += weight
             first.setdefault(low, i)
