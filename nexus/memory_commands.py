@@ -38,6 +38,15 @@ def reorganize_summary(res: dict, threshold: float) -> str:
         # an idle run said "0 vetoed, 0 skipped" and "the 2 pairs were vetoed or skipped" (a trial)
         why = (f"the {counted(res['pairs'], 'similar pair')} {'is' if res['pairs'] == 1 else 'are'} kept apart: "
                "an undo took their merge back (a /reorganize typed now makes it again)")
+    elif res.get("kept_apart"):
+        # "1 vetoed, 0 skipped … the 3 similar pairs were vetoed or skipped": two of them an undo had
+        # taken apart (an idle run after /undo-reorganize, in a trial)
+        told = " and ".join(f"{n} {'was' if n == 1 else 'were'} {what}"
+                            for n, what in ((res["vetoed"], "vetoed"), (res["skipped"], "skipped")) if n)
+        apart = res["kept_apart"]
+        why = (f"of the {counted(res['pairs'], 'similar pair')}, {told} (the log says why), and {apart} "
+               f"{'is' if apart == 1 else 'are'} kept apart: an undo took {'its' if apart == 1 else 'their'} merge "
+               "back (a /reorganize typed now makes it again)")
     else:
         why = (f"the {counted(res['pairs'], 'similar pair')} {'was' if res['pairs'] == 1 else 'were'} "
                "vetoed or skipped (the log says why)")

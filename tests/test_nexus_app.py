@@ -282,6 +282,10 @@ def test_a_reorganisation_that_changes_nothing_says_why():
     undone = reorganize_summary({**base, "kept_apart": 2, "candidates": 6, "pairs": 2}, 0.55)
     assert "the 2 similar pairs are kept apart: an undo took their merge back" in undone
     assert "vetoed or skipped" not in undone
+    # an idle run after an undo: one pair vetoed, two an undo took apart (a trial said all three were vetoed)
+    mixed = reorganize_summary({**base, "vetoed": 1, "kept_apart": 2, "candidates": 9, "pairs": 3}, 0.55)
+    assert ("Nothing changed: of the 3 similar pairs, 1 was vetoed (the log says why), and 2 are kept apart: "
+            "an undo took their merge back") in mixed, mixed
     pruned = reorganize_summary({**base, "pruned": 2, "archived": [3, 7], "candidates": 6, "pairs": 0}, 0.55)
     assert "2 archived" in pruned and "Archived: #3, #7." in pruned  # which, not only how many (a trial)
     merged = reorganize_summary({**base, "merged": 1, "candidates": 6, "pairs": 2}, 0.55)
