@@ -242,6 +242,22 @@ def test_a_summary_says_a_sentence_once_even_when_a_reply_repeats_it():
     assert summary.count("A beautiful beach, a mountain near Rome") == 1, summary
 
 
+def test_a_reply_that_says_the_system_prompt_again_is_no_summary():
+    """A trial's topic "Started Learning Cello" was summed up as "I started learning to play
+    the cello last month. You are a very helpful assistant with long-term memory of this
+    conversation.": the bundled model's reply said its system prompt again."""
+    from trace_core.judges import EmbeddingJudge
+
+    talk = [("I started learning to play the cello last month.",
+             "You are a very helpful assistant with long-term memory of this conversation."),
+            ("How long does it take an adult to learn the cello?", "A few years to play well; start with scales.")]
+    summary = EmbeddingJudge().summarize(talk)
+    assert "helpful assistant" not in summary and "cello last month" in summary and "scales" in summary, summary
+    # the user's own words are theirs, whatever they say
+    mine = EmbeddingJudge().summarize([("You are a helpful assistant with long-term memory.", "Thank you!")])
+    assert "helpful assistant" in mine, mine
+
+
 def test_a_reason_never_reads_as_its_own_threshold():
     """'cosine 0.30 to the current topic < 0.30' (found in a new-user trial): a cosine that
     rounds to the threshold is shown with four decimals."""

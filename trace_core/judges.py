@@ -200,7 +200,7 @@ class EmbeddingJudge:
         # sentence weights hold while the word counts do (no exchange added meanwhile)
         if self._weights_at != self.doc_freq.docs or len(self._weights) > 100_000:
             self._weights, self._weights_at = {}, self.doc_freq.docs
-        return extractive_summary(texts, df=self.doc_freq, cache=self._weights)
+        return extractive_summary(texts, df=self.doc_freq, cache=self._weights, boilerplate=prompts.SYSTEM_BOILERPLATE)
 
     def approve_merge(self, a: TopicDigest, b: TopicDigest, embed: Callable[[list[str]], np.ndarray]) -> tuple[bool, str]:
         """The stricter rule used without an LLM.

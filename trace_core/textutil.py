@@ -333,20 +333,26 @@ def extractive_name(text: str | Sequence[tuple[str, float]], n: int = 3, df: Doc
 
 
 def extractive_summary(exchanges: list[tuple[str, str]], limit: int = 300,
-                       df: DocumentFrequency | None = None, cache: dict[str, float] | None = None) -> str:
+                       df: DocumentFrequency | None = None, cache: dict[str, float] | None = None,
+                       boilerplate: Sequence[str] = ()) -> str:
     """The most informative sentences of the exchanges, in conversation order, up to
     ``limit`` characters. A sentence's weight is the rarity of its content words, so
     greetings and "Thanks, Mel!" lose to "I went to a LGBTQ support group".
 
     ``cache`` keeps sentence weights between calls made with the same ``df`` counts
-    (a reorganisation summarises each exchange once per level of its topic)."""
+    (a reorganisation summarises each exchange once per level of its topic).
+    ``boilerplate``: the system prompt's fixed lines; a reply's sentence that only says
+    them again, in other words too, is none of the topic's ("I started learning to play the
+    cello last month. You are a very helpful assistant with long-term memory of this
+    conversation." was a trial's summary, from the bundled model's reply)."""
     import math
 
     sentences: list[str] = []
     for user, assistant in exchanges:
-        for text in (user, assistant):
+        for text, role in ((user, "user"), (assistant, "assistant")):
             for sent in split_sentences(without_marks(text)):
-                if sent and sent not in sentences and sent not in PLACEHOLDERS:
+                if (sent and sent not in sentences and sent not in PLACEHOLDERS
+                        and not (role == "assistant" and boilerplate and _only_words_of(sent, boilerplate, False))):
                     sentences.append(sent)
 
     use_df = df is not None and df.docs >= 20
