@@ -10,7 +10,6 @@ from textual.containers import VerticalScroll
 from trace_core.textutil import without_marks
 
 from .inspector import NodeInspector
-from .keys import key_for
 from .scrolling import scroll_a_page
 from .treepane import MemoryTree
 from .widgets import SELECTABLE, AssistantMessage, EventLog, PastExchangeView, UserMessage, code_blocks, message_text
@@ -105,7 +104,7 @@ class KeyActions:
             self.action_focus_input()
             return
         if self.editing is not None and self.turn is None:
-            self.cancel_edit("Esc")
+            self.cancel_edit(self.key_name("cancel"))
             return
         if self.editing_kept is not None and self.turn is None:
             self.cancel_kept_edit()
@@ -129,8 +128,8 @@ class KeyActions:
         if self.turn is not None:
             self.turn.cancel()
             return
-        quit_key = "+".join(part.capitalize() for part in key_for("quit", self.keymap).split(",")[0].split("+"))
-        hint = f"Ctrl+C copies selected text. {quit_key} quits Nexus (what you wrote is kept); Esc cancels a reply."
+        hint = (f"Ctrl+C copies selected text. {self.key_name('quit')} quits Nexus (what you wrote is kept); "
+                f"{self.key_name('cancel')} cancels a reply.")
         if self.last_chat_notice() == hint:  # pressed again, as in a terminal: the hint once (it stacked: a trial)
             self.follow_chat()
             return
@@ -248,7 +247,7 @@ class KeyActions:
         back %= len(blocks)
         self._code_copied = (now, back, blocks)
         self.copy_to_clipboard(blocks[-1 - back])
-        key = self.config.keys.get("copy_code", "ctrl+k").replace("ctrl+", "Ctrl+").title()
+        key = self.key_name("copy_code")
         where = f" ({len(blocks) - back} of {len(blocks)}; {key} again for the one before)" if len(blocks) > 1 else ""
         self.notify(f"Code block copied{where}.")
 

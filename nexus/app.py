@@ -29,7 +29,7 @@ from .engine_view import EngineView
 from .failures import Failures
 from .history import HistoryPager
 from .inspector import NodeInspector
-from .keys import APP_KEYS, validate_keys
+from .keys import APP_KEYS, key_label, validate_keys
 from .lifecycle import Lifecycle, server_problem
 from .long_tasks import Cancelled, LongTasks
 from .memory_commands import MemoryCommands
@@ -151,10 +151,14 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             yield MemoryTree(id="tree")
             yield NodeInspector(id="inspector")
         yield EventLog(level=self.config.section("ui").log_level, id="log")
-        yield PromptInput(placeholder="Message, or /help  (Enter sends, Shift+Enter or Ctrl+J: new line)",
+        yield PromptInput(placeholder=f"Message, or /help  (Enter sends, {self.key_name('newline')}: new line)",
                           id="prompt", completer=Completer(
                               self.other_session_names, self.models_for_completion))
         yield Footer()
+
+    def key_name(self, action: str) -> str:
+        """The key of an action as the notes say it, [keys] applied ("Ctrl+R", "Esc")."""
+        return key_label(action, self.keymap)
 
     def other_session_names(self) -> list[str]:
         """Sessions to complete for /open and /delete: not the open one (/open has nothing
@@ -205,8 +209,9 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             prompt = self.query_one("#prompt")
         except NoMatches:
             return
-        prompt.border_title = (f"editing #{self._editing} · Enter replaces it · Esc cancels" if self._editing is not None
-                               else "editing your message with no answer · Enter sends it in its place · Esc cancels"
+        esc = self.key_name("cancel")
+        prompt.border_title = (f"editing #{self._editing} · Enter replaces it · {esc} cancels" if self._editing is not None
+                               else f"editing your message with no answer · Enter sends it in its place · {esc} cancels"
                                if self._editing_kept is not None else "")
 
     def cancel_edit(self, why: str) -> None:

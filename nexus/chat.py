@@ -23,6 +23,7 @@ from . import parked, sessions
 from .abandon import Abandoned, call_abandonable
 from .config import Config
 from .failures import Foreseen
+from .keys import key_label
 from .memory_service import SEARCH_FLOOR, search_messages
 from .prompt_budget import PROMPT_OVERHEAD, fit_recent, limits, prompt_room, recent_tokens
 from .session_settings import META_KEY as SETTINGS_KEY
@@ -124,6 +125,7 @@ class ChatSession:
     def __init__(self, config: Config, session_path: Path, emit: Callable[[object], None] = lambda e: None,
                  embed_fn=None, search_fn=None) -> None:
         self.config = config
+        self.resend_key = key_label("resend", config.keys)  # as its notes name it ("Ctrl+R")
         self.path = Path(session_path)
         self.emit = emit
         self._embed_fn = embed_fn
@@ -448,14 +450,14 @@ class ChatSession:
                 kept = self._keep(text, turn)
                 self.emit(ev.ReplyFinished("", True, sources, turn.id, note="cancelled before the first word: " + (
                     ("your message is kept" if text in self._kept_saved else "your message is kept in this "
-                     "window only (the session file could not take it)") + " — Ctrl+R sends it again"
+                     "window only (the session file could not take it)") + f" — {self.resend_key} sends it again"
                     if kept else AS_IT_WAS)))
                 return None
             if turn.replace:  # a /retry or /edit stopped half-way: the exchange it was to replace stays
                 kept = self._keep(text, turn)  # an /edit's new words are kept for Ctrl+R
                 self.emit(ev.ReplyFinished(turn.partial, True, sources, turn.id, note=(
                     f"cancelled: this partial reply is not kept, and {AS_IT_WAS}"
-                    + (" — your edited message is kept: Ctrl+R sends it again" if kept else ""))))
+                    + (f" — your edited message is kept: {self.resend_key} sends it again" if kept else ""))))
                 return None
             reply = without_empty_bullets(turn.partial) + CANCELLED_MARK
             self.emit(ev.ReplyFinished(reply, True, sources, turn.id))
@@ -885,7 +887,7 @@ class ChatSession:
         if problem:
             self.emit(ev.Notice(f"{counted(len(self.unstored), 'answered exchange')} from last time "
                                 f"{'is' if len(self.unstored) == 1 else 'are'} still not stored: "
-                                f"{problem}; kept — press Ctrl+R to try again", "error", chat=True))
+                                f"{problem}; kept — press {self.resend_key} to try again", "error", chat=True))
         else:
             self.emit(ev.Notice(f"stored {counted(done, 'answered exchange')} that could not be stored last time",
                                 chat=True))
@@ -994,5 +996,5 @@ class ChatSession:
             "last memory block": f"{r.memory_tokens:,} tokens" if r else "(no reply yet in this window)",
             # now, not at the last reply
             "whole history": f"{self.synth.full_history_tokens() if self.synth else 0:,} tokens",
-            "without an answer": f"{len(self.kept)} (Ctrl+R sends the next)" if self.kept else "none",
+            "without an answer": f"{len(self.kept)} ({self.resend_key} sends the next)" if self.kept else "none",
         }

@@ -12,7 +12,7 @@ from .abandon import Abandoned, call_abandonable
 from .chat import ChatSession
 from .failures import TaskFailed, background
 from .history import past_exchange
-from .keys import ALL_KEYS, key_for
+from .keys import ALL_KEYS, key_label, key_said
 from .replies import UNSENT_STATE
 from .text import quoted
 from .widgets import PastExchangeView, PromptInput, UserMessage, two_columns
@@ -26,12 +26,11 @@ class ChatCommands:
         bound as it is), and the input's own keys the chat's notes name (F7, Ctrl+Z)."""
         return ([("Enter", "send"), ("↑ / ↓", "earlier / later prompts (from the first / last line)"),
                  ("F7", "select the whole input (the input's own key)"),
-                 ("ctrl+z", "undo in the input (the input's own key: a cleared input comes back)"),
-                 ("ctrl+c", "copy the text selected in the input, or with the mouse in the chat; with none "
+                 ("Ctrl+Z", "undo in the input (the input's own key: a cleared input comes back)"),
+                 ("Ctrl+C", "copy the text selected in the input, or with the mouse in the chat; with none "
                   "selected: stop the reply in flight, or say how to quit"),
-                 (self.COMMAND_PALETTE_BINDING, "command palette")]
-                # "shift+enter, ctrl+j": a narrow pane wraps between the keys, not inside one (trial)
-                + [(key_for(k.action, self.keymap).replace(",", ", "), k.description) for k in ALL_KEYS.values()])
+                 (key_said(self.COMMAND_PALETTE_BINDING), "command palette")]
+                + [(key_label(k.action, self.keymap), k.description) for k in ALL_KEYS.values()])
 
     def cmd_help(self, args: list[str]) -> None:
         commands = [(c.usage, c.help) for c in C.COMMANDS]
@@ -73,7 +72,7 @@ class ChatCommands:
             # said at once, and Esc stops waiting: a server that never answers held /model
             # in silence (a trial)
             self.show_progress("models", f"Asking the server at {shown_url(self.config.base_url)} for its models… "
-                               "(Esc stops waiting)")
+                               f"({self.key_name('cancel')} stops waiting)")
             self.model_worker(s)
             return
         s.use_chat_model(args[0])
@@ -131,7 +130,7 @@ class ChatCommands:
         for worker in waiting:
             worker.cancel()  # its quit_check() gives up the call in flight
         if waiting:
-            self.end_progress("models", "Stopped waiting for the model list (Esc).")
+            self.end_progress("models", f"Stopped waiting for the model list ({self.key_name('cancel')}).")
         return bool(waiting)
 
     def models_listed(self, models: list[str]) -> None:
@@ -285,7 +284,7 @@ class ChatCommands:
         prompt.focus()
         self.editing = None
         self.editing_kept = text
-        self.chat_notice("Editing your message that got no answer: Enter sends it in its place; Esc cancels "
+        self.chat_notice(f"Editing your message that got no answer: Enter sends it in its place; {self.key_name('cancel')} cancels "
                          "(it stays as it was).")
         return True
 

@@ -68,9 +68,9 @@ FAILURES: dict[str, Failure] = {  # by worker name (the worker method's name)
     "check_worker": Failure("/check failed"),
     "model_worker": Failure("Cannot list models", task="models", end="."),
     "models_cache_worker": Failure("model list for completion", "debug", in_chat=False),
-    "store_again_worker": Failure("Not stored", end=". Kept — press Ctrl+R to try again."),
+    "store_again_worker": Failure("Not stored", end=". Kept — press {resend} to try again."),
     "probe_server": Failure("model server probe failed", "warning", in_chat=False),
-    "server_wait_worker": Failure("Waiting for the model server failed: Ctrl+R sends the waiting messages", "warning"),
+    "server_wait_worker": Failure("Waiting for the model server failed: {resend} sends the waiting messages", "warning"),
     # the panes' workers (ReportsFailures forwards them here)
     "_snapshot_worker": Failure("the tree pane was not updated", in_chat=False),
     "_load": Failure("the inspector could not read that node", in_chat=False),
@@ -112,7 +112,9 @@ class Failures:
             level = "warning"
         if isinstance(exc, TaskFailed):
             words, level, cause = exc.words or words, exc.level or level, exc.__cause__
-        text = f"{words}: {reason(cause)}{how.end}" if cause is not None else f"{words}{how.end}"
+        end = how.end.replace("{resend}", self.resend_key())  # the key [keys] gave it
+        words = words.replace("{resend}", self.resend_key())
+        text = f"{words}: {reason(cause)}{end}" if cause is not None else f"{words}{end}"
         if isinstance(exc, (TaskFailed, Foreseen)):  # foreseen, and said in words: the traceback only at debug
             if level == "warning":  # a refusal ("Nothing undone: …"), which the log called a failure (a trial)
                 log.warning("%s (%s)", text, name)

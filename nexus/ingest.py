@@ -16,6 +16,7 @@ from trace_core.llm import completion_content
 
 from . import events as ev
 from .abandon import Abandoned, call_abandonable
+from .keys import key_label
 from .turn import reply_problem
 
 IMAGE_EXTS = {".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff"}
@@ -190,6 +191,7 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
     given up at once (nothing of it stored) and the swap back is not waited for."""
     cfg = session.config.section("ingest")
     vision_model = session.config.section("models").vision
+    esc = key_label("cancel", session.config.keys)
     lines: list[tuple[str, str]] = []
 
     def say(text: str, level: str = "info") -> None:
@@ -211,7 +213,7 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
             say(f"Ingest cancelled while checking the images ({k - 1} of {len(paths)} checked); nothing was "
                 "described.", "warning")
             return lines
-        status(f"/ingest: checking {k:,}/{len(paths):,} — {p.name} (Esc cancels)")
+        status(f"/ingest: checking {k:,}/{len(paths):,} — {p.name} ({esc} cancels)")
         try:
             prepared.append(prepare(p, cfg.max_side, cfg.max_file_mb, cfg.max_megapixels))
         except ImageError as exc:
@@ -240,7 +242,7 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
                     status(f"/ingest: cancelled — loading {text_model} again")
                     break
                 emit(ev.Progress("ingest", k - 1, len(prepared)))
-                status(f"/ingest: describing {k:,}/{len(prepared):,} — {img.path.name} (Esc cancels)")
+                status(f"/ingest: describing {k:,}/{len(prepared):,} — {img.path.name} ({esc} cancels)")
                 started = time.perf_counter()
                 try:
                     text = call_abandonable(describe, session.client, vision_model, img, timeout,

@@ -24,6 +24,7 @@ from .failures import ReportsFailures, background
 from .history import when
 from .text import counted
 from .treeinfo import ExchangeDetail, TopicDetail, exchange_detail, topic_detail
+from .widgets import cancel_key
 
 
 def _safe(text: str) -> str:
@@ -142,13 +143,13 @@ class NodeInspector(ReportsFailures, VerticalScroll):
         self.detail: TopicDetail | ExchangeDetail | None = None
         self._seen: tuple | None = None  # (tree, report, synth) of the node on view
         self._refreshing = False  # the view is read again: keep where it was scrolled to
-        self.border_title = "Inspector · Esc closes"
 
     def compose(self):
         yield self.body
 
     def on_mount(self) -> None:
         self.display = False
+        self.border_title = f"Inspector · {cancel_key(self)} closes"
 
     @property
     def is_open(self) -> bool:

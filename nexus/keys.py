@@ -145,3 +145,34 @@ def _freeing(key: str, first: str, second: str, keymap: dict[str, str]) -> str:
 def key_for(action: str, keymap: dict[str, str] | None = None) -> str:
     """The key an action is bound to (remapped or default)."""
     return (keymap or {}).get(action) or ALL_KEYS[action].key
+
+
+# Textual's names as the README and the chat say them
+SAID = {"escape": "Esc", "pageup": "PageUp", "pagedown": "PageDown", "up": "↑", "down": "↓",
+        "left": "←", "right": "→"}
+
+
+def _said(one: str) -> str:
+    *mods, base = one.strip().lower().split("+")
+    if base in SAID:
+        name = SAID[base]
+    elif len(base) == 1 or base in NAMED:
+        name = base.upper() if len(base) == 1 or base[1:].isdigit() else base.capitalize()  # K, F5, Enter
+    else:  # "question_mark" → "?"
+        try:
+            name = unicodedata.lookup(base.replace("_", " ").upper())
+        except KeyError:
+            name = base
+    return "+".join([m.capitalize() for m in mods] + [name])
+
+
+def key_label(action: str, keymap: dict[str, str] | None = None) -> str:
+    """The action's key as the chat names it, remapped or default: "Ctrl+R", "Esc", "F5",
+    "Shift+Enter or Ctrl+J". The notes said the default keys whatever [keys] bound: the
+    input's hint offered Ctrl+J for a new line after newline = "ctrl+n" (a trial)."""
+    return key_said(key_for(action, keymap))
+
+
+def key_said(keys: str) -> str:
+    """Keys as Textual writes them ("ctrl+p", "shift+enter,ctrl+j") as the chat names them."""
+    return " or ".join(_said(one) for one in keys.split(","))

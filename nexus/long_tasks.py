@@ -73,7 +73,7 @@ class LongTasks:
         """Say so and return True when a long command runs (it must finish or be cancelled first)."""
         busy = self.busy_with_long_command()
         if busy:
-            self.chat_notice(f"{busy} is running: wait for it or press Esc to cancel it, then try again.", "warning")
+            self.chat_notice(f"{busy} is running: wait for it or press {self.key_name('cancel')} to cancel it, then try again.", "warning")
         return busy is not None
 
     def idle_consolidate(self) -> None:

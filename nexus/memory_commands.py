@@ -80,7 +80,7 @@ class MemoryCommands:
             return ""
         return (f"Not in memory yet: {counted(len(held), 'message')} without an answer "
                 f"{'holds' if len(held) == 1 else 'hold'} it — {quoted(clip_text(held[0], 80))} "
-                "(Ctrl+R sends it; answered, it is remembered).")
+                f"({self.resend_key()} sends it; answered, it is remembered).")
 
     def cmd_search(self, args: list[str]) -> None:
         every = "--all" in args
@@ -166,7 +166,7 @@ class MemoryCommands:
         if self.refused_read_only("/reorganize") or self.refused_while_busy():
             return
         self.cancel_long.clear()
-        self.show_progress("reorganize", "/reorganize: starting… (Esc cancels)")
+        self.show_progress("reorganize", f"/reorganize: starting… ({self.key_name('cancel')} cancels)")
         self.reorganize_worker(threshold, prune, asked=True)
 
     @background(group="memory", exclusive=True)

@@ -88,9 +88,9 @@ class Replies:
         prompt = self.query_one("#prompt", PromptInput)
         if prompt.value == text:
             prompt.value = ""
-            self.chat_notice("Edit cancelled: your message with no answer stays as it was (Ctrl+R sends it).")
+            self.chat_notice(f"Edit cancelled: your message with no answer stays as it was ({self.resend_key()} sends it).")
         else:
-            self.chat_notice("Edit cancelled: your message with no answer stays as it was (Ctrl+R sends it); Enter "
+            self.chat_notice(f"Edit cancelled: your message with no answer stays as it was ({self.resend_key()} sends it); Enter "
                              "sends what is in the input as a new message.")
 
     def finish_kept_edit(self, text: str) -> None:
@@ -422,7 +422,7 @@ class Replies:
 
     def resend_key(self) -> str:
         """The resend key as the chat says it ("Ctrl+R"; the notices said "ctrl+r")."""
-        return self.config.keys.get("resend", "ctrl+r").replace("ctrl+", "Ctrl+").title()
+        return self.key_name("resend")
 
     async def on_reasoning_chunk_message(self, message: M.ReasoningChunkMessage) -> None:
         """reasoning_content: live in the reply's folded section."""
@@ -817,7 +817,7 @@ class Replies:
         if self.editing_kept == text:
             # the edit ends: Enter after it stored the edited words beside these, unsaid (a trial)
             self.editing_kept = None
-            self.chat_notice("Ctrl+R sent the message you were editing as it was; the edit ended, and Enter sends "
+            self.chat_notice(f"{self.resend_key()} sent the message you were editing as it was; the edit ended, and Enter sends "
                              "what is in the input as a new message.")
         gone = [old for old in self.query(UserMessage) if old.text == text and old.state == UNSENT_STATE]
         for old in gone:
@@ -884,6 +884,6 @@ class Replies:
         done, problem = session.store_unstored()
         if problem:
             self.call_from_thread(self.chat_notice, f"Stored {done} of {n}; still not stored: {problem}. "
-                                  "Kept — press Ctrl+R to try again.", "error")
+                                  f"Kept — press {self.resend_key()} to try again.", "error")
         else:
             self.call_from_thread(self.chat_notice, f"Stored {counted(done, 'kept exchange')}.")

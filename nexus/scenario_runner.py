@@ -279,8 +279,12 @@ def save_verdict(outcome: ScenarioOutcome, path: Path | None = None) -> None:
     tmp.replace(path)
 
 
-LISTING_TITLE = ("Scenarios (/scenario NAME [--judge embedding|auto|llm] [--keep]; --keep keeps its tree as a "
-                 "session to /open; Esc cancels a run):")
+def listing_title(cancel: str = "Esc") -> str:
+    return ("Scenarios (/scenario NAME [--judge embedding|auto|llm] [--keep]; --keep keeps its tree as a "
+            f"session to /open; {cancel} cancels a run):")
+
+
+LISTING_TITLE = listing_title()
 
 
 def listing_rows(verdicts: dict[str, dict]) -> list[tuple[str, str]]:
@@ -301,8 +305,8 @@ def listing_rows(verdicts: dict[str, dict]) -> list[tuple[str, str]]:
     return rows
 
 
-def listing(verdicts: dict[str, dict]) -> str:
-    return "\n".join([LISTING_TITLE] + [f"  {left:<10} {right}" for left, right in listing_rows(verdicts)])
+def listing(verdicts: dict[str, dict], cancel: str = "Esc") -> str:
+    return "\n".join([listing_title(cancel)] + [f"  {left:<10} {right}" for left, right in listing_rows(verdicts)])
 
 
 # --- the app side ---------------------------------------------------------------------------
@@ -335,7 +339,8 @@ class ScenarioController:
             from .widgets import two_columns
 
             verdicts = load_verdicts()  # drawn in two columns: a long line wraps under its own text
-            self.app.chat_notice(listing(verdicts), body=two_columns([(LISTING_TITLE, listing_rows(verdicts))]))
+            esc = self.app.key_name("cancel")
+            self.app.chat_notice(listing(verdicts, esc), body=two_columns([(listing_title(esc), listing_rows(verdicts))]))
             return
         if judge not in JUDGES:
             raise UsageError(f"{usage} — {judge!r} is no judge: {', '.join(JUDGES)}")
@@ -347,7 +352,7 @@ class ScenarioController:
         if self.running:
             if self.cancel_event is not None and self.cancel_event.is_set():
                 raise NotNow(f"The {self.name} scenario is stopping after its current step: run this when it has.")
-            raise NotNow(f"The {self.name} scenario is still running (Esc cancels it): run this when it has ended.")
+            raise NotNow(f"The {self.name} scenario is still running ({self.app.key_name('cancel')} cancels it): run this when it has ended.")
         self.start(name, judge, keep)
 
     def start(self, name: str, judge: str, keep: bool = False) -> None:
@@ -363,7 +368,7 @@ class ScenarioController:
         self.judge = judge
         self.cancel_event = threading.Event()
         app.chat_notice(f"Running the {name} scenario ({judge} judge) in a scratch session; the tree pane shows "
-                        "it growing, the log its judge decisions. Esc cancels it.")
+                        f"it growing, the log its judge decisions. {app.key_name('cancel')} cancels it.")
         job = partial(run_scenario, name, judge, embed_fn=embed_fn, base_url=cfg.base_url, api_key=cfg.api_key,
                       model=cfg.memory_model or cfg.chat_model or None, cancel=self.cancel_event,
                       on_start=self._on_start, on_event=self._on_event, on_snapshot=self._on_snapshot,

@@ -317,10 +317,10 @@ class SessionCommands:
             if time.monotonic() - last[0] >= 0.5 or done == total:
                 last[0] = time.monotonic()
                 self.ui(self.show_progress, "load", f"/load {path.name}: imported {done:,}/{total:,} exchanges"
-                        + (" (Esc cancels)" if done < total else ", writing the tree…"))
+                        + (f" ({self.key_name('cancel')} cancels)" if done < total else ", writing the tree…"))
 
         try:
-            self.ui(self.show_progress, "load", f"/load {path.name}: reading… (Esc cancels)")
+            self.ui(self.show_progress, "load", f"/load {path.name}: reading… ({self.key_name('cancel')} cancels)")
             tree = CTree.load(str(path), embed_fn=self.embed_fn, judge="embedding")
             if stop():
                 raise Cancelled

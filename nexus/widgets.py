@@ -156,6 +156,12 @@ class Notice(Static):
         self.update(Text(safe(text)))
 
 
+def cancel_key(widget: Widget) -> str:
+    """The cancel key as the widget's notes say it: Esc, or what [keys] made it."""
+    name = getattr(widget.app, "key_name", None)
+    return name("cancel") if name is not None else "Esc"
+
+
 def two_columns(sections: list[tuple[str, list[tuple[str, str]]]]):
     """Titled two-column grids for a notice (/help, /search): a long right-hand text
     wraps in its own column, under itself, instead of under the left one."""
@@ -317,7 +323,7 @@ class AssistantMessage(Vertical):
         quiet = time.monotonic() - self._last_text
         if not (self.text or self.streamed_reasoning) or quiet < self.stall_after:
             return
-        self.stalled_text = f"⋯ no new text for {int(quiet)} s — Esc stops it, the partial text is kept"
+        self.stalled_text = f"⋯ no new text for {int(quiet)} s — {cancel_key(self)} stops it, the partial text is kept"
         self.stalled.update(Text(self.stalled_text))
         self.stalled.display = True
 
@@ -331,7 +337,8 @@ class AssistantMessage(Vertical):
         if getattr(self.app, "server_answered", True):
             self.waiting_text = f"⋯ the model is working — {seconds} s"
         else:  # "working" for two minutes while the title said "no model server" (a trial)
-            self.waiting_text = f"⋯ waiting for the model server, which did not answer when Nexus started — {seconds} s (Esc cancels)"
+            self.waiting_text = ("⋯ waiting for the model server, which did not answer when Nexus started — "
+                                 f"{seconds} s ({cancel_key(self)} cancels)")
         self.waiting.update(Text(self.waiting_text))
 
     def stop_waiting(self) -> None:

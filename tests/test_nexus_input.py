@@ -432,7 +432,33 @@ async def test_keys_remapped_from_the_config(server, tmp_path, minilm, data_dir)
         assert prompt.text == "a\nbc"  # the prompt's own keys follow the keymap too
         prompt.value = "/help"
         await pilot.press("enter")
-        await wait_for(pilot, lambda: "f2: tree" in notices(app) and "f5: copy code" in notices(app))
+        await wait_for(pilot, lambda: "F2: tree" in notices(app) and "F5: copy code" in notices(app))
+
+
+async def test_remapped_keys_are_the_keys_the_screen_names(server, tmp_path, minilm, data_dir):
+    """The input's hint, the inspector's title, the editing border and the notes said the
+    default keys whatever [keys] bound: after newline = "ctrl+n" the hint still offered
+    Ctrl+J, which no longer made a new line; after cancel = "f9" the inspector said "Esc
+    closes" and Esc did nothing (a trial)."""
+    cfg = make_config(server.base_url, tmp_path)
+    cfg.set("keys", "newline", "ctrl+n")
+    cfg.set("keys", "cancel", "f9")
+    cfg.set("keys", "resend", "f8")
+    cfg.set("keys", "quit", "ctrl+end")
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        assert "Ctrl+N: new line" in str(prompt.placeholder) and "Ctrl+J" not in str(prompt.placeholder)
+        assert app.query_one("#inspector").border_title == "Inspector · F9 closes"
+        await pilot.press("ctrl+c")  # nothing selected, nothing running: how to quit and cancel
+        await wait_for(pilot, lambda: "Ctrl+End quits Nexus" in notices(app))
+        assert "F9 cancels a reply" in notices(app)
+        await type_and_send(pilot, app, "/help")
+        await wait_for(pilot, lambda: "Ctrl+N: new line" in notices(app))
+        assert "F9: cancel" in notices(app) and "F8: resend" in notices(app) and "Ctrl+↑: select previous" in notices(app)
+        app.editing = 0
+        assert "F9 cancels" in str(prompt.border_title)
 
 
 def test_bad_keys_are_named():
