@@ -248,7 +248,9 @@ class KeyActions:
         self._code_copied = (now, back, blocks)
         self.copy_to_clipboard(blocks[-1 - back])
         key = self.key_name("copy_code")
-        where = f" ({len(blocks) - back} of {len(blocks)}; {key} again for the one before)" if len(blocks) > 1 else ""
+        # at the first block the next press goes round to the last: "the one before" it has none
+        then = "the one before" if back < len(blocks) - 1 else "the last"
+        where = f" ({len(blocks) - back} of {len(blocks)}; {key} again for {then})" if len(blocks) > 1 else ""
         self.notify(f"Code block copied{where}.")
 
     def action_cycle_log_level(self) -> None:

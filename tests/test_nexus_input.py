@@ -1440,6 +1440,12 @@ async def test_ctrl_k_copies_the_selected_replys_code_and_steps_back_block_by_bl
         assert app.clipboard == "Outer\n```\ninner\n```\nOuter end\n"  # the block before, whole
         await pilot.press("ctrl+k")
         assert app.clipboard == "TILDE = 1\n"
+        # the first of them: the next press goes round to the last ("the one before" it has none)
+        said = [n.message for n in app._notifications]
+        assert said[-1] == "Code block copied (1 of 3; Ctrl+K again for the last).", said
+        assert said[-2] == "Code block copied (2 of 3; Ctrl+K again for the one before).", said
+        await pilot.press("ctrl+k")
+        assert app.clipboard == "echo 'OPEN'\n"
         for _ in range(3):  # the first reply selected: its own blocks, last first
             await pilot.press("ctrl+up")
         assert isinstance(app.focused, AssistantMessage) and "First:" in app.focused.text
