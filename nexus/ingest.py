@@ -264,16 +264,20 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
                 status(f"/ingest: loading {text_model} again")
     except Abandoned:
         given_up = True
-    except Exception as exc:  # load refused, server down: the manager has restored the text model
-        say(f"Ingest stopped: {exc}. The text model {text_model} was loaded again.", "error")
+    except Exception as exc:  # load refused, server down: the manager has tried to restore the text model
+        say(f"Ingest stopped: {exc}." + ("" if getattr(manager, "not_restored", "") else
+                                         f" The text model {text_model} was loaded again."), "error")
     finally:
         if on_vision is not None:
             on_vision(False)
+    if getattr(manager, "not_restored", "") and not given_up:
+        say(f"The text model {text_model} could not be loaded again ({manager.not_restored}): load it in the "
+            "server before you send a message.", "error")
     if given_up:
         say(f"Ingest stopped: Nexus is closing; {done} described and stored.", "warning")
     elif cancelled:
-        say(f"Ingest cancelled: {done} described, {cancelled} not; the text model {text_model} is loaded "
-            "again.", "warning")
+        say(f"Ingest cancelled: {done} described, {cancelled} not" + ("." if getattr(manager, "not_restored", "")
+            else f"; the text model {text_model} is loaded again."), "warning")
     return lines
 
 

@@ -140,6 +140,9 @@ class ModelManager:
     def __init__(self, backend, emit: Callable[[object], None] = lambda e: None) -> None:
         self.backend = backend
         self.emit = emit
+        # why the last swap back left the text model unloaded ("" when it is back): the
+        # caller's summary said "loaded again" beside the log's "could not restore" (a trial)
+        self.not_restored = ""
 
     def _step(self, name: str, fn, *args, give_up=lambda: False, emit=None):
         emit = emit or self.emit
@@ -161,6 +164,7 @@ class ModelManager:
         model is loaded again whatever happened inside. ``give_up()`` true (Nexus is
         closing): no step is waited for, and the swap back runs on in a daemon thread."""
         b = self.backend
+        self.not_restored = ""
         if isinstance(b, NoLoadControl):
             self.emit(ev.ModelStep(f"no load control on this server: asking {vision_model} directly"))
             yield
@@ -203,6 +207,8 @@ class ModelManager:
                 if text_model and text_model not in now:
                     self._step(f"load {text_model}", b.load, text_model, emit=emit)
             except ModelError as exc:
+                self.not_restored = str(exc)
                 errors.append(str(exc))
         if errors:
-            emit(ev.Notice("could not restore the text model: " + "; ".join(errors), "error"))
+            what = "restore the text model" if self.not_restored else "unload the vision model"
+            emit(ev.Notice(f"could not {what}: " + "; ".join(errors), "error"))

@@ -333,3 +333,22 @@ def test_a_megapixel_limit_above_pillows_own_is_the_one_that_counts(tmp_path, mo
     assert prepare(p, 1024, 20, 3).width == 1024
     with pytest.raises(ImageError, match="1600×1600 is 3 megapixels, over the 2-megapixel limit"):
         prepare(p, 1024, 20, 2)
+
+
+@pytest.mark.parametrize("refused", [{"qwen2-vl", "qwen-7b"}, {"qwen-7b"}])
+def test_a_text_model_that_does_not_come_back_is_not_said_to(server, tmp_path, minilm, refused):
+    """The load of the vision model refused and then the text model's too: the chat said
+    "Ingest stopped: … The text model qwen-7b was loaded again." while the log said
+    "could not restore the text model" (a trial); described, then the text model refused,
+    the chat said nothing of it."""
+    server.state.catalogue = {"qwen-7b": {"type": "llm", "loaded": ["qwen-7b"]}, "qwen2-vl": {"type": "vlm"}}
+    server.state.refuse_load = refused
+    server.respond(vision_responder)
+    s = session_for(server, tmp_path, minilm)
+    lines = ingest_images(s, ModelManager(detect(s.config.base_url)), str(photo(tmp_path / "d.jpg")))
+    text = " ".join(t for t, _ in lines)
+    assert server.state.catalogue["qwen-7b"]["loaded"] == []  # it is not back
+    assert "loaded again." not in text.replace("could not be loaded again", ""), lines
+    assert lines[-1] == ("The text model qwen-7b could not be loaded again (POST "
+                         f"{server.root_url}/api/v1/models/load answered HTTP 400: {{\"error\": \"cannot load "
+                         "qwen-7b\"}): load it in the server before you send a message.", "error")
