@@ -35,16 +35,23 @@ class PreparedImage:
     mime: str
 
 
+def expanded(target: str) -> str:
+    """``~`` and environment variables, as a shell would: "$HOME/photo.png" was "no such
+    file" (a trial). A path that exists as written is kept as written ("$5 receipt.png")."""
+    literal = os.path.expanduser(target)
+    return literal if "$" not in literal or os.path.exists(literal) else os.path.expandvars(literal)
+
+
 def find_images(target: str) -> list[Path]:
     """A file, a folder (its images), or a glob. A file that exists is itself, whatever
     its name holds: "photo[1].png" read as a glob found nothing (a trial)."""
-    p = Path(target).expanduser()
+    p = Path(expanded(target))
     if p.is_dir():
         return sorted(q for q in p.iterdir() if q.suffix.lower() in IMAGE_EXTS and q.is_file())
     if p.is_file():
         return [p]
     if any(ch in target for ch in "*?["):
-        return sorted(Path(q) for q in glob.glob(os.path.expanduser(target)) if Path(q).is_file())
+        return sorted(Path(q) for q in glob.glob(str(p)) if Path(q).is_file())
     return [p]
 
 

@@ -1,5 +1,7 @@
 """/ingest's targets: a file, a folder, a glob — and a file whose name looks like a glob."""
 
+from pathlib import Path
+
 from nexus.ingest import find_images
 
 
@@ -18,3 +20,18 @@ def test_folders_and_globs_still_expand(tmp_path):
     assert [p.name for p in find_images(str(tmp_path))] == ["a.png", "b.jpg"]
     assert [p.name for p in find_images(str(tmp_path / "*.png"))] == ["a.png"]
     assert find_images(str(tmp_path / "missing.png")) == [tmp_path / "missing.png"]  # said later: no such file
+
+
+def test_environment_variables_are_expanded_as_a_shell_would(tmp_path, monkeypatch):
+    """"/ingest $HOME/imgs/red.png" was "Skipped $HOME/imgs/red.png: no such file" (a trial)."""
+    (tmp_path / "imgs").mkdir()
+    red = tmp_path / "imgs" / "red.png"
+    red.write_bytes(b"x")
+    monkeypatch.setenv("PICS", str(tmp_path))
+    assert find_images("$PICS/imgs/red.png") == [red]
+    assert find_images("${PICS}/imgs/*.png") == [red]
+    assert find_images("$PICS/imgs") == [red]
+    dollar = tmp_path / "$PICS"  # a name that holds a "$" and exists is itself
+    dollar.write_bytes(b"x")
+    monkeypatch.chdir(tmp_path)
+    assert find_images("$PICS") == [Path("$PICS")]
