@@ -172,6 +172,13 @@ class ModelManager:
         loaded = self._step("list loaded models", b.loaded, give_up=give_up)
         text_instances = [m for m in loaded if m.key == text_model]
         vision_loaded = [m for m in loaded if m.key == vision_model]
+        if text_model == vision_model or vision_loaded:
+            # nothing to swap: a vision model as the chat model was unloaded, asked unloaded
+            # and unloaded again ("no instance"); one the user loaded was unloaded after
+            self.emit(ev.ModelStep(f"{vision_model} is " + ("the chat model" if text_model == vision_model
+                                                            else "loaded already") + ": no swap"))
+            yield
+            return
         try:
             for m in text_instances:
                 self._step(f"unload {m.key}", b.unload, m, give_up=give_up)

@@ -19,11 +19,11 @@ from nexus.models import LMStudioBackend, ModelManager, NoLoadControl, OllamaBac
 DESCRIPTION = "A red bicycle leaning against a blue door, with a sign reading 'OPEN'."
 
 
-def session_for(server, tmp_path, minilm, kind="auto"):
+def session_for(server, tmp_path, minilm, kind="auto", chat="qwen-7b"):
     cfg = load_config(env={}, user_file=tmp_path / "none.toml")
     cfg.set("server", "base_url", server.base_url)
     cfg.set("server", "kind", kind)
-    cfg.set("models", "chat", "qwen-7b")
+    cfg.set("models", "chat", chat)
     cfg.set("models", "vision", "qwen2-vl")
     cfg.set("memory", "judge", "embedding")
     s = ChatSession(cfg, tmp_path / "s.db", embed_fn=minilm)
@@ -86,6 +86,30 @@ def test_lmstudio_does_not_load_a_second_instance(server, tmp_path, minilm):
     s = session_for(server, tmp_path, minilm)
     ingest_images(s, ModelManager(detect(s.config.base_url)), str(photo(tmp_path / "a.jpg")))
     assert "load qwen2-vl" not in model_calls(server)
+
+
+@pytest.mark.parametrize("chat_loaded", [True, False])
+def test_a_vision_model_as_the_chat_model_is_not_swapped_out(server, tmp_path, minilm, chat_loaded):
+    """With qwen2-vl as both chat and vision model it was unloaded, asked while unloaded,
+    unloaded again ("no instance qwen2-vl", an error in the log) and loaded again."""
+    server.state.catalogue = {"qwen2-vl": {"type": "vlm", "loaded": ["qwen2-vl"] if chat_loaded else []}}
+    server.respond(vision_responder)
+    s = session_for(server, tmp_path, minilm, chat="qwen2-vl")
+    steps = []
+    lines = ingest_images(s, ModelManager(detect(s.config.base_url), steps.append), str(photo(tmp_path / "a.jpg")))
+    assert [lv for _, lv in lines] == ["info"], lines
+    assert model_calls(server) == ["describe with qwen2-vl"]
+    assert all(getattr(st, "ok", True) and getattr(st, "level", "info") != "error" for st in steps), steps
+
+
+def test_a_vision_model_loaded_beside_the_text_model_is_used_as_it_is(server, tmp_path, minilm):
+    server.state.catalogue = {"qwen-7b": {"type": "llm", "loaded": ["qwen-7b"]},
+                              "qwen2-vl": {"type": "vlm", "loaded": ["qwen2-vl"]}}
+    server.respond(vision_responder)
+    s = session_for(server, tmp_path, minilm)
+    ingest_images(s, ModelManager(detect(s.config.base_url)), str(photo(tmp_path / "a.jpg")))
+    assert model_calls(server) == ["describe with qwen2-vl"]  # the user's models stay as they were
+    assert server.state.catalogue["qwen2-vl"]["loaded"] == ["qwen2-vl"]
 
 
 def test_ollama_swap_sequence(server, tmp_path, minilm):
