@@ -42,6 +42,30 @@ def quiet_logging() -> None:
 SESSION_HEADER = "x-nexus-session"
 
 
+class ClientGone(Exception):
+    """The client hung up while the proxy waited for the upstream."""
+
+
+async def unless_gone(request, awaitable, every: float = 0.2):
+    """``awaitable``'s result, or ``ClientGone`` as soon as the client has hung up, the
+    wait for the upstream given up: a client that timed out left the model server writing
+    an answer nobody would read, and its retry queued behind it (a trial)."""
+    import asyncio
+
+    task = asyncio.ensure_future(awaitable)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                raise ClientGone
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
 def _error(status: int, message: str, kind: str = "proxy_error"):
     from starlette.responses import JSONResponse
 
@@ -378,7 +402,9 @@ class MemoryProxy:
                                         content=json.dumps(body).encode())
         t_up = time.perf_counter()
         try:
-            upstream = await self.client.send(req, stream=True)
+            upstream = await unless_gone(request, self.client.send(req, stream=True))
+        except ClientGone:  # a long prompt still being read: nobody waits for its answer
+            return self._gone(svc, started, memory)
         except httpx.HTTPError as exc:
             log.warning("session %s: upstream unreachable (%s)", svc.name, type(exc).__name__)
             return _error(502, f"the upstream {self.shown} did not answer: {type(exc).__name__}", "upstream_error")
@@ -387,7 +413,9 @@ class MemoryProxy:
                   time.perf_counter() - t_up, time.perf_counter() - started)
         if upstream.status_code != 200 or not stream:
             try:
-                raw = await upstream.aread()
+                raw = await unless_gone(request, upstream.aread())
+            except ClientGone:
+                return self._gone(svc, started, memory)
             except httpx.HTTPError as exc:  # logged as every other outcome is (it was not: a trial)
                 log.warning("session %s: chat 502 in %.2f s: the upstream's answer broke off (%s, not remembered)",
                             svc.name, time.perf_counter() - started, type(exc).__name__)
@@ -396,14 +424,21 @@ class MemoryProxy:
                 await upstream.aclose()
             stored = "" if user else " (no text in the last user message: not remembered)"
             if upstream.status_code == 200 and user:
-                if await request.is_disconnected():  # timed out and gone (its retry asks again): not remembered
-                    stored = " (the client hung up: not remembered)"
-                else:
-                    stored = await self._remember_json(svc, turn, raw, replaces)
+                if await request.is_disconnected():  # gone as the answer came: not remembered
+                    return self._gone(svc, started, memory)
+                stored = await self._remember_json(svc, turn, raw, replaces)
             log.info("session %s: %s %d in %.2f s%s%s", svc.name, "stream" if stream else "chat",
                      upstream.status_code, time.perf_counter() - started, memory, stored)
             return Response(raw, status_code=upstream.status_code, media_type=ctype)
         return self._stream(svc, turn, upstream, ctype, started, replaces, memory)
+
+    @staticmethod
+    def _gone(svc: MemoryService, started: float, memory: str):
+        from starlette.responses import Response
+
+        log.info("session %s: chat given up in %.2f s: the client hung up before the answer came (not remembered)%s",
+                 svc.name, time.perf_counter() - started, memory)
+        return Response(status_code=499)  # nginx's "client closed request": nobody reads it
 
     async def _remember_json(self, svc: MemoryService, turn: AskedTurn, raw: bytes, replaces: int | None) -> str:
         try:

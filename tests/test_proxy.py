@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 
@@ -823,3 +824,34 @@ def test_a_session_named_with_its_db_ending_is_the_same_session():
     pool = SessionPool(lambda name: opened.append(name) or object(), "p1.db")
     assert pool.get("family") is pool.get("family.db") is pool.get(" family.db ") is pool.get("family.db.db")
     assert pool.get(None) is pool.get("p1") and opened == ["family", "p1"]
+
+
+def test_a_client_that_hangs_up_frees_the_upstream_at_once(data_dir, minilm, server, caplog):
+    """Not streamed, the client timed out while the upstream wrote its answer: the proxy
+    waited for the whole answer anyway (the model server busy for nobody, the client's
+    retry queued behind it). Now the upstream request is given up when the client goes,
+    for a long prompt before any header too (streamed)."""
+    server.script(Reply("A late answer.", delay=3.0))
+    caplog.set_level(logging.INFO, logger="nexus")
+    with running_proxy(make_pool(minilm), server.base_url) as url:
+        for stream in (False, True):
+            caplog.clear()
+            slow = openai.OpenAI(base_url=url, api_key="unused", timeout=0.5, max_retries=0)
+            started = time.monotonic()
+            with pytest.raises(openai.APITimeoutError):
+                slow.chat.completions.create(model="m", stream=stream,
+                                             messages=[{"role": "user", "content": "What is late?"}])
+            while "given up" not in caplog.text and time.monotonic() - started < 5:
+                time.sleep(0.05)
+            assert "the client hung up before the answer came (not remembered)" in caplog.text
+            assert time.monotonic() - started < 2.0  # not the upstream's 3 s
+            time.sleep(0.3)
+            if os.path.exists("/proc/net/tcp"):  # the proxy's connection to the upstream is closed
+                port = f":{server.port:04X}"
+                open_to_upstream = [line for line in open("/proc/net/tcp").read().splitlines()[1:]
+                                    if line.split()[2].endswith(port) and line.split()[3] == "01"]
+                assert open_to_upstream == []
+            time.sleep(3)  # the upstream's late answer finds nobody
+    tree = stored("default", minilm)
+    assert tree.exchanges == []
+    tree.vdb.close()
