@@ -66,6 +66,19 @@ async def unless_gone(request, awaitable, every: float = 0.2):
             await asyncio.gather(task, return_exceptions=True)
 
 
+SERVED = "POST /v1/chat/completions and GET /v1/models"
+
+
+async def not_served(request, exc):
+    """A route the proxy does not serve, in words and as JSON (OpenAI clients read errors
+    so): a client's /v1/embeddings got a bare "Not Found" (a trial)."""
+    asked = f"{request.method} {request.url.path}"
+    asked = asked if len(asked) <= 120 else asked[:119] + "…"
+    answer = _error(exc.status_code, f"the memory proxy serves {SERVED} only, not {asked}", "invalid_request_error")
+    answer.headers.update(exc.headers or {})  # 405's Allow
+    return answer
+
+
 def _error(status: int, message: str, kind: str = "proxy_error"):
     from starlette.responses import JSONResponse
 
@@ -305,7 +318,7 @@ class MemoryProxy:
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/models/{model:path}", self.models, methods=["GET"]),
-        ], lifespan=lifespan)
+        ], lifespan=lifespan, exception_handlers={404: not_served, 405: not_served})
         return guard(app, token, max_body or MAX_BODY_BYTES)
 
     def _headers(self) -> dict:

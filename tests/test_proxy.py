@@ -855,3 +855,17 @@ def test_a_client_that_hangs_up_frees_the_upstream_at_once(data_dir, minilm, ser
     tree = stored("default", minilm)
     assert tree.exchanges == []
     tree.vdb.close()
+
+
+def test_routes_it_does_not_serve_are_said_in_json(data_dir, minilm, server):
+    """/v1/embeddings (a client using one base URL for all), GET on the chat route: a bare
+    "Not Found" / "Method Not Allowed" in plain text, which OpenAI clients show as is."""
+    with running_proxy(make_pool(minilm), server.base_url) as url:
+        with pytest.raises(openai.NotFoundError) as err:
+            client(url).embeddings.create(model="m", input="hello")
+        assert err.value.body["message"] == ("the memory proxy serves POST /v1/chat/completions and GET /v1/models "
+                                             "only, not POST /v1/embeddings")
+        r = httpx.get(f"{url}/chat/completions", timeout=30)
+        assert r.status_code == 405 and r.json()["error"]["message"].endswith("not GET /v1/chat/completions")
+        assert r.headers["allow"] == "POST"
+    assert server.calls() == []
