@@ -42,6 +42,16 @@ def quiet_logging() -> None:
 SESSION_HEADER = "x-nexus-session"
 
 
+class NotJSONNumber(ValueError):
+    pass
+
+
+def no_json_number(word: str):
+    """Python reads NaN and Infinity; JSON has neither: forwarded, "temperature": NaN went
+    on to the upstream as a body no strict parser reads (a trial)."""
+    raise NotJSONNumber(f"{word} is not a JSON number")
+
+
 class ClientGone(Exception):
     """The client hung up while the proxy waited for the upstream."""
 
@@ -360,7 +370,9 @@ class MemoryProxy:
 
         started = time.perf_counter()
         try:
-            body = json.loads(await request.body())
+            body = json.loads(await request.body(), parse_constant=no_json_number)
+        except NotJSONNumber as exc:
+            return _error(400, f"the request body is not JSON: {exc}", "invalid_request_error")
         except ValueError:
             return _error(400, "the request body is not JSON", "invalid_request_error")
         except RecursionError:  # "[[[[…" 200,000 deep was a 500 with a traceback in the log (a trial)

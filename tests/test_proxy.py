@@ -869,3 +869,16 @@ def test_routes_it_does_not_serve_are_said_in_json(data_dir, minilm, server):
         assert r.status_code == 405 and r.json()["error"]["message"].endswith("not GET /v1/chat/completions")
         assert r.headers["allow"] == "POST"
     assert server.calls() == []
+
+
+def test_nan_and_infinity_are_refused_as_json_has_neither(data_dir, minilm, server):
+    """'"temperature": NaN' was read (Python's json takes it) and forwarded as NaN to the
+    upstream, which no strict JSON parser reads."""
+    server.script("never asked")
+    with running_proxy(make_pool(minilm), server.base_url) as url:
+        for word in ("NaN", "Infinity", "-Infinity"):
+            r = httpx.post(f"{url}/chat/completions", timeout=30, headers={"Content-Type": "application/json"},
+                           content='{"messages": [{"role": "user", "content": "hi"}], "temperature": ' + word + "}")
+            assert r.status_code == 400
+            assert r.json()["error"]["message"] == f"the request body is not JSON: {word} is not a JSON number"
+    assert not server.chat_requests()
