@@ -385,7 +385,7 @@ class MemoryProxy:
         stream_given = body.get("stream")  # "yes" was relayed as a stream, unsaid (a trial); 1 == True: by kind
         if stream_given is not None and not isinstance(stream_given, bool):
             return _error(400, "'stream' must be true or false", "invalid_request_error")
-        problem = messages_problem(messages)
+        problem = messages_problem(messages) or options_problem(body)
         if problem:  # a client's mistake, said here: the upstream answered 500 with its traceback (trial)
             return _error(400, problem, "invalid_request_error")
         name = request.headers.get(SESSION_HEADER)
@@ -563,6 +563,44 @@ def messages_problem(messages: list) -> str:
                 return f"messages[{k}].content[{j}] must be an object with a 'type'"
             if part["type"] == "text" and not isinstance(part.get("text"), str):
                 return f"messages[{k}].content[{j}].text must be text"
+        said = tool_message_problem(m, f"messages[{k}]")
+        if said:
+            return said
+    return ""
+
+
+def tool_message_problem(m: dict, where: str) -> str:
+    """A tool loop's messages as the OpenAI API defines them: llama.cpp's server answered
+    "arguments" as an object, or a tool result with no "tool_call_id", with 500 and its
+    own source file's path (a trial)."""
+    if m["role"] == "tool" and not isinstance(m.get("tool_call_id"), str):
+        return f"{where} (a tool result) needs the 'tool_call_id' of the call it answers"
+    calls = m.get("tool_calls")
+    if calls is None:
+        return ""
+    if not isinstance(calls, list):
+        return f"{where}.tool_calls must be a list"
+    for j, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            return f"{where}.tool_calls[{j}] needs a 'function' with a 'name'"
+        if not isinstance(fn.get("arguments"), str):
+            return (f"{where}.tool_calls[{j}].function.arguments must be a JSON string "
+                    "(json.dumps of the arguments), as the model wrote it")
+    return ""
+
+
+def options_problem(body: dict) -> str:
+    """What is wrong with a request's options the proxy can tell ("" when nothing)."""
+    tools = body.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        return "'tools' must be a list of tool objects"
+    n = body.get("n")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        return "'n' (how many answers) must be a whole number, 1 or more"
+    fmt = body.get("response_format")
+    if fmt is not None and not (isinstance(fmt, dict) and isinstance(fmt.get("type"), str)):
+        return "'response_format' must be an object with a 'type' (\"text\", \"json_object\", \"json_schema\")"
     return ""
 
 

@@ -882,3 +882,39 @@ def test_nan_and_infinity_are_refused_as_json_has_neither(data_dir, minilm, serv
             assert r.status_code == 400
             assert r.json()["error"]["message"] == f"the request body is not JSON: {word} is not a JSON number"
     assert not server.chat_requests()
+
+
+def test_tool_loops_and_options_a_client_got_wrong_are_refused_in_words(data_dir, minilm, server):
+    """llama.cpp's server answered each of these with 500, pydantic's errors and its own
+    source path; passed on as they were, a client's mistake read as the server's failure."""
+    server.script("never asked")
+    ask = {"role": "user", "content": "Weather in Oslo?"}
+
+    def called(arguments) -> dict:
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": arguments}}]}
+
+    result = {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+    with running_proxy(make_pool(minilm), server.base_url) as url:
+        for body, said in (
+                ({"messages": [ask, called({"city": "Oslo"}), result]},
+                 "messages[1].tool_calls[0].function.arguments must be a JSON string"),
+                ({"messages": [ask, called('{"city": "Oslo"}'), {"role": "tool", "content": "sunny"}]},
+                 "messages[2] (a tool result) needs the 'tool_call_id' of the call it answers"),
+                ({"messages": [ask, {"role": "assistant", "tool_calls": {"id": "c1"}}]},
+                 "messages[1].tool_calls must be a list"),
+                ({"messages": [ask, {"role": "assistant", "tool_calls": [{"id": "c1"}]}]},
+                 "messages[1].tool_calls[0] needs a 'function' with a 'name'"),
+                ({"messages": [ask], "tools": "weather"}, "'tools' must be a list of tool objects"),
+                ({"messages": [ask], "n": "two"}, "'n' (how many answers) must be a whole number"),
+                ({"messages": [ask], "n": 0}, "'n' (how many answers) must be a whole number"),
+                ({"messages": [ask], "response_format": "json"}, "'response_format' must be an object")):
+            r = httpx.post(f"{url}/chat/completions", json=body, timeout=30)
+            assert r.status_code == 400 and said in r.json()["error"]["message"], (body, r.text)
+        # well formed, the same loop is passed on
+        server.script("Sunny in Oslo.")
+        answer = client(url).chat.completions.create(model="m", messages=[ask, called('{"city": "Oslo"}'), result],
+                                                     n=1, response_format={"type": "text"},
+                                                     tools=[{"type": "function", "function": {"name": "weather"}}])
+        assert answer.choices[0].message.content == "Sunny in Oslo."
+    assert len(server.chat_requests()) == 1
