@@ -65,10 +65,10 @@ class EngineView:
             return
         e = message.event
         if e.problem:
-            self.log_line(f"web: {e.reason}; search for {quoted(e.query)} failed: {e.problem} — replying without it",
+            why = e.problem.removeprefix("web search failed: ")  # "failed (web search failed: …" said it twice
+            self.log_line(f"web: {e.reason}; search for {quoted(e.query)} failed: {why} — replying without it",
                           "warning")
             # said in the chat too: with the log hidden the user never learned the reply had no web results
-            why = e.problem.removeprefix("web search failed: ")  # "failed (web search failed: …" said it twice
             self.chat_notice(f"The web search for {quoted(e.query)} failed ({why}): the reply comes without it.",
                              "warning", before=self.reply_widget(e.turn))  # above the reply it explains
         elif e.search:

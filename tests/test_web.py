@@ -362,6 +362,10 @@ async def test_a_failed_search_is_said_in_the_chat(server, tmp_path, minilm, mon
         await wait_for(pilot, lambda: 'The web search for "latest stable Python version" failed' in notices(app))
         assert "the reply comes without it" in notices(app) and "DNS" in notices(app)
         assert "failed (web search failed" not in notices(app)
+        # the log's one line says it once too ("… failed: web search failed: no network", a trial)
+        from test_nexus_app import log_text
+
+        assert "failed: no network" in log_text(app) and "failed: web search failed" not in log_text(app)
         # above the reply it explains (it came below it)
         from nexus.widgets import AssistantMessage, Notice
 
