@@ -292,9 +292,12 @@ def vision_model_missing(session, manager, vision_model: str, quitting=lambda: F
     """Why ``vision_model`` cannot be asked, or ``""``: on a server without load control
     (it is named in the request as it is) that lists its models without it. A server that
     does not list them is asked as before; LM Studio and Ollama load it (or say why not)."""
-    from .models import NoLoadControl
+    from .models import LMStudioBackend, NoLoadControl
 
-    if not isinstance(getattr(manager, "backend", None), NoLoadControl):
+    backend = getattr(manager, "backend", None)
+    if isinstance(backend, LMStudioBackend):
+        return lmstudio_vision_missing(backend, vision_model, quitting)
+    if not isinstance(backend, NoLoadControl):
         return ""
     try:
         listed = call_abandonable(session.list_models, give_up=quitting, name="list models")
@@ -311,6 +314,25 @@ def vision_model_missing(session, manager, vision_model: str, quitting=lambda: F
         has = f"the server has {shown}{' only' if len(listed) <= 5 else ''}"
     return (f"No vision model: {has}, not {vision_model}. Set models.vision in the config (or "
             "NEXUS_VISION_MODEL) to a vision model the server has, or use LM Studio or Ollama with one.")
+
+
+def lmstudio_vision_missing(backend, vision_model: str, quitting=lambda: False) -> str:
+    """Why LM Studio cannot load ``vision_model`` ("" when it has it, or cannot say): its
+    catalogue lists every model it has. Asked to load one it lacks, the text model was
+    unloaded first and loaded again after (a 7B model: half a minute), for nothing."""
+    try:
+        models = call_abandonable(backend.catalogue, give_up=quitting, name="list models")
+    except Abandoned:
+        raise
+    except Exception:  # the load says why, if it fails
+        return ""
+    if any(m.get("key") == vision_model for m in models if isinstance(m, dict)):
+        return ""
+    vision = [m.get("key", "") for m in models if isinstance(m, dict) and (m.get("capabilities") or {}).get("vision")]
+    has = (f"its vision models: {', '.join(vision[:5])}{' …' if len(vision) > 5 else ''}" if vision
+           else "it has no vision model")
+    return (f"No vision model: LM Studio has no {vision_model} ({has}). Set models.vision in the config (or "
+            "NEXUS_VISION_MODEL) to one it has, or download one in LM Studio.")
 
 
 def model_manager_for(session, existing, emit, quitting=lambda: False):

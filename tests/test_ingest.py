@@ -112,6 +112,22 @@ def test_a_vision_model_loaded_beside_the_text_model_is_used_as_it_is(server, tm
     assert server.state.catalogue["qwen2-vl"]["loaded"] == ["qwen2-vl"]
 
 
+def test_lmstudio_without_the_vision_model_says_so_before_touching_the_text_model(server, tmp_path, minilm):
+    """LM Studio lacking models.vision: the text model was unloaded, the load refused
+    ("cannot load qwen2-vl"), and the text model loaded again — half a minute for a 7B
+    model, to learn the vision model was never there."""
+    server.state.catalogue = {"qwen-7b": {"type": "llm", "loaded": ["qwen-7b"]}, "llava-7b": {"type": "vlm"},
+                              "nomic-embed": {"type": "embedding"}}
+    server.respond(vision_responder)
+    s = session_for(server, tmp_path, minilm)
+    lines = ingest_images(s, ModelManager(detect(s.config.base_url)), str(photo(tmp_path / "a.jpg")))
+    assert lines == [("No vision model: LM Studio has no qwen2-vl (its vision models: llava-7b). Set models.vision "
+                      "in the config (or NEXUS_VISION_MODEL) to one it has, or download one in LM Studio. (a.jpg not "
+                      "described.)", "error")]
+    assert model_calls(server) == []
+    assert server.state.catalogue["qwen-7b"]["loaded"] == ["qwen-7b"]
+
+
 def test_ollama_swap_sequence(server, tmp_path, minilm):
     server.state.catalogue = {"qwen-7b": {"loaded": ["qwen-7b"]}, "qwen2-vl": {}}
     server.respond(vision_responder)
@@ -185,7 +201,7 @@ def test_failures_are_reported_and_the_text_model_comes_back(server, tmp_path, m
     lines = ingest_images(s, ModelManager(detect(s.config.base_url)), str(photo(tmp_path / "d.jpg")))
     assert lines and lines[-1][1] == "error", lines
     text = " ".join(t for t, _ in lines)
-    expected = {"load refused": "cannot load qwen2-vl", "vision missing": "cannot load qwen2-vl",
+    expected = {"load refused": "cannot load qwen2-vl", "vision missing": "LM Studio has no qwen2-vl",
                 "describe 500": "HTTP 500", "describe timeout": "did not answer in time"}[failure]
     assert expected in text
     assert server.state.catalogue["qwen-7b"]["loaded"] == ["qwen-7b"]  # back before control returns
