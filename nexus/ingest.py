@@ -51,7 +51,9 @@ def find_images(target: str) -> list[Path]:
     if p.is_file():
         return [p]
     if any(ch in target for ch in "*?["):
-        return sorted(Path(q) for q in glob.glob(str(p)) if Path(q).is_file())
+        # "**" any folders deep, as in a shell with globstar: read as "*", "~/**/*.png" missed
+        # the pictures in ~ itself and two folders down (a trial)
+        return sorted(Path(q) for q in glob.glob(str(p), recursive=True) if Path(q).is_file())
     return [p]
 
 

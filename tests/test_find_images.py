@@ -35,3 +35,12 @@ def test_environment_variables_are_expanded_as_a_shell_would(tmp_path, monkeypat
     dollar.write_bytes(b"x")
     monkeypatch.chdir(tmp_path)
     assert find_images("$PICS") == [Path("$PICS")]
+
+
+def test_two_stars_reach_any_depth(tmp_path):
+    """"~/**/*.png" found only the pictures one folder down (a trial)."""
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    for p in (tmp_path / "top.png", tmp_path / "a" / "mid.png", deep / "low.png"):
+        p.write_bytes(b"x")
+    assert [p.name for p in find_images(str(tmp_path / "**" / "*.png"))] == ["low.png", "mid.png", "top.png"]
