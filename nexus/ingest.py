@@ -53,7 +53,10 @@ def find_images(target: str) -> list[Path]:
     if any(ch in target for ch in "*?["):
         # "**" any folders deep, as in a shell with globstar: read as "*", "~/**/*.png" missed
         # the pictures in ~ itself and two folders down (a trial)
-        return sorted(Path(q) for q in glob.glob(str(p), recursive=True) if Path(q).is_file())
+        # its images, as a folder's: "~/Downloads/*" said "Skipped …: not an image" for every
+        # document beside them (a trial)
+        return sorted(q for q in map(Path, glob.glob(str(p), recursive=True))
+                      if q.suffix.lower() in IMAGE_EXTS and q.is_file())
     return [p]
 
 

@@ -44,3 +44,12 @@ def test_two_stars_reach_any_depth(tmp_path):
     for p in (tmp_path / "top.png", tmp_path / "a" / "mid.png", deep / "low.png"):
         p.write_bytes(b"x")
     assert [p.name for p in find_images(str(tmp_path / "**" / "*.png"))] == ["low.png", "mid.png", "top.png"]
+
+
+def test_a_glob_takes_the_images_it_matches_as_a_folder_does(tmp_path):
+    """"~/Downloads/*" said "Skipped …: not an image" for each document beside the
+    pictures; a folder's documents are passed over in silence."""
+    for name in ("a.png", "b.JPG", "notes.txt", "report.pdf"):
+        (tmp_path / name).write_bytes(b"x")
+    assert [p.name for p in find_images(str(tmp_path / "*"))] == ["a.png", "b.JPG"]
+    assert find_images(str(tmp_path / "*.pdf")) == []  # "No images found at …"
