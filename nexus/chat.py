@@ -296,14 +296,15 @@ class ChatSession:
         if not decision.search:
             self.emit(ev.WebRouted(False, decision.reason))
             return decision, []
+        turn = self.turn.id if self.turn is not None else 0
+        self.emit(ev.WebSearching(decision.query, turn))
         try:
             results, seconds, cached = self.web.search(decision.query)
         except WebSearchError as exc:
-            self.emit(ev.WebRouted(True, decision.reason, decision.query, 0, 0.0, str(exc),
-                                   self.turn.id if self.turn is not None else 0))
+            self.emit(ev.WebRouted(True, decision.reason, decision.query, 0, 0.0, str(exc), turn))
             return decision, []
         self.emit(ev.WebRouted(True, decision.reason + (" (cached)" if cached else ""), decision.query,
-                               len(results), seconds))
+                               len(results), seconds, turn=turn))
         return decision, results
 
     def limits(self) -> tuple[int, int]:

@@ -60,10 +60,18 @@ class EngineView:
         if self.on_screen(message):
             self.show_report(message.event.report)
 
+    def on_web_searching_message(self, message: M.WebSearchingMessage) -> None:
+        reply = self.reply_widget(message.event.turn) if self.on_screen(message) else None
+        if reply is not None:
+            reply.show_searching(message.event.query)
+
     def on_web_routed_message(self, message: M.WebRoutedMessage) -> None:
         if not self.on_screen(message):
             return
         e = message.event
+        reply = self.reply_widget(e.turn) if e.turn else None
+        if reply is not None:
+            reply.show_searching("")
         if e.problem:
             why = e.problem.removeprefix("web search failed: ")  # "failed (web search failed: …" said it twice
             self.log_line(f"web: {e.reason}; search for {quoted(e.query)} failed: {why} — replying without it",

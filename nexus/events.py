@@ -95,6 +95,14 @@ class Retrieved:
 
 
 @dataclass(frozen=True)
+class WebSearching:
+    """A web search for the turn has begun (its reply said "the model is working" meanwhile)."""
+
+    query: str
+    turn: int = 0
+
+
+@dataclass(frozen=True)
 class WebRouted:
     search: bool
     reason: str

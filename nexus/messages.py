@@ -64,6 +64,10 @@ class RetrievedMessage(EngineMessage):
     event: ev.Retrieved
 
 
+class WebSearchingMessage(EngineMessage):
+    event: ev.WebSearching
+
+
 class WebRoutedMessage(EngineMessage):
     event: ev.WebRouted
 
@@ -112,6 +116,7 @@ MESSAGES: dict[type, type[EngineMessage]] = {
     ev.TurnSettled: TurnSettledMessage,
     ev.Notice: NoticeMessage,
     ev.Retrieved: RetrievedMessage,
+    ev.WebSearching: WebSearchingMessage,
     ev.WebRouted: WebRoutedMessage,
     ev.Remembered: RememberedMessage,
     ev.ModelStep: ModelStepMessage,

@@ -24,7 +24,7 @@ from .completion import Completer
 from .keys import PROMPT_KEYS
 from .prompt_history import PromptHistory
 from .scrolling import scroll_a_page
-from .text import cluster_start, safe, visible_markdown
+from .text import cluster_start, quoted, safe, visible_markdown
 
 THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
 # a fence opens a line: three or more backticks or tildes (CommonMark)
@@ -296,6 +296,7 @@ class AssistantMessage(Vertical):
         # from send to the first token: the model is working, for this many seconds
         self.waiting = Static("", classes="reply-waiting")
         self.waiting_text = ""
+        self.searching = ""  # the web query searched before the model is asked, while it runs
         self.note = ""
         self.streamed_reasoning = ""  # reasoning_content (never part of self.text: never stored)
         self.inline_reasoning = ""  # the reply's own <think> sections, so far
@@ -334,12 +335,20 @@ class AssistantMessage(Vertical):
 
     def _tick(self) -> None:
         seconds = int(time.monotonic() - self._started)
-        if getattr(self.app, "server_answered", True):
+        if self.searching:  # "the model is working" for the 9 s an offline search took (a trial)
+            self.waiting_text = f"⋯ searching the web for {quoted(self.searching, 80)} — {seconds} s"
+        elif getattr(self.app, "server_answered", True):
             self.waiting_text = f"⋯ the model is working — {seconds} s"
         else:  # "working" for two minutes while the title said "no model server" (a trial)
             self.waiting_text = ("⋯ waiting for the model server, which did not answer when Nexus started — "
                                  f"{seconds} s ({cancel_key(self)} cancels)")
         self.waiting.update(Text(self.waiting_text))
+
+    def show_searching(self, query: str) -> None:
+        """The web search of this reply's turn began (``query``) or ended (``""``)."""
+        self.searching = query
+        if self._timer is not None:  # still waiting for the first token
+            self._tick()
 
     def stop_waiting(self) -> None:
         if self._timer is not None:

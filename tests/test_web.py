@@ -431,3 +431,37 @@ async def test_no_web_means_no_search_whatever_the_session_asks(server, tmp_path
         assert "bluebird" not in "".join(m.get("content") or "" for r in server.chat_requests() for m in r["messages"])
         await type_and_send(pilot, app, "/web")
         await wait_for(pilot, lambda: "Web routing is off for this run" in notices(app))
+
+
+async def test_the_reply_says_it_waits_for_the_web_search(server, tmp_path, minilm, monkeypatch):
+    """Offline, a search took its 9 s while the reply said "⋯ the model is working — 2 s",
+    the model not yet asked (a trial). It says what it waits for, then the model's wait."""
+    import threading
+
+    from test_nexus_app import chat_reply, make_config, ready, type_and_send, wait_for
+
+    from nexus.app import NexusApp
+    from nexus.widgets import AssistantMessage
+
+    release = threading.Event()
+
+    def slow_search(*_args):  # the adapter boundary: a search engine that is slow to answer
+        release.wait(10)
+        return [{"title": "Python 3.14", "href": "https://python.org", "body": "released"}]
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    server.respond(chat_reply("Python 3.14."))
+    app = NexusApp(make_config(server.base_url, tmp_path, {("web", "enabled"): True}), tmp_path / "s.db",
+                   embed_fn=minilm, search_fn=slow_search)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "What is the latest Python release?")
+        await wait_for(pilot, lambda: app.query(AssistantMessage)
+                       and "searching the web for" in app.query(AssistantMessage).last().waiting_text)
+        reply = app.query(AssistantMessage).last()
+        assert reply.waiting_text.startswith('⋯ searching the web for "What is the latest Python release?" — ')
+        assert not server.chat_requests()  # the model is not asked yet
+        release.set()
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert "searching" not in reply.waiting_text
+
