@@ -245,14 +245,16 @@ def _status(tree: CTree, index: int, synth) -> str:
     if finder is None or (finder.similarity, finder.shared_similarity) != (similarity, min(shared, similarity)):
         finder = _finders[tree] = Supersessions(similarity, shared)
     xs = tree.exchange_view()
+    revision = tree.structure.text_revision  # an /edit or /forget changed a text: cues read again
     lookup = getattr(synth, "message_vector_lookup", None)
     try:
         vectors = lookup() if lookup is not None else None  # the message-level rule, as retrieval
-        newer = finder.find([index], xs, tree.exchange_vector, message_vector=vectors)
+        newer = finder.find([index], xs, tree.exchange_vector, message_vector=vectors, revision=revision)
         if newer.get(index):
             return "superseded by " + ", ".join(f"#{j}" for j in newer[index])
-        if index and finder.update_cues(xs)[index]:  # it reads as an update: of which?
-            older = finder.find(list(range(index)), xs, tree.exchange_vector, message_vector=vectors)
+        if index and finder.update_cues(xs, revision)[index]:  # it reads as an update: of which?
+            older = finder.find(list(range(index)), xs, tree.exchange_vector, message_vector=vectors,
+                                revision=revision)
             updates = sorted(i for i, js in older.items() if index in js)
             if updates:
                 return "updates " + ", ".join(f"#{i}" for i in updates)

@@ -647,6 +647,26 @@ def test_exchange_status_names_a_real_correction_not_chit_chat(tmp_path, minilm)
     tree.close()
 
 
+def test_exchange_status_follows_an_edit_into_a_correction(tmp_path, minilm):
+    """The status read which exchanges are corrections once, by index: an exchange
+    /edit-ed into "Actually, … no longer …" stayed no correction in the inspector."""
+    from nexus.treeinfo import exchange_detail
+    from trace_core import CTree, PromptSynthesizer
+
+    def ex(user, assistant):
+        return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
+    tree.add(ex("My niece Sarah is allergic to peanuts.", "Noted: no peanuts for Sarah."))
+    tree.add(ex("What's a good name for a goldfish?", "How about Bubbles?"))
+    with PromptSynthesizer(ctree=tree) as synth:
+        assert exchange_detail(tree, 0, synth).status == ""
+        tree.replace_last(ex("Actually, Sarah is no longer allergic to peanuts.", "Great news: Sarah can eat peanuts now."))
+        assert exchange_detail(tree, 0, synth).status == "superseded by #1"
+        assert exchange_detail(tree, 1, synth).status == "updates #0"
+    tree.close()
+
+
 async def test_a_long_message_or_summary_is_cut_with_an_ellipsis_in_the_pane(server, tmp_path, minilm, data_dir):
     long = ("My neighbour Ottilie grows San Marzano tomatoes on her balcony in Ghent and wants to know "
             "when to move the seedlings outside this spring")

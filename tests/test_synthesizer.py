@@ -151,6 +151,27 @@ def test_newer_fact_supersedes_older(tmp_path, minilm):
     assert {x.index: x.status for x in synth.last_report.exchanges}[2] == "current"
 
 
+def test_an_exchange_edited_into_a_correction_supersedes_after_the_edit(tmp_path, minilm):
+    """Which exchanges read as corrections was cached by index as if texts never changed:
+    an exchange edited (/edit, /retry: ``replace_last``) into "Actually, … no longer …"
+    after a block had been made corrected nothing, and one edited out of it still did."""
+    tree = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=minilm)
+    tree.add(ex("Sarah is allergic to peanuts.", "Noted: no peanuts for Sarah."), timestamp="2024-01-01T10:00")
+    tree.add(ex("What's a good name for a goldfish?", "How about Bubbles?"), timestamp="2024-01-02T10:00")
+    tree.add(ex("Sarah likes peanuts in her salad.", "Nice."), timestamp="2024-03-01T10:00")
+    synth = PromptSynthesizer(ctree=tree)
+    q = "Can Sarah eat peanuts?"
+    synth.synthesize_prompt(q, minilm.embed(q), None, [])
+    assert synth.last_report.supersessions == []
+    tree.replace_last(ex("Actually, Sarah is no longer allergic to peanuts; she can eat nuts now.",
+                         "Good news: Sarah can eat peanuts now."), timestamp="2024-03-01T10:00")
+    synth.synthesize_prompt(q, minilm.embed(q), None, [])
+    assert synth.last_report.supersessions == [(0, 2)]
+    tree.replace_last(ex("Sarah likes peanuts in her salad.", "Nice."), timestamp="2024-03-01T10:00")
+    synth.synthesize_prompt(q, minilm.embed(q), None, [])
+    assert synth.last_report.supersessions == []
+
+
 def test_a_branch_header_does_not_state_a_superseded_fact_as_its_summary(minilm):
     """The header of the old fact's branch read "— Sarah is allergic to peanuts." (its
     extractive summary) above the line marking it superseded (a trial)."""

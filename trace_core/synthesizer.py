@@ -140,10 +140,15 @@ class PromptSynthesizer:
 
     # --- the prompt -----------------------------------------------------------------------
 
+    def _text_revision(self) -> int:
+        """Bumped by the tree when stored text changes (a replace, a forget): caches by
+        exchange read again."""
+        return getattr(getattr(self.tree, "structure", None), "text_revision", 0)
+
     def full_history_tokens(self) -> int:
         """Tokens of the whole conversation as plain lines (what the block saves against)."""
         conversation = self.tree.conversation
-        key = (len(conversation), getattr(getattr(self.tree, "structure", None), "text_revision", 0))  # replace, forget
+        key = (len(conversation), self._text_revision())  # replace, forget
         if self._history_tokens[0] != key:
             total = sum(count_tokens(f"{m['role']}: {m['content']}\n") for m in conversation)
             self._history_tokens = (key, total)
@@ -279,7 +284,7 @@ class PromptSynthesizer:
         layout = BlockLayout(exchanges, tree.get_ancestors, params.max_message_chars, params.group_depth)
         cand_ex = [i for i, _ in cand]
         newer = self._supersessions.find(cand_ex, exchanges, tree.exchange_vector, updates=set(cand_ex),
-                                         message_vector=self.message_vector_lookup())
+                                         message_vector=self.message_vector_lookup(), revision=self._text_revision())
         out = []
         for budget, report in requests:
             report.ranking = list(ranking)
@@ -337,7 +342,8 @@ class PromptSynthesizer:
         exchanges = self.tree.exchange_view()
         with self.tree.lock:
             return self._supersessions.find(sorted(set(indices)), exchanges, self.tree.exchange_vector,
-                                            message_vector=self.message_vector_lookup())
+                                            message_vector=self.message_vector_lookup(),
+                                            revision=self._text_revision())
 
     def message_vector_lookup(self) -> Callable[[int, str], np.ndarray | None] | None:
         """A function (exchange index, role) -> the stored message's unit vector (None for

@@ -42,8 +42,8 @@ def subject_words(text: str) -> frozenset[str]:
 class Supersessions:
     """Which exchanges were corrected by a later one: an exchange that reads as a
     correction (a cue such as "no longer" or "Actually,"), is live, and is similar
-    (cosine ≥ ``similarity``). Which exchanges read as updates is cached (exchanges never change
-    text)."""
+    (cosine ≥ ``similarity``). Which exchanges read as updates is cached by exchange, and
+    read again when the tree's text changed (``revision``: a replace or a forget)."""
 
     def __init__(self, similarity: float, shared_similarity: float | None = None) -> None:
         self.similarity = similarity
@@ -55,9 +55,15 @@ class Supersessions:
         self._words: list[frozenset[str]] = []  # by exchange index: its subject words
         self._where: dict[str, list[int]] = {}  # word -> the exchanges that use it, in order
         self._cue_words: dict[int, frozenset[str]] = {}  # update -> the subject words of its cue messages
+        self._revision = 0  # the tree's text revision the caches were read at
 
-    def update_cues(self, exchanges: Sequence[MessageNode]) -> np.ndarray:
-        """Which exchanges read as updates (a view: new exchanges are read once)."""
+    def update_cues(self, exchanges: Sequence[MessageNode], revision: int = 0) -> np.ndarray:
+        """Which exchanges read as updates (a view: new exchanges are read once, all again
+        at a new ``revision``: an exchange edited into "Actually, …" corrected nothing)."""
+        if revision != self._revision:
+            self.cues = np.zeros(0, dtype=bool)
+            self._words, self._where, self._cue_words = [], {}, {}
+            self._revision = revision
         n = len(exchanges)
         if n > len(self.cues):
             new = [bool(UPDATE_CUES.search(f"{x.user} {x.assistant}")) for x in exchanges[len(self.cues):n]]
@@ -85,7 +91,8 @@ class Supersessions:
 
     def find(self, candidates: list[int], exchanges: Sequence[MessageNode],
              vector_of: Callable[[int], np.ndarray], updates: set[int] | None = None,
-             message_vector: Callable[[int, str], np.ndarray | None] | None = None) -> dict[int, list[int]]:
+             message_vector: Callable[[int, str], np.ndarray | None] | None = None,
+             revision: int = 0) -> dict[int, list[int]]:
         """``newer``: exchange -> the later exchanges that updated it, for ``candidates``
         (``pair_status`` tags the pairs a block shows). With ``updates``, only those can
         be the update: retrieval passes its candidates, since chat is full of "actually"
@@ -94,7 +101,7 @@ class Supersessions:
         that holds the cue must itself be close to a message of the older exchange: an
         exchange's vector mixes two speakers, and one's "actually" updates nothing the
         other said on another subject."""
-        cues = self.update_cues(exchanges)
+        cues = self.update_cues(exchanges, revision)
         among = np.flatnonzero(cues) if updates is None else [j for j in sorted(updates) if cues[j]]
         upd = [int(j) for j in among if not exchanges[j].archived]
         newer: dict[int, list[int]] = {}
