@@ -957,6 +957,8 @@ class ChatSession:
             self.kept = kept
             meta[UNSENT_KEY] = json.dumps(kept)
             meta[REPLACES_KEY] = json.dumps({t: i for t, i in self.replacing.items() if t in kept})
+            self.kept_after = self.after_of(kept)  # where each was written names it too
+            meta[AFTER_KEY] = json.dumps(self.kept_after)
         unstored = [x for x in self.unstored if not (names(x[0]) or names(x[1]))]
         if len(unstored) < len(self.unstored):
             dropped += len(self.unstored) - len(unstored)
