@@ -349,10 +349,11 @@ class Replies:
         """(UI thread) The model server answers again: the waiting messages go."""
         if not self.server_waiting:
             return
-        back = self.server_answers()
+        resends = self.session is not None and self.session.pending is not None and self.turn is None
+        back = self.server_answers(resends)
         if back is not None:
             self.mount_before_waiting(back)  # said above what goes now
-        if self.session is not None and self.session.pending is not None and self.turn is None:
+        if resends:
             self.resent_when_back = self.session.pending
             for note, said in self.failure_notes.get(self.resent_when_back, []):
                 if note.is_attached:  # it said "it goes again when the server answers": it went
@@ -360,11 +361,16 @@ class Replies:
             self.resend_pending(first=True)  # the one that found it gone goes first, as it was written first
         self.drain_outbox()
 
-    def server_answers(self) -> Notice | None:
+    def server_answers(self, resends: bool = False) -> Notice | None:
         """(UI thread) The server-wait is over (it answered the check, or a Ctrl+R): its note
-        says so instead of "is not answering" (a new note when it is gone), and is returned."""
+        says so instead of "is not answering" (a new note when it is gone), and is returned;
+        ``resends``: the message that found it gone goes again too. "The waiting messages go
+        now" was said when none waited (a Ctrl+R answered, nothing queued behind it)."""
         self.server_waiting = False
-        said = "The model server answers again: the waiting messages go now, in order."
+        n = len([item for item in self.outbox if not item.command]) + resends
+        said = ("The model server answers again." if n == 0 else
+                "The model server answers again: the waiting message goes now." if n == 1 else
+                "The model server answers again: the waiting messages go now, in order.")
         note, self.server_wait_note = self.server_wait_note, None
         if note is None or not note.is_attached:
             return self.chat_notice(said)

@@ -1669,6 +1669,33 @@ async def test_a_server_killed_as_it_wrote_a_reply_without_chunks_is_said_gone(s
                                                                     "And one about the hills."]
 
 
+async def test_a_server_back_for_one_message_says_that_one_goes(server, tmp_path, minilm, data_dir, monkeypatch):
+    """The server killed mid-reply with nothing queued behind it: when it answered again the
+    note said "the waiting messages go now, in order" over the one message that went."""
+    from scripted_server import ScriptedServer
+
+    from nexus import replies
+
+    monkeypatch.setattr(replies, "SERVER_RECHECK_SECONDS", 0.3)
+
+    def respond(req):
+        threading.Timer(0.2, server.stop).start()  # killed: it listens no more
+        return Reply("", chunks=["Once upon ", "a time "], stall=1.0, drop=True)
+
+    server.respond(chat_only(respond))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Write a poem about the sea.")
+        await wait_for(pilot, lambda: app.server_waiting, timeout=10)
+        with ScriptedServer(server.port) as again:  # restarted
+            again.respond(chat_only(lambda req: Reply(f"Answered: {user_of(req)}")))
+            await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1, timeout=30)
+        said = notices(app)
+        assert "The model server answers again: the waiting message goes now." in said
+        assert "messages go now" not in said
+
+
 async def test_ctrl_r_while_the_server_is_waited_for_keeps_the_order_written(server, tmp_path, minilm, data_dir,
                                                                              monkeypatch):
     """The server killed mid-reply with a message queued, another typed while it is waited
