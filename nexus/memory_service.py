@@ -196,6 +196,29 @@ def score_text(x: float) -> str:
     return f"{x:.2f}".replace("-0.00", "0.00")  # a cosine of -0.001 read "-0.00" (a trial)
 
 
+def inside_terms(query: str) -> list[str]:
+    """The query's CJK words: the keyword index reads an unspaced run as one word, so they
+    are looked for inside the text as written."""
+    from trace_core.textutil import ideographic, query_terms
+
+    return [t for t in query_terms(query) if ideographic(t)]
+
+
+def with_words_inside(db, query: str, words: list[tuple[str, float]], k: int) -> list[tuple[str, float]]:
+    """``words`` (keyword hits, BM25) with the messages holding the query's CJK words inside
+    a longer run: `/search ポチ` found "ポチは毎朝公園を散歩します。" by cosine alone, unmarked,
+    and below a message without the word (a trial). Such a message scores as the best keyword
+    hit does, in the share of those words it holds."""
+    terms = inside_terms(query)
+    if not terms:
+        return words
+    top = max((score for _, score in words), default=1.0)
+    scores = dict(words)
+    for m, held in db.messages_containing(terms, k):
+        scores[m] = max(scores.get(m, 0.0), top * held / len(terms))
+    return sorted(scores.items(), key=lambda ms: -ms[1])
+
+
 def search_messages(db, qvec, query: str, k: int, min_similarity: float) -> list[tuple[ConversationVector, float]]:
     """The best ``k`` messages for ``query``: by meaning (cosine from ``min_similarity``) and
     by its words (BM25, from any cosine), the cosine lifted by ``KEYWORD_LIFT`` × the
@@ -209,6 +232,7 @@ def search_messages(db, qvec, query: str, k: int, min_similarity: float) -> list
     if words:
         live = set(db.conversation_index().ids)  # archived messages are out of the index
         words = [(m, score) for m, score in words if m in live]
+    words = with_words_inside(db, query, words, k)
     best = max((score for _, score in words), default=0.0)
     lift = {m: KEYWORD_LIFT * (score / best) ** 2 for m, score in words} if best > 0 else {}
     for m, cv in db.get_conversation_messages([m for m in lift if m not in hits]).items():
@@ -264,6 +288,10 @@ def _terms_held(texts: list[str], query: str) -> list[int]:
     held = [0] * len(texts)
     if not terms or not texts:
         return held
+    inside = set(inside_terms(query))  # held as written, inside a longer run of CJK
+    for i, x in enumerate(texts):
+        held[i] += sum(t in x for t in inside)
+    terms = [t for t in terms if t not in inside]
     db = sqlite3.connect(":memory:")
     try:
         db.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61')")

@@ -139,3 +139,32 @@ def test_a_long_hit_keeps_its_word_lift_for_words_past_the_cut(data_dir, minilm)
         return round(hit.rank - hit.score, 3)
 
     assert lift(alone) > 0 and lift(everywhere) == lift(alone)
+
+
+def test_a_japanese_word_inside_a_sentence_is_found_as_a_word(data_dir, minilm):
+    """`/search ポチ` found "ポチは毎朝公園を散歩します。" by its cosine alone, not marked ≡ as
+    holding the word, and a message without it came in between (a trial): the keyword index
+    reads an unspaced Japanese sentence as one word."""
+    from nexus.memory_service import search_sessions
+
+    dog = MemoryService.open(session_path("dog"), embed_fn=minilm, judge="embedding")
+    dog.remember("私の犬の名前はポチです。柴犬です。", "My dog named Polly.")
+    dog.remember("ポチは毎朝公園を散歩します。", "I walk every day to the park.")
+    dog.remember("My project deadline is Friday the 12th.", "You have a deadline for this project.")
+    dog.remember("東京に住んでいます。", "Tokyo is a big city.")
+    other = MemoryService.open(session_path("other"), embed_fn=minilm, judge="embedding")
+    other.remember("ポチの好きなおやつはチーズです。", "Cheese, noted.")
+    other.close()
+    try:
+        here = search_sessions(dog.tree, dog.path, "ポチ", k=10, all_sessions=False)
+        everywhere = search_sessions(dog.tree, dog.path, "ポチ 散歩", k=10)
+    finally:
+        dog.close()
+    held = [h for h in here.hits if "ポチ" in h.text]
+    assert len(held) == 2 and all(h.words for h in held), here.hits
+    assert here.hits[:2] == held and not [h for h in here.hits if h.words and "ポチ" not in h.text]
+    # across sessions, a hit holds as many of the words as it has: both, or one of two
+    first = everywhere.hits[0]
+    assert first.text.startswith("ポチは毎朝") and first.words, everywhere.hits
+    cheese = next(h for h in everywhere.hits if h.session == "other")
+    assert cheese.rank < first.rank

@@ -551,6 +551,21 @@ class VectorDatabase(TopicSummaries, TreeTables):
                 return self.fts_ranked_messages(text, limit)
             return self.postings_search(text, limit, max_share)
 
+    def messages_containing(self, terms: list[str], limit: int = 50) -> list[tuple[str, float]]:
+        """The live messages whose text holds the ``terms`` as written, inside longer words too:
+        ``(message_id, how many of them)``, most first. For words the keyword index cannot
+        find: it reads an unspaced run of CJK as one word ("ポチは毎朝公園を散歩します"),
+        so "ポチ" matched nothing there."""
+        terms = [t for t in dict.fromkeys(terms) if t]
+        if not terms or limit <= 0:
+            return []
+        held = " + ".join("(instr(text, ?) > 0)" for _ in terms)
+        with self._lock:
+            rows = self.con.execute(
+                f"SELECT message_id, {held} AS n FROM conversation_vectors WHERE archived = 0 AND n > 0 "
+                "ORDER BY n DESC, message_index LIMIT ?", (*terms, limit)).fetchall()
+        return [(m, float(n)) for m, n in rows]
+
     def fts_ranked_messages(self, text: str, limit: int = 50) -> list[tuple[str, float]]:
         """BM25 over message text ranked by FTS5 itself (repeated words count)."""
         return self._bm25("messages_fts", "message_id", text, limit)

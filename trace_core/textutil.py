@@ -147,6 +147,9 @@ def _ideographic(word: str) -> bool:
     return any(ord(c) >= 0x2E80 for c in word)
 
 
+ideographic = _ideographic  # for callers outside: words the keyword index reads inside a longer run
+
+
 def _length(sentence: str) -> int:
     """Its words; in CJK, where words are not spaced, two characters count as one."""
     return len(sentence) // 2 if _ideographic(sentence) and " " not in sentence.strip() else len(sentence.split())
