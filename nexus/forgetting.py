@@ -7,6 +7,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from trace_core.textutil import ideographic
+
 from .text import around_words, counted, quoted
 
 _WORD = re.compile(r"\w+")
@@ -25,9 +27,13 @@ class ForgetRequest:
     unanswered: tuple[str, ...] = ()
 
     def names(self, text: str) -> bool:
-        """Whether ``text`` holds every word the request gave (a /search for the same code)."""
+        """Whether ``text`` holds every word the request gave (a /search for the same code);
+        a Japanese or Chinese word inside a longer unspaced run too ("/forget ポチ" said no
+        exchange held it, beside "ポチは毎朝公園を散歩します。": a trial)."""
         wanted = set(_WORD.findall(self.by_words.casefold()))
-        return bool(wanted) and wanted <= set(_WORD.findall(text.casefold()))
+        folded = text.casefold()
+        words = set(_WORD.findall(folded))
+        return bool(wanted) and all(w in folded if ideographic(w) else w in words for w in wanted)
 
 
 def forget_request(exchanges, args: list[str], unanswered: Sequence[str] = ()) -> ForgetRequest:

@@ -46,6 +46,17 @@ def test_a_request_names_exchanges_by_number_or_by_every_word(minilm):
     assert forget_request(tree.exchanges, ["#0"]).indices == ()  # forgotten already
 
 
+def test_a_japanese_word_inside_a_sentence_names_its_exchanges(hash_embed):
+    """"/forget ポチ" said "no exchange holds every word", beside "ポチは毎朝公園を散歩します。"
+    (a trial): an unspaced Japanese sentence was one word."""
+    tree = CTree(judge="embedding", embed_fn=hash_embed)
+    for u in ("私の犬の名前はポチです。柴犬です。", "ポチは毎朝公園を散歩します。", "東京に住んでいます。", "Pochi is a dog's name."):
+        tree.add([{"role": "user", "content": u}, {"role": "assistant", "content": "Noted."}])
+    assert forget_request(tree.exchanges, ["ポチ"]).indices == (0, 1)
+    assert forget_request(tree.exchanges, ["ポチ", "公園"]).indices == (1,)  # every word given
+    assert forget_request(tree.exchanges, ["ポチ"], unanswered=["ポチの写真を見せて"]).unanswered == ("ポチの写真を見せて",)
+
+
 def test_the_question_lists_every_exchange_it_would_erase(hash_embed):
     """A common word matched 13 exchanges; 8 were listed, then "… and 5 more", before an
     erasure that cannot be undone (a trial)."""
