@@ -209,3 +209,19 @@ def test_meta_with_a_lone_surrogate_or_a_number_loses_no_forget(tmp_path, hash_e
     loaded.use_store(VectorDatabase(str(tmp_path / "l.db")))
     assert loaded.vdb.get_meta("myapp.copy") == "saved \ufffd"
     loaded.close()
+
+
+def test_a_japanese_name_forgotten_leaves_the_topic_name(tmp_path, minilm):
+    """After /forget #0, the topic stayed named "名前 ポチ 柴犬": the dog's name it had
+    forgotten. A name takes the words between a Japanese sentence's particles, and the
+    forgotten words were the whole unspaced sentences (a trial)."""
+    talk = [("私の犬の名前はポチです。柴犬です。", "かわいい柴犬ですね。"),
+            ("柴犬は毎朝公園を散歩します。", "公園の散歩はいいですね。"),
+            ("柴犬のごはんは何がいいですか？", "ドッグフードがいいです。")]
+    tree = build(tmp_path / "s.db", minilm, talk)
+    topic = tree.exchanges[1].parent
+    assert tree.exchanges[0].parent is topic and "ポチ" in topic.topic_name.split()
+    res = tree.forget([tree.exchanges[0]])
+    assert "ポチ" not in topic.topic_name and "名前" not in topic.topic_name, topic.topic_name
+    assert res.renamed and {"ポチ", "名前"} <= res.words and "柴犬" not in res.words  # 柴犬 is still said
+    tree.close()

@@ -27,14 +27,16 @@ from .persist import TreeStore
 from .reorganize import UndoLog
 from .sentence_index import SentenceIndex
 from .summaries import Summaries
-from .textutil import STOPWORDS, DocumentFrequency, words_of
+from .textutil import STOPWORDS, DocumentFrequency, ideographic, with_pieces, words_of
 
 _TOKEN = re.compile(r"\w+")  # words and numbers (a code), in any script
 
 
 def words_in(text: str) -> set[str]:
-    """The words and numbers of ``text`` as ``ForgetResult.words`` counts them."""
-    return set(_TOKEN.findall(text.casefold()))
+    """The words and numbers of ``text`` as ``ForgetResult.words`` counts them; an unspaced
+    Japanese run also as the words a topic name takes of it (after /forget #0, the topic
+    stayed named "名前 ポチ 柴犬" by the dog's name it had forgotten: a trial)."""
+    return with_pieces(set(_TOKEN.findall(text.casefold())))
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ class Forgetting:
             todo = [x for x in dict.fromkeys(exchanges) if not x.forgotten]
             if not todo and not meta:
                 return ForgetResult()
-            said = set().union(*(words_of(f"{x.user}\n{x.assistant}\n{x.system}") for x in todo))
+            said = with_pieces(set().union(*(words_of(f"{x.user}\n{x.assistant}\n{x.system}") for x in todo)))
             unique = self._only_in(todo)
             homes = [x.parent if x.parent is not None else self.model.find(x.home_id) for x in todo]
             above = [t for h in homes if h is not None and h.is_topic for t in self.model.get_ancestors(h)]
@@ -112,7 +114,7 @@ class Forgetting:
         common words aside."""
         def tokens(x: MessageNode) -> set[str]:
             return {w for w in words_in(f"{x.user}\n{x.assistant}\n{x.system}")
-                    if w not in STOPWORDS and (len(w) > 2 or w.isdigit())}
+                    if w not in STOPWORDS and (len(w) > (1 if ideographic(w) else 2) or w.isdigit())}
 
         gone = set(todo)
         mine = set().union(*(tokens(x) for x in todo))

@@ -247,6 +247,13 @@ def _name_pieces(token: str) -> list[str]:
     return [p for p in _HIRAGANA_RUN.split(token) if p]
 
 
+def with_pieces(words: set[str]) -> set[str]:
+    """``words`` and, of each unspaced Japanese run among them, the words between its
+    particles (``_name_pieces``): what a topic name made of that run holds ("ポチ" of
+    "私の犬の名前はポチです")."""
+    return words | {p for w in words if _ideographic(w) for p in _name_pieces(w)}
+
+
 # a path, a URL or a slash command names nothing ("/ingest /tmp/hA-files/red.png" named its
 # image "Ingest HA-files Red"; a URL named a topic "Https Example Items"): a run with a "/"
 def _without_paths(text: str) -> str:
