@@ -129,8 +129,10 @@ class EngineView:
     def on_reorganize_finished_message(self, message: M.ReorganizeFinishedMessage) -> None:
         if self.on_screen(message):
             e = message.event
+            # the info line is the "Reorganised: …" summary, vetoes and why included: this one
+            # beside it said the same counts without the vetoes, on every run (a trial)
             self.log_line(f"reorganize: {e.merged} merged, {e.pruned} archived, {e.skipped} skipped in "
-                          f"{e.duration_secs:.2f} s")
+                          f"{e.duration_secs:.2f} s", "debug")
 
     def on_engine_event_message(self, message: M.EngineEventMessage) -> None:
         if self.on_screen(message):

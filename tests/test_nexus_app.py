@@ -427,6 +427,12 @@ async def test_commands(server, tmp_path, minilm, data_dir):
         await wait_for(pilot, lambda: "Usage: /reorganize" in notices(app))
         await type_and_send(pilot, app, "/reorganize --threshold 0.3 --prune")
         await wait_for(pilot, lambda: "Reorganised:" in notices(app))
+        await pilot.pause(0.3)
+        # the log says the run's counts once: "reorganize: 0 merged…" then "Reorganised: 0 merged…" (a trial)
+        from nexus.widgets import EventLog
+
+        said = [t for lv, t in app.query_one(EventLog).history if lv != "debug" and " merged, " in t]
+        assert len(said) == 1 and said[0].startswith("Reorganised:"), said
         await type_and_send(pilot, app, "/undo-reorganize")
         await wait_for(pilot, lambda: "undone" in notices(app) or "Nothing undone" in notices(app))
         export = tmp_path / "my exports" / "export.json"  # a path with a space, unquoted (/load refused it)
