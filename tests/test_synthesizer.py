@@ -172,6 +172,24 @@ def test_an_exchange_edited_into_a_correction_supersedes_after_the_edit(tmp_path
     assert synth.last_report.supersessions == []
 
 
+@pytest.mark.parametrize("fact, chat, update, question", [
+    ("Meine Abgabefrist für die Masterarbeit ist am 14. März.", "Wie heißt ein guter Name für einen Goldfisch?",
+     "Meine Abgabefrist für die Masterarbeit wurde auf den 2. April verschoben.", "Wann ist meine Abgabefrist?"),
+    ("Ma réunion avec le notaire est lundi à dix heures.", "Quel est un bon nom pour un poisson rouge ?",
+     "En fait, ma réunion avec le notaire est reportée à mardi.", "Quand est ma réunion avec le notaire ?"),
+])
+def test_a_correction_in_german_or_french_supersedes_the_fact(minilm, fact, chat, update, question):
+    """The correction cues were English only: "…wurde auf den 2. April verschoben" was
+    tagged neither way, and the model was shown two deadlines as true (a trial)."""
+    tree = CTree(judge="embedding", embed_fn=minilm)
+    tree.add(ex(fact, "Notiert." if "Abgabe" in fact else "Noté."), timestamp="2024-01-01T10:00")
+    tree.add(ex(chat, "Bubbles?"), timestamp="2024-01-02T10:00")
+    tree.add(ex(update, "Gut zu wissen." if "Abgabe" in fact else "D'accord."), timestamp="2024-03-01T10:00")
+    synth = PromptSynthesizer(ctree=tree)
+    synth.synthesize_prompt(question, minilm.embed(question), None, [])
+    assert synth.last_report.supersessions == [(0, 2)]
+
+
 def test_a_branch_header_does_not_state_a_superseded_fact_as_its_summary(minilm):
     """The header of the old fact's branch read "— Sarah is allergic to peanuts." (its
     extractive summary) above the line marking it superseded (a trial)."""

@@ -23,7 +23,14 @@ UPDATE_CUES = re.compile(
     r"\b(?:no longer|no more|changed my mind|correction|from now on|actually,|postponed|rescheduled|pushed back)"
     r"|\bmoved\b[^.!?]{0,30}?\b(?:to|until)\b"
     r"|(?:\bnot|n't)\b[^.!?]{0,40}?\bany ?more\b"
-    r"|\bturn(?:s|ed) out (?:that|i|we|he|she|they|it|my|the)\b",
+    r"|\bturn(?:s|ed) out (?:that|i|we|he|she|they|it|my|the)\b"
+    # the same corrections in German, French and Spanish ("Eigentlich wurde meine Frist auf
+    # den 2. April verschoben" was tagged neither way: a trial)
+    r"|\bkein\w*\s+(?:\w+\s+){0,2}mehr\b|\b(?:nicht mehr|verschoben|verlegt|korrektur|ab sofort|ab jetzt|anders entschieden"
+    r"|umentschieden|eigentlich doch)\b"
+    r"|\b(?:en fait,|finalement,|reporté\w*|repoussé\w*|décalé\w*|désormais|dorénavant|changé d'avis)"
+    r"|\bn(?:e |')\w+ (?:plus|pas plus)\b"
+    r"|\b(?:ya no|en realidad,|pospuest\w*|aplazad\w*|cambi\w* de opinión|a partir de ahora|corrección)",
     re.I,
 )
 
