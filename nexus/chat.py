@@ -28,7 +28,7 @@ from .memory_service import SEARCH_FLOOR, search_messages
 from .prompt_budget import PROMPT_OVERHEAD, fit_recent, limits, prompt_room, recent_tokens
 from .session_settings import META_KEY as SETTINGS_KEY
 from .session_settings import SessionSettings, parse_setting
-from .streaming import stream_reply
+from .streaming import cut_by_server, generated, stream_reply
 from .text import counted, exchanges_said
 from .turn import (
     Turn,
@@ -138,6 +138,7 @@ class ChatSession:
         self.latest_kept: str | None = None  # the one whose failure was said last (Ctrl+R's hint is under it)
         self.last_sent: tuple[str, str] | None = None  # the newest message sent and the system text it went with
         self.sent_forgotten = False  # /forget cleared last_sent
+        self.said_server_cut = False  # why the server cut a reply short was said in the chat
         self.kept_here: list[str] = []  # those whose failure was said in this window, in the order written
         # the newest message written, while it has no answer: /edit's after /clear took the chat's bubbles
         self.newest_unanswered: str | None = None
@@ -474,7 +475,15 @@ class ChatSession:
             turn.outcome = "answered"
             note = ""
             reply = without_empty_bullets(turn.partial)
-            if finish == "length":
+            if finish == "length" and cut_by_server(turn, max_tokens):
+                note = f"reply cut by the server (~{generated(turn)} tokens)"  # a mark: at most 34 characters
+                self.emit(ev.Notice(f"the model server ended the reply after about {generated(turn):,} tokens, "
+                                    f"short of the max_tokens limit ({max_tokens}): its own reply-length limit "
+                                    "(Ollama's num_predict, LM Studio's response length, llama.cpp's --n-predict) "
+                                    "or a full context stopped it", "warning", chat=not self.said_server_cut))
+                self.said_server_cut = True  # in the chat once: the note under each such reply says the rest
+                reply += f"\n\n[{note}]"
+            elif finish == "length":
                 # one wording, live and reopened (the stored mark is what a reopened one shows: a trial)
                 note = f"reply cut at the max_tokens limit ({max_tokens})"
                 reply += f"\n\n[{note}]"

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from trace_core.llm import shown_url
+from trace_core.tokens import count_tokens
 
 from . import events as ev
 from .events import FailureKind
@@ -81,6 +82,7 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
                 last_text = time.monotonic()
             if reasoning:
                 thought = True
+                turn.reasoned += len(reasoning)
                 emit(ev.ReasoningChunk(reasoning, turn.id))
             if delta:
                 turn.partial += delta
@@ -98,6 +100,11 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
                                  + ("" if turn.partial.strip() else "; no text came"))
             if finish == "length" and not strip_think(turn.partial):
                 limit = sampling.get("max_tokens") or 0
+                if (thought or "<think>" in turn.partial) and cut_by_server(turn, limit):
+                    raise ReplyError("the model server stopped the model while it was still thinking, after about "
+                                     f"{generated(turn):,} tokens — short of the max_tokens limit"
+                                     f"{f' ({limit})' if limit else ''}: its own reply-length limit or a full "
+                                     "context did; no answer came")
                 if thought or "<think>" in turn.partial:  # "context is full" said of a model that only thought
                     raise ReplyError(f"the model spent its whole max_tokens limit{f' ({limit})' if limit else ''} "
                                      "thinking and gave no answer; /set max_tokens raises it")
@@ -106,6 +113,20 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
                                      "/set max_tokens raises it")
                 raise ReplyError("the model's context is full: no room left for a reply")
             return finish
+
+
+def generated(turn: Turn) -> int:
+    """The reply's tokens so far, reasoning included, by the estimate (characters / 4)."""
+    return count_tokens(turn.partial) + -(-turn.reasoned // 4)
+
+
+def cut_by_server(turn: Turn, limit: int) -> bool:
+    """A reply ended for its length ("length") that cannot have reached ``limit``, Nexus's
+    max_tokens: fewer characters than that, even at a token a character. The server's own
+    limit cut it (Ollama's num_predict, LM Studio's response length, llama.cpp's
+    --n-predict) or its context filled; "cut at the max_tokens limit (2048)" under a
+    twelve-word reply was not true (a trial)."""
+    return limit > 0 and len(turn.partial) + turn.reasoned < limit
 
 
 def broken_off(exc: BaseException, quiet: float, client) -> BaseException:

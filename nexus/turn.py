@@ -105,6 +105,7 @@ class Turn:
     keep: bool = False  # cancelled by leaving (quit, a session switch): no idle work after it
     replace: bool = False  # /retry, /edit: the reply replaces the newest exchange in memory
     partial: str = ""
+    reasoned: int = 0  # characters of reasoning_content streamed (shown folded, never stored)
     outcome: str = ""  # answered | cancelled | failed | empty | refused | unstored
     stored: tuple[int, str] | None = None  # (exchange index, timestamp) once its exchange is stored
 

@@ -792,7 +792,7 @@ async def test_a_model_that_only_thought_and_an_error_mid_stream_are_said_as_suc
     """A reasoning model that spent max_tokens thinking was "the model's context is full"
     (the prompt was 96 tokens), and an error event mid-stream was "APIError: upstream
     exploded mid stream" (a trial)."""
-    server.respond(chat_only(lambda req: Reply("", reasoning=["Let me think", " about bees."], finish="length")))
+    server.respond(chat_only(lambda req: Reply("", reasoning=["Let me think", " about bees."] * 30, finish="length")))
     app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
@@ -832,6 +832,7 @@ async def test_a_cut_reply_says_so_once_and_a_failed_one_leaves_no_empty_box(ser
     app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(app, pilot)
+        await type_and_send(pilot, app, "/set max_tokens 5")  # reached: the reply is longer than 5 characters
         await type_and_send(pilot, app, "Tell me about bees")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         await pilot.pause(0.2)
@@ -1840,3 +1841,38 @@ def test_other_refusals_are_no_context_overflow(status, body):
     from nexus.turn import context_overflow
 
     assert context_overflow(StatusError(status, body)) is None
+
+
+async def test_a_reply_the_server_cut_short_of_max_tokens_is_not_said_cut_at_max_tokens(server, tmp_path, minilm,
+                                                                                        data_dir):
+    """Ollama stops a reply at its num_predict, LM Studio at its response length, llama.cpp
+    when its context fills: a reply of twelve words said "reply cut at the max_tokens limit
+    (2048)", which it never came near; and a model cut while thinking "spent its whole
+    max_tokens limit (2048) thinking" after ten words of it (a trial)."""
+    server.respond(chat_only(lambda req: Reply("Paris is the capital of France and it is known for", finish="length")))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "What is Paris?")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1 and app.turn is None)
+        reply = app.query(AssistantMessage).last()
+        assert reply.note == "reply cut by the server (~13 tokens)", reply.note
+        stored = app.session.tree.exchanges[0].assistant
+        assert stored.endswith("known for \n\n[reply cut by the server (~13 tokens)]") and "max_tokens" not in stored
+        said = notices(app)
+        assert "The model server ended the reply after about 13 tokens, short of the max_tokens limit (2048): its " \
+               "own reply-length limit" in said, said
+        server.respond(chat_only(lambda req: Reply("", reasoning=["Okay, the user asks ", "about Lyon."],
+                                                   finish="length")))
+        await type_and_send(pilot, app, "And Lyon?")
+        await wait_for(pilot, lambda: app.turn is None and app.session.kept == ["And Lyon?"])
+        said = notices(app)
+        assert "No reply: the model server stopped the model while it was still thinking, after about 9 tokens — " \
+               "short of the max_tokens limit (2048): its own reply-length limit or a full context did" in said, said
+        assert "spent its whole" not in said and len(app.session.tree.exchanges) == 1
+        server.respond(chat_only(lambda req: Reply("Lyon is on the Rhône and it", finish="length")))
+        await type_and_send(pilot, app, "/drop")
+        await type_and_send(pilot, app, "Lyon, then?")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2 and app.turn is None)
+        assert notices(app).count("The model server ended the reply") == 1  # the why once; each reply its note
+        assert app.query(AssistantMessage).last().note.startswith("reply cut by the server (~")
