@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 
 from trace_core import textutil
@@ -173,7 +174,27 @@ def reply_problem(exc: BaseException, base_url: str) -> str:
         return str(exc.args[0])
     problem = describe_error(exc, base_url)
     msg = server_message(exc)
-    return f"{problem}: {msg}" if msg and msg not in problem else problem
+    return (f"{problem}: {msg}" if msg and msg not in problem else problem) + wait_asked(exc)
+
+
+def wait_asked(exc: BaseException) -> str:
+    """The wait a busy server asks for before the next request (HTTP 429 or 503 with
+    Retry-After, in seconds or as a date), in words; "" when it names none. A Ctrl+R
+    pressed at once failed the same way, with nothing said of the wait (a trial)."""
+    response = getattr(exc, "response", None)
+    value = response.headers.get("retry-after", "").strip() if response is not None else ""
+    if not value or getattr(exc, "status_code", None) not in (429, 503):
+        return ""
+    if value.isdigit():
+        seconds = int(value)
+    else:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            seconds = round(parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError):
+            return ""
+    return f" — it asks for {max(seconds, 1)} s before the next request" if seconds < 86400 else ""
 
 
 def store_problem(exc: BaseException) -> str:

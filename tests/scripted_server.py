@@ -35,6 +35,7 @@ class Reply:
     error_event: str | None = None  # after the pieces, an {"error": …} event in the stream (a failing upstream)
     stall: float = 0.0  # after the pieces, seconds of silence before the end (a server that stalls mid-reply)
     die: bool = False  # after the pieces (and the stall), the connection is reset: a server killed mid-reply
+    headers: dict[str, str] = field(default_factory=dict)  # of an error answer (``status`` not 200): Retry-After
 
 
 @dataclass
@@ -95,11 +96,13 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             return {"_raw": raw.decode("utf-8", "replace")}
 
-    def _send(self, status: int, payload: dict) -> None:
+    def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         try:
             self.wfile.write(data)
@@ -205,7 +208,7 @@ class _Handler(BaseHTTPRequestHandler):
                 pass
             return
         if reply.status != 200:
-            return self._send(reply.status, {"error": {"message": reply.error}})
+            return self._send(reply.status, {"error": {"message": reply.error}}, reply.headers)
         model = body.get("model", "test-model")
         if not body.get("stream"):
             return self._send(200, _completion(reply.content, model))

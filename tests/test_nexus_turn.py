@@ -1876,3 +1876,24 @@ async def test_a_reply_the_server_cut_short_of_max_tokens_is_not_said_cut_at_max
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2 and app.turn is None)
         assert notices(app).count("The model server ended the reply") == 1  # the why once; each reply its note
         assert app.query(AssistantMessage).last().note.startswith("reply cut by the server (~")
+
+
+async def test_a_busy_server_s_retry_after_is_said(server, tmp_path, minilm, data_dir):
+    """HTTP 429 with Retry-After: 20 (a rate-limiting proxy in front of vLLM; Ollama's 503
+    "server busy") said "answered HTTP 429: Too many requests … press Ctrl+R", and a Ctrl+R
+    at once failed the same way: the wait it asked for was never said (a trial)."""
+    server.respond(chat_only(lambda req: Reply(status=429, error="Too many requests", headers={"Retry-After": "20"})))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Hello?")
+        await wait_for(pilot, lambda: app.turn is None and app.session.kept == ["Hello?"])
+        said = notices(app)
+        assert "answered HTTP 429: Too many requests — it asks for 20 s before the next request. Your message is " \
+               "kept" in said, said
+        server.respond(chat_only(lambda req: Reply(status=503, error="server busy, please try again.  maximum "
+                                                   "pending requests exceeded")))
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: "maximum pending requests exceeded" in notices(app) and app.turn is None)
+        assert notices(app).count("it asks for") == 1  # no Retry-After: no wait made up
+        assert not app.session.tree.exchanges
