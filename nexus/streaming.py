@@ -13,7 +13,7 @@ from trace_core.tokens import count_tokens
 
 from . import events as ev
 from .events import FailureKind
-from .turn import TAGS, ReplyError, Turn, strip_think
+from .turn import TAGS, ReplyError, Turn, opened, strip_think
 
 TINY_MAX_TOKENS = 32  # a limit this low, not a full context, is why a reply is cut before its first word
 
@@ -100,12 +100,12 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
                                  + ("" if turn.partial.strip() else "; no text came"))
             if finish == "length" and not strip_think(turn.partial):
                 limit = sampling.get("max_tokens") or 0
-                if (thought or "<think>" in turn.partial) and cut_by_server(turn, limit):
+                if (thought or "<think>" in opened(turn.partial)) and cut_by_server(turn, limit):
                     raise ReplyError("the model server stopped the model while it was still thinking, after about "
                                      f"{generated(turn):,} tokens — short of the max_tokens limit"
                                      f"{f' ({limit})' if limit else ''}: its own reply-length limit or a full "
                                      "context did; no answer came")
-                if thought or "<think>" in turn.partial:  # "context is full" said of a model that only thought
+                if thought or "<think>" in opened(turn.partial):  # "context is full" said of a model that only thought
                     raise ReplyError(f"the model spent its whole max_tokens limit{f' ({limit})' if limit else ''} "
                                      "thinking and gave no answer; /set max_tokens raises it")
                 if 0 < limit <= TINY_MAX_TOKENS:  # /set max_tokens 1 read as a full context (trial)

@@ -19,9 +19,18 @@ TAGS = re.compile(r"<[^>]+>")
 _turn_ids = itertools.count(1)
 
 
+def opened(text: str) -> str:
+    """``text`` with the ``<think>`` its first ``</think>`` closes: a chat template that opens
+    the section itself (DeepSeek-R1's, Qwen3's on a server that does not split reasoning out)
+    leaves the reply only the closing tag, and the reasoning before it was shown and stored
+    as the answer (a trial)."""
+    end = text.find("</think>")
+    return "<think>" + text if end >= 0 and "<think>" not in text[:end] else text
+
+
 def strip_think(text: str) -> str:
     """Reasoning sections are shown collapsed and never stored in memory."""
-    return THINK.sub("", text).strip()
+    return THINK.sub("", opened(text)).strip()
 
 
 ECHO_WORDS = 4  # a line of the given text this long, said back, is an echo, not an answer

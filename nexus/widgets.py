@@ -25,6 +25,7 @@ from .keys import PROMPT_KEYS
 from .prompt_history import PromptHistory
 from .scrolling import scroll_a_page
 from .text import cluster_start, quoted, safe, visible_markdown
+from .turn import opened
 
 THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.S)
 # a fence opens a line: three or more backticks or tildes (CommonMark)
@@ -35,13 +36,14 @@ def split_streamed(text: str) -> tuple[str, str]:
     """A reply streamed so far: (what is drawn as the answer, its ``<think>`` sections).
     A section still open runs to the end; a tag that has half arrived is held back."""
     visible, thoughts = [], []
+    text = opened(text)
     pos = 0
     while True:
         start = text.find("<think>", pos)
         if start < 0:
             tail = text[pos:]
-            for k in range(min(len(tail), 6), 0, -1):  # "<thi" may be the start of a tag
-                if "<think>".startswith(tail[-k:]):
+            for k in range(min(len(tail), 7), 0, -1):  # "<thi" or "</th" may be the start of a tag
+                if "<think>".startswith(tail[-k:]) or "</think>".startswith(tail[-k:]):
                     tail = tail[:-k]
                     break
             visible.append(tail)
@@ -69,7 +71,7 @@ def code_blocks(reply: str) -> list[str]:
     blocks: list[str] = []
     fence = ""
     body: list[str] = []
-    for line in THINK.sub("", reply).split("\n"):
+    for line in THINK.sub("", opened(reply)).split("\n"):
         if not fence:
             m = FENCE.match(line)
             if m:
@@ -94,7 +96,7 @@ STALL_SECONDS = 15.0  # a reply whose text stops this long says it is waiting (a
 def message_text(widget) -> str:
     """The text a selected message copies: a reply without its reasoning section."""
     if isinstance(widget, AssistantMessage):  # the app's "[reply cancelled]" is no words of the reply
-        return without_marks(THINK.sub("", widget.text)).strip()
+        return without_marks(THINK.sub("", opened(widget.text))).strip()
     if isinstance(widget, PastExchangeView):  # a stored exchange: the message, then the reply
         return f"{widget.exchange.user}\n\n{without_marks(widget.exchange.assistant).strip()}"
     return getattr(widget, "text", "")
@@ -301,6 +303,7 @@ class AssistantMessage(Vertical):
         self.streamed_reasoning = ""  # reasoning_content (never part of self.text: never stored)
         self.inline_reasoning = ""  # the reply's own <think> sections, so far
         self._shown = 0  # characters of the reply's visible part drawn or pending
+        self._drawn = ""  # that part
         self._thoughts: Static | None = None
         self._started = time.monotonic()
         self._timer = None
@@ -368,14 +371,30 @@ class AssistantMessage(Vertical):
         self._text_came()
         self.text += chunk
         visible, inline = split_streamed(self.text)
-        if len(visible) > self._shown:
+        if not visible.startswith(self._drawn):  # a "</think>" came: what was drawn as the answer was reasoning
+            await self._redraw(visible)
+        elif len(visible) > self._shown:
             self._pending.append(safe(visible[self._shown:]))
             self._shown = len(visible)
+            self._drawn = visible
         if inline != self.inline_reasoning:
             self.inline_reasoning = inline
             await self._show_reasoning()
         if self._pending and self._flush_timer is None:
             self._flush_timer = self.set_timer(min(2.0, max(0.05, len(self.text) / 200_000)), self._flush)
+
+    async def _redraw(self, visible: str) -> None:
+        """Draw the answer anew, as ``visible`` (the stream drew the text before it)."""
+        if self._flush_timer is not None:
+            self._flush_timer.stop()
+            self._flush_timer = None
+        self._pending = []
+        if self._stream is not None:
+            await self._stream.stop()
+            self._stream = None
+        await self.body.update(safe(visible))
+        self._shown = len(visible)
+        self._drawn = visible
 
     async def _flush(self) -> None:
         self._flush_timer = None
@@ -418,8 +437,8 @@ class AssistantMessage(Vertical):
             await self._stream.stop()
             self._stream = None
         self.text = text
-        thoughts = [t.strip() for t in THINK.findall(text) if t.strip()]
-        answer = THINK.sub("", text).strip()
+        thoughts = [t.strip() for t in THINK.findall(opened(text)) if t.strip()]
+        answer = THINK.sub("", opened(text)).strip()
         if note:  # the note says it ("reply cut at the max_tokens limit"): the stored mark need not
             answer = without_marks(answer)
         self.inline_reasoning = "\n\n".join(thoughts)  # both kinds: one folded section

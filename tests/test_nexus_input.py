@@ -969,6 +969,32 @@ async def test_an_inline_think_section_streams_into_the_folded_reasoning(server,
         assert app.session.tree.exchanges[0].assistant.strip() == "The answer is 42."
 
 
+async def test_reasoning_closed_by_a_think_tag_the_template_opened_is_never_the_answer(server, tmp_path, minilm,
+                                                                                      data_dir):
+    """DeepSeek-R1's and Qwen3's chat templates open "<think>" themselves: a server that does
+    not split reasoning out (llama.cpp without --reasoning-format, an older LM Studio) sends
+    the reasoning, then only "</think>", then the answer. All of it was drawn as the answer
+    and stored in memory, reasoning included (a trial)."""
+    chunks = ["Okay, the user asks ", "about the answer. ", "Let me recall.\n</th", "ink>\n\nThe answer ", "is 42."]
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply("".join(chunks), chunks=chunks, chunk_delay=0.4))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "What is the answer?")
+        await wait_for(pilot, lambda: app.current_reply is not None and "The answer" in app.current_reply.text)
+        reply = app.current_reply
+        await pilot.pause(0.3)  # drawn as it streams: the answer alone once the tag came
+        assert "Okay, the user" not in reply.body.source and "The answer" in reply.body.source, reply.body.source
+        assert reply.inline_reasoning.startswith("Okay, the user asks about the answer.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        assert reply.reasoning == "Okay, the user asks about the answer. Let me recall."
+        assert "Okay" not in reply.body.source and "</think>" not in reply.body.source
+        assert app.session.tree.exchanges[0].assistant.strip() == "The answer is 42."
+        await pilot.press("ctrl+y")
+        assert app.clipboard.strip() == "The answer is 42."
+
+
 async def test_a_stored_exchange_shown_on_open_can_be_selected_and_copied(server, tmp_path, minilm, data_dir):
     from nexus.widgets import PastExchangeView
     from trace_core import CTree
