@@ -76,8 +76,13 @@ def stream_reply(client, turn: Turn, model: str, messages: list[dict], sampling:
             if choice is None:
                 continue
             delta = choice.delta.content if choice.delta else None
-            # LM Studio / llama.cpp's reasoning format: shown live, folded, never stored
-            reasoning = getattr(choice.delta, "reasoning_content", None) if choice.delta else None
+            # LM Studio / llama.cpp's reasoning format ("reasoning" in Ollama's and newer vLLM's): shown live,
+            # folded, never stored; Ollama's went unread, and a model that thought to its limit was said
+            # to have a full context (a trial)
+            reasoning = (getattr(choice.delta, "reasoning_content", None)
+                         or getattr(choice.delta, "reasoning", None)) if choice.delta else None
+            if not isinstance(reasoning, str):
+                reasoning = None
             if reasoning or delta:
                 last_text = time.monotonic()
             if reasoning:

@@ -28,6 +28,7 @@ class Reply:
     chunks: list[str] | None = None  # streamed pieces; default: content split in words
     error: str = "scripted error"
     reasoning: list[str] | None = None  # streamed first as delta.reasoning_content (LM Studio, llama.cpp)
+    reasoning_field: str = "reasoning_content"  # "reasoning": Ollama's /v1 and newer vLLM's name for it
     body: str | None = None  # answer HTTP ``status`` with this raw body instead (e.g. an HTML page)
     content_type: str = "text/html; charset=utf-8"  # of ``body``
     drop: bool = False  # stream the pieces, then close without finish_reason and [DONE]
@@ -223,7 +224,7 @@ class _Handler(BaseHTTPRequestHandler):
             for piece in reply.reasoning or []:
                 if reply.chunk_delay:
                     time.sleep(reply.chunk_delay)
-                self.wfile.write(_chunk({"reasoning_content": piece}, model))
+                self.wfile.write(_chunk({"content": "", reply.reasoning_field: piece}, model))
                 self.wfile.flush()
             for piece in pieces:
                 if reply.chunk_delay:

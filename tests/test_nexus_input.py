@@ -944,6 +944,38 @@ async def test_streamed_reasoning_is_shown_folded_and_never_stored(server, tmp_p
         assert app.clipboard.strip() == "The answer is 42."
 
 
+async def test_ollamas_reasoning_field_is_shown_folded_and_a_model_that_only_thought_says_so(server, tmp_path, minilm,
+                                                                                             data_dir):
+    """Ollama's /v1 (and newer vLLM) stream reasoning as delta.reasoning, not
+    reasoning_content: it went unread, the reply area said "the model is working" through
+    a minute of thinking, and a model that thought to its max_tokens was said to have "a
+    full context" (a trial)."""
+    thinking = ["Okay, the user ", "wants the answer. "] * 40
+
+    def respond(req):
+        if req.get("response_format"):
+            return Reply('{"action": "continue"}')
+        if "only think" in req["messages"][-1]["content"]:
+            return Reply("", reasoning=thinking, reasoning_field="reasoning", finish="length")
+        return Reply("The answer is 42.", reasoning=["Let me think ", "about it."], reasoning_field="reasoning")
+
+    server.respond(respond)
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "What is the answer?")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1 and app.turn is None)
+        reply = list(app.query(AssistantMessage))[-1]
+        assert reply.reasoning == "Let me think about it."
+        assert app.session.tree.exchanges[0].assistant.strip() == "The answer is 42."
+        await type_and_send(pilot, app, "/set max_tokens 300")
+        await type_and_send(pilot, app, "Now only think, please.")
+        await wait_for(pilot, lambda: app.turn is None and app.session.kept == ["Now only think, please."])
+        said = notices(app)
+        assert "the model spent its whole max_tokens limit (300) thinking and gave no answer" in said, said
+        assert "context is full" not in said and len(app.session.tree.exchanges) == 1
+
+
 async def test_an_inline_think_section_streams_into_the_folded_reasoning(server, tmp_path, minilm, data_dir):
     """A streamed "<think>…</think>" was drawn as the answer ("I am reasoning about the
     question. Ste") until the reply ended (a trial): it goes to the folded section as it
