@@ -441,7 +441,8 @@ class ChatSession:
         except Exception as exc:
             turn.outcome = "failed"
             kept = self._keep(text, turn)
-            problem = self.fit_server_context(exc) or reply_problem(exc, self.config.base_url)
+            problem = self.fit_server_context(exc) or reply_problem(exc, self.config.base_url,
+                                                                    self.config.section("server").timeout)
             self.emit(ev.ReplyFailed(text, turn.partial, problem, turn.id,
                                      kept=kept, stays=not kept, kind=failure_kind(exc)))
             return None

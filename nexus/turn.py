@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from trace_core import textutil
-from trace_core.llm import describe_error
+from trace_core.llm import describe_error, shown_url
 from trace_core.prompts import SYSTEM_BOILERPLATE
 
 from .events import FailureKind
@@ -133,7 +133,7 @@ def server_message(exc: BaseException) -> str:
         msg = (err.get("message") or err.get("detail") or "") if isinstance(err, dict) else str(err)
     elif isinstance(body, str):
         msg = body
-    elif not hasattr(exc, "status_code"):
+    elif not hasattr(exc, "status_code") and not no_answer(exc):  # the client's "Request timed out." is no server's
         msg = getattr(exc, "message", "") or ""
     return " ".join(TAGS.sub(" ", str(msg)).split())[:300]
 
@@ -178,9 +178,25 @@ def context_overflow(exc: BaseException) -> Overflow | None:
                     prompt if isinstance(prompt, int) and prompt > 0 else None)
 
 
-def reply_problem(exc: BaseException, base_url: str) -> str:
+def no_answer(exc: BaseException) -> bool:
+    """The openai client's own failure to hear from the server (connection, timeout)."""
+    import openai
+
+    return isinstance(exc, openai.APIConnectionError)
+
+
+def reply_problem(exc: BaseException, base_url: str, timeout: float = 0.0) -> str:
+    """Why a reply failed, in words; ``timeout``: the wait ``server.timeout`` allowed."""
     if isinstance(exc, RuntimeError) and not hasattr(exc, "request") and exc.args:
         return str(exc.args[0])
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError) and timeout:
+        # "did not answer in time: Request timed out." said neither how long, nor that a model
+        # loaded at the first message (LM Studio, Ollama) takes minutes, nor what to do (a trial)
+        return (f"the model server at {shown_url(base_url)} sent no reply in {timeout:g} s (server.timeout) — a "
+                "model it is still loading can take longer: Ctrl+R once it has loaded, or raise server.timeout "
+                "in nexus.toml")
     problem = describe_error(exc, base_url)
     msg = server_message(exc)
     return (f"{problem}: {msg}" if msg and msg not in problem else problem) + wait_asked(exc)

@@ -1897,3 +1897,21 @@ async def test_a_busy_server_s_retry_after_is_said(server, tmp_path, minilm, dat
         await wait_for(pilot, lambda: "maximum pending requests exceeded" in notices(app) and app.turn is None)
         assert notices(app).count("it asks for") == 1  # no Retry-After: no wait made up
         assert not app.session.tree.exchanges
+
+
+async def test_a_server_silent_past_the_timeout_says_how_long_and_what_to_do(server, tmp_path, minilm, data_dir):
+    """LM Studio and Ollama load a model at its first message, minutes for a big one: the
+    reply failed as "did not answer in time: Request timed out." — the client's words
+    twice, not how long it waited nor what to do (a trial)."""
+    server.respond(chat_only(lambda req: Reply("Loaded at last.", delay=4)))
+    cfg = make_config(server.base_url, tmp_path, {("server", "timeout"): 2.0})
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Hello, slow server")
+        await wait_for(pilot, lambda: app.turn is None and app.session.kept == ["Hello, slow server"])
+        said = notices(app)
+        assert f"No reply: the model server at {server.base_url} sent no reply in 2 s (server.timeout) — a model it " \
+               "is still loading can take longer: Ctrl+R once it has loaded, or raise server.timeout in nexus.toml" \
+               in said, said
+        assert "Request timed out" not in said and not app.session.tree.exchanges
