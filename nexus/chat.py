@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trace_core import CTree, PromptSynthesizer
-from trace_core.llm import describe_error, shown_url
+from trace_core.llm import shown_url
 from trace_core.tokens import count_tokens, truncate_to_tokens
 
 from . import events as ev
@@ -271,8 +271,8 @@ class ChatSession:
         except APITimeoutError as exc:
             raise ServerProblem(f"the server at {shown_url(self.config.base_url)} did not answer the model list "
                                 f"in {wait:g} s") from exc
-        except Exception as exc:
-            raise ServerProblem(describe_error(exc, self.config.base_url)) from exc
+        except Exception as exc:  # with the server's words ("Loading model": llama.cpp loading its model)
+            raise ServerProblem(reply_problem(exc, self.config.base_url)) from exc
 
     def _ask_router(self, question: str) -> bool:
         from trace_core import prompts

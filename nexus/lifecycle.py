@@ -40,7 +40,7 @@ def server_models(base_url: str, api_key: str, timeout: float = 2.0) -> tuple[st
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):  # it answers: the key is what is wrong ("no model server" said otherwise)
             return f"{KEY_REFUSED} (HTTP {exc.code} to GET /models)", []
-        problem = f"it answered HTTP {exc.code} to GET /models"
+        problem = f"it answered HTTP {exc.code} to GET /models" + (said_in(exc) if exc.code >= 500 else "")
         if exc.code == 404:  # a base URL without its /v1 (http://127.0.0.1:1234): say where the API is
             from trace_core.llm import api_at_v1
 
@@ -66,6 +66,23 @@ def server_models(base_url: str, api_key: str, timeout: float = 2.0) -> tuple[st
     except (ValueError, AttributeError, TypeError):
         return "it did not answer GET /models with JSON (not an OpenAI-compatible endpoint?)", []
     return (None, ids) if ids else ("it lists no models: load one first", [])
+
+
+def said_in(exc) -> str:
+    """ " (the server's own words)" of an HTTP error's JSON body ("Loading model": llama.cpp
+    while it loads), or ""."""
+    import json
+
+    try:
+        body = json.loads(exc.read(4000) or b"{}")
+    except (OSError, ValueError):
+        return ""
+    err = body.get("error", body) if isinstance(body, dict) else None
+    msg = err.get("message") if isinstance(err, dict) else err
+    return f" ({' '.join(msg.split())[:200]})" if isinstance(msg, str) and msg.strip() else ""
+
+
+NOT_READY = "it answered HTTP 5"  # a server that answers, failing: up, not ready (loading its model)
 
 
 def server_problem(base_url: str, api_key: str, timeout: float = 2.0) -> str | None:
@@ -121,8 +138,14 @@ class Lifecycle:
                     "as api_key in nexus.toml's [server] section, then restart Nexus. You can type meanwhile: "
                     "a message that cannot be sent is kept.")
             return
-        self.ui(self.name_listed_model, "", False)
         url = shown_url(self.config.base_url)
+        if problem.startswith(NOT_READY):  # "No model server answers …: it answered HTTP 503" (a trial)
+            self.ui(self.name_listed_model, "model server not ready", True)
+            self.ui(self.say_server_problem, f"The model server at {url} answers but is not ready: {problem}; a "
+                    "server still loading its model answers so. You can type meanwhile: a message that cannot be "
+                    "sent is kept, and Ctrl+R sends it once the server is ready.")
+            return
+        self.ui(self.name_listed_model, "", False)
         # LM Studio's own advice only for LM Studio's address: a user who named another
         # server with --base-url was told to pass --base-url (a trial)
         start = ("Start LM Studio's server (Developer tab, port 1234) and load a model, point Nexus at another "

@@ -139,3 +139,48 @@ async def test_the_probes_warning_at_start_is_in_the_log_file(tmp_path, monkeypa
         await ready(app, pilot)
         await wait_for(pilot, lambda: "nothing is listening there" in log_text(app))
     assert "nothing is listening there" in log_path().read_text()
+
+
+async def test_a_server_still_loading_its_model_is_said_not_ready_with_its_words(tmp_path, monkeypatch, minilm):
+    """llama.cpp answers HTTP 503 {"error": {"message": "Loading model"}} while it loads: the
+    start said "No model server answers at …: it answered HTTP 503" (both at once, and not
+    its words), and a message failed as "answered HTTP 503." with no word of why (a trial)."""
+    loading = json.dumps({"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def answer(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(loading)))
+            self.end_headers()
+            self.wfile.write(loading)
+
+        do_GET = do_POST = answer
+
+        def log_message(self, *a):
+            pass
+
+    httpd = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_port}/v1"
+    try:
+        assert server_models(url, "k") == ("it answered HTTP 503 to GET /models (Loading model)", [])
+        from test_nexus_app import make_config, notices, ready, type_and_send, wait_for
+
+        from nexus.app import NexusApp
+
+        monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+        app = NexusApp(make_config(url, tmp_path, {("models", "chat"): ""}), tmp_path / "s.db", embed_fn=minilm)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await ready(app, pilot)
+            await wait_for(pilot, lambda: "is not ready" in notices(app))
+            said = notices(app)
+            assert f"The model server at {url} answers but is not ready: it answered HTTP 503 to GET /models " \
+                   "(Loading model)" in said and "No model server answers" not in said, said
+            assert "model server not ready" in app.sub_title
+            await type_and_send(pilot, app, "Hello?")
+            await wait_for(pilot, lambda: "No reply" in notices(app) and app.turn is None)
+            assert f"the model server at {url} answered HTTP 503: Loading model" in notices(app), notices(app)
+    finally:
+        httpd.shutdown()

@@ -766,7 +766,8 @@ async def test_a_refused_api_key_at_start_is_said_as_such_not_as_no_server(serve
         await ready(app, pilot)
         await type_and_send(pilot, app, "Hello?")
         await wait_for(pilot, lambda: "No reply:" in notices(app))
-        assert "refused the API key. Your message is kept — set the key (OPENAI_API_KEY" in notices(app)
+        # the server's words too, as a failed reply says them
+        assert "refused the API key: Invalid API key. Your message is kept — set the key (OPENAI_API_KEY" in notices(app)
         assert app.session.kept == ["Hello?"]
 
 
