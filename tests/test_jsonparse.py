@@ -47,3 +47,20 @@ def test_a_refused_answer_is_described_never_quoted(monkeypatch):
     assert _as_json(None) == "null" and _as_json("maybe") == '"maybe"'
     assert "4921" not in _as_json({"question": "My bank PIN is 4921"}) and "question" in _as_json({"question": "x"})
     assert "4921" not in _as_json("My bank PIN is 4921 and the rest of the sentence")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('<think>Maybe {"action": "new"}? No, it continues.</think>\n{"action": "continue"}', {"action": "continue"}),
+    ('Maybe {"action": "new"}? No.\n</think>\n\n{"action": "continue"}', {"action": "continue"}),  # template-opened
+    ('{"action": "continue"}', {"action": "continue"}),
+])
+def test_a_reasoning_models_thinking_is_never_its_answer(text, expected):
+    """A reasoning model as the memory model (the chat model, by default) weighs an object
+    in its thinking; the first object in the text was taken, the one it had rejected."""
+    assert parse_json_object(text) == expected
+
+
+def test_a_thought_cut_at_the_token_limit_is_no_answer():
+    """Cut at the judge's 96 tokens mid-thought, the object it was weighing was taken."""
+    with pytest.raises(JSONParseError, match="all reasoning"):
+        parse_json_object('<think>The user talks about bees, so {"action": "new", "name": "Bees"} might')

@@ -79,10 +79,29 @@ def _repaired(text: str) -> dict | None:
     return None
 
 
+# a reasoning model's thinking: a <think> section (to the end if never closed), or all before a lone
+# </think> (its chat template opened the section)
+_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.S)
+
+
+def without_reasoning(text: str) -> str:
+    """``text`` without a reasoning model's thinking: an object it weighed there ("maybe
+    {"action": "new"}") is no answer, and a thought cut at the answer's token limit held
+    one that was taken for the decision."""
+    end = text.find("</think>")
+    if end >= 0 and "<think>" not in text[:end]:
+        text = text[end + len("</think>"):]
+    return _THINK.sub("", text)
+
+
 def parse_json_object(text: str) -> dict:
     """Return the dict in ``text`` or raise ``JSONParseError`` saying why not."""
     if not isinstance(text, str) or not text.strip():
         raise JSONParseError("the model returned an empty answer")
+    if "think>" in text:
+        text = without_reasoning(text)
+        if not text.strip():
+            raise JSONParseError("the model's answer was all reasoning (<think>…), no JSON after it")
     candidates = [text.strip()]
     candidates += [m.strip() for m in _FENCE.findall(text)]
     obj = _first_object(text)
