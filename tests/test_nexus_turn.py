@@ -361,6 +361,10 @@ async def test_failures_are_reported_in_words_kept_and_never_stored(server, tmp_
          ["HTTP 500", "Internal failure in the model"]),
         (Reply(body="data: {not json at all\n\n", content_type="text/event-stream"),
          ["sent a broken reply (not valid JSON: expecting property name enclosed in double quotes at character 1)"]),
+        (Reply(body="data: <html><body>Proxy error: upstream reset</body></html>\n\n",
+               content_type="text/event-stream"),  # no JSON at all: what came is quoted
+         ["sent a broken reply (not valid JSON: expecting value at character 0: “<html><body>Proxy error: upstream "
+          "reset</body></html>”)"]),
         (Reply("", chunks=[]), None),  # empty
         (Reply("", chunks=["   ", "\n\n"]), None),  # whitespace only
         (Reply("", chunks=["<think>hmm</think>", "  "]), None),  # reasoning only: no answer

@@ -126,7 +126,11 @@ def describe_error(exc: BaseException, base_url: str) -> str:
     if isinstance(exc, json.JSONDecodeError):  # a streamed chunk that is not JSON
         # the message alone stopped mid-phrase ("Unterminated string starting at": a trial)
         where = f"{'' if exc.msg.endswith(' at') else ' at'} character {exc.pos}"
-        return f"the model server at {base_url} sent a broken reply (not valid JSON: {exc.msg.lower()}{where})"
+        # what came, when it is no JSON at all (a page, a server's "error …" line): "expecting value at
+        # character 0" said nothing of it; a broken JSON chunk may hold the reply's words: not quoted
+        line = " ".join(str(exc.doc).split())
+        line = f": “{line[:80]}{'…' if len(line) > 80 else ''}”" if line and not line.startswith(("{", "[")) else ""
+        return f"the model server at {base_url} sent a broken reply (not valid JSON: {exc.msg.lower()}{where}{line})"
     return f"{type(exc).__name__}: {exc}"
 
 
