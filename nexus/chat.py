@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from trace_core import CTree, PromptSynthesizer
-from trace_core.llm import shown_url
+from trace_core import CTree, PromptSynthesizer, SessionFileError
+from trace_core.llm import describe_error, shown_url
 from trace_core.tokens import count_tokens, truncate_to_tokens
 
 from . import events as ev
@@ -441,8 +441,7 @@ class ChatSession:
         except Exception as exc:
             turn.outcome = "failed"
             kept = self._keep(text, turn)
-            problem = self.fit_server_context(exc) or reply_problem(exc, self.config.base_url,
-                                                                    self.config.section("server").timeout)
+            problem = self.fit_server_context(exc) or self.turn_problem(exc)
             self.emit(ev.ReplyFailed(text, turn.partial, problem, turn.id,
                                      kept=kept, stays=not kept, kind=failure_kind(exc)))
             return None
@@ -532,6 +531,18 @@ class ChatSession:
         log.warning("context: %s tokens planned, %s from now on (the server refused a prompt)", planned, fit)
         return (f"{said}. Nexus had planned for {planned:,} tokens and fits its prompts to {fit:,} from now on "
                 f"(models.context_tokens = {fit} in nexus.toml keeps it for the next runs)")
+
+    def turn_problem(self, exc: Exception) -> str:
+        """Why a turn failed, in words: the server's, or the session file's (its memory is
+        read before the model is asked: "DatabaseError: database disk image is malformed"
+        named neither the file nor a way out, a trial)."""
+        import sqlite3
+
+        # damage, not a refusal: "database is locked", a full disk are OperationalErrors
+        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, (sqlite3.OperationalError, SessionFileError)):
+            return (f"its memory could not be read: the session file is damaged ({exc}). /repair {self.path.stem} "
+                    "rebuilds what it can from what it holds (the damaged file is kept)")
+        return reply_problem(exc, self.config.base_url, self.config.section("server").timeout)
 
     def hold_in_flight(self, text: str) -> None:
         """Until its exchange is stored, the message being answered is also in the file's

@@ -155,15 +155,19 @@ class SessionCommands:
         path = self.named_session(args[0])
         if path is None:
             return
-        if path == self.session_path and self.session is not None:
-            self.chat_notice(f"{path.stem} is open here and reads well: nothing to repair.")
-            return
         self.repair_worker(path)
 
     @background(group="session", exclusive=True)
     def repair_worker(self, path: Path) -> None:
         from trace_core.repair import salvage
 
+        if path == self.session_path and self.session is not None:
+            if sessions.open_problem(path) is None:
+                self.call_from_thread(self.chat_notice, f"{path.stem} is open here and reads well: nothing to repair.")
+                return
+            # damaged while open (its memory could not be read): it was said to read well, and
+            # the way to /repair it was to open another first (a trial)
+            self.close_session()  # its chat goes: the repaired file is shown as it opens again
         failed_here = self.session is None and path == self.session_path  # it could not open in this window
         if not failed_here and sessions.open_problem(path) is None:
             # a sound file is left as it is (it was rebuilt, the original kept as "damaged")

@@ -299,3 +299,45 @@ async def test_repair_is_offered_for_a_damaged_file_not_for_a_session_named_dama
         await type_and_send(pilot, app, "/open damaged-notes")
         await wait_for(pilot, lambda: "Cannot open damaged-notes" in notices(app))
         assert "/repair" not in notices(app)
+
+
+async def test_a_session_damaged_while_open_says_so_and_repair_mends_it_in_place(server, tmp_path, minilm,
+                                                                                monkeypatch):
+    """Pages overwritten while the session was open: each message got "No reply:
+    DatabaseError: database disk image is malformed" (no file named, no way out), and
+    /repair said "is open here and reads well: nothing to repair" (a trial)."""
+    from test_nexus_app import chat_reply, make_config, notices, type_and_send, wait_for
+
+    from nexus import sessions
+    from nexus.app import NexusApp
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    path = sessions.resolve("family")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    make_session(path, minilm)
+    server.respond(chat_reply("Noted."))
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None, timeout=30)
+        smash_root_page(path, "messages_fts_data")
+        await type_and_send(pilot, app, "Where does Alma live?")
+        await wait_for(pilot, lambda: "No reply: its memory could not be read: the session file is damaged (" in
+                       notices(app) and "/repair family rebuilds what it can" in notices(app))
+        assert "Error:" not in notices(app)
+        await type_and_send(pilot, app, "/repair family")
+        await wait_for(pilot, lambda: "Repaired family" in notices(app) and app.session is not None
+                       and app.session.tree is not None, timeout=30)
+        assert [x.user for x in app.session.tree.exchanges] == [u for u, _ in TALK]
+        assert app.session.kept == ["Where does Alma live?"]  # still there, for Ctrl+R
+        assert list(path.parent.glob("family.db.damaged-*"))
+
+
+def test_only_damage_is_said_as_damage_when_the_memory_cannot_be_read(tmp_path):
+    from types import SimpleNamespace
+
+    from nexus.chat import ChatSession
+
+    me = SimpleNamespace(path=tmp_path / "family.db", config=SimpleNamespace(base_url="http://127.0.0.1:9/v1"))
+    damaged = ChatSession.turn_problem(me, sqlite3.DatabaseError("database disk image is malformed"))
+    assert "the session file is damaged" in damaged and "/repair family" in damaged
+    assert "damaged" not in ChatSession.turn_problem(me, sqlite3.OperationalError("database is locked"))
