@@ -470,3 +470,17 @@ def test_a_session_file_deleted_or_replaced_while_open_is_written_no_more(tmp_pa
         tree.add(ex("more"))
     tree.close()
     assert other.read_bytes() == b"not mine"  # the file put there is not touched
+
+
+def test_a_change_of_working_folder_is_no_move(tmp_path, hash_embed, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tree = CTree.open("s.db", judge="embedding", embed_fn=hash_embed)  # a path relative to the working folder
+    tree.add(ex("first"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    tree.add(ex("second"))  # the file has not moved: still written
+    tree.close()
+    again = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=hash_embed, read_only=True)
+    assert [x.user for x in again.exchanges] == ["first", "second"]
+    again.close()

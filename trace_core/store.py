@@ -154,7 +154,10 @@ class VectorDatabase(TopicSummaries, TreeTables):
                 inspect_session_file(self.path)
             else:  # created private before SQLite sees it; its -wal and -shm copy the mode
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            self._identity = _file_identity(self.path)  # a move is found by it (``moved``)
+            # a move is found by these (``moved``); the path made absolute now, as SQLite makes its
+            # own: a chdir later is no move
+            self._where = os.path.abspath(self.path)
+            self._identity = _file_identity(self._where)
             leftover_log = os.path.exists(self.path + "-wal") and os.path.getsize(self.path + "-wal") > 0
             try:
                 self.con = sqlite3.connect(self.path, timeout=10, check_same_thread=False, isolation_level=None)
@@ -284,7 +287,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
         writer opened it (another program did it: a file manager, a sync tool)."""
         identity = getattr(self, "_identity", None)
         return (identity is not None and not self.read_only and not self.closed
-                and _file_identity(self.path) != identity)
+                and _file_identity(self._where) != identity)
 
     def _refuse_if_moved(self) -> None:
         """No write once the file has moved: SQLite would put it in the log beside the old
@@ -322,11 +325,11 @@ class VectorDatabase(TopicSummaries, TreeTables):
 
     def _drop_emptied_log(self) -> None:
         """The old name's emptied -wal and its -shm, once nothing else is at that name."""
-        wal = self.path + "-wal"
+        wal = self._where + "-wal"
         try:
-            if os.path.exists(self.path) or os.path.getsize(wal) > 0:
+            if os.path.exists(self._where) or os.path.getsize(wal) > 0:
                 return
-            for f in (wal, self.path + "-shm"):
+            for f in (wal, self._where + "-shm"):
                 os.unlink(f)
         except OSError:
             pass
