@@ -121,6 +121,7 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         self.history: HistoryPager | None = None  # the open session's past exchanges not shown yet
         self._history_busy = False
         self._delete_asked: dict[Path, float] = {}  # /delete NAME asked at (monotonic): a second one confirms
+        self._leave_asked: dict[str, float] = {}  # a switch away from what only this window holds: again confirms
         # /forget's exchanges, asked at (monotonic), and the question (it quotes them)
         self._forget_asked: tuple[tuple[int, ...], float, Notice | None] | None = None
         self._replace_asked: dict[tuple[str, Path, Path], float] = {}  # /save, /export onto a file of the user's

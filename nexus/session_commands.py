@@ -36,10 +36,38 @@ class SessionCommands:
             self.chat_notice(f"No session named {quoted(name, 80)}. /sessions lists them.", "warning")
         return path
 
-    def switch_session(self, path: Path, announce: str) -> None:
+    def held_only_here(self, command: str) -> bool:
+        """(UI thread) The open session holds what only this window has (the file refused
+        it: a full disk), and closing it for ``command`` would lose it: said, and True,
+        unless the same command was typed within 30 s before (the quit's rule; a switch lost
+        them unsaid: a trial)."""
+        s = self.session
+        left = s.only_here() if s is not None else []
+        if left and s.tree is not None and not s.tree.closed:
+            s.keep_again()  # space may have been freed meanwhile (a quit tries again too)
+            left = s.only_here()
+        if not left:
+            return False
+        asked = self._leave_asked.pop(command, None)
+        if asked is not None and time.monotonic() - asked <= 30:
+            return False
+        self._leave_asked[command] = time.monotonic()
+        answered = sum(1 for _, reply in left if reply)
+        what = " and ".join(([counted(answered, "answered exchange")] if answered else [])
+                            + ([counted(len(left) - answered, "message without an answer")]
+                               if len(left) > answered else []))
+        one = len(left) == 1
+        self.chat_notice(f"Not done yet: {what} {'is' if one else 'are'} only in this window — the session file "
+                         f"could not be written — and closing {self.session_path.stem} for {command.split()[0]} "
+                         f"would lose {'it' if one else 'them'}. Free some space and press {self.resend_key()} to "
+                         f"store {'it' if one else 'them'}, or /save PATH on another disk keeps "
+                         f"{'it' if one else 'them'}; type {command} again within 30 s to go on anyway.", "error")
+        return True
+
+    def switch_session(self, path: Path, announce: str, command: str = "") -> None:
         """Close the open session (messages queued in it stay there, unsent) and open ``path``.
         With no session open, queued messages go to the one that opens."""
-        if self.refused_while_busy():
+        if self.refused_while_busy() or command and self.held_only_here(command):
             return
         queued = self.take_queued_messages() if self.session is not None else []
         if self.session is not None and self.turn is not None and not self.turn.settled.is_set():
@@ -61,7 +89,7 @@ class SessionCommands:
         path = sessions.new_session_path()
         gone = self.session is not None and not self.outbox and self.removed_when_left(self.session)
         old = f" ({self.session_path.stem} stays: /open {self.session_path.stem})" if self.session and not gone else ""
-        self.switch_session(path, f"New session {path.stem}.{old}")
+        self.switch_session(path, f"New session {path.stem}.{old}", "/new")
 
     def cmd_open(self, args: list[str]) -> None:
         if not args:
@@ -76,7 +104,7 @@ class SessionCommands:
             elif not self.session.read_only:
                 self.chat_notice(f"{path.stem} is already open.")
             return
-        self.switch_session(path, f"Opened {path.stem}.")
+        self.switch_session(path, f"Opened {path.stem}.", f"/open {' '.join(args)}")
 
     def cmd_rename(self, args: list[str]) -> None:
         if not args:
@@ -88,6 +116,8 @@ class SessionCommands:
             sessions.rename_target(self.session_path, " ".join(args))
         except ValueError as exc:
             self.chat_notice(f"Not renamed: {exc}.", "warning")
+            return
+        if self.held_only_here(f"/rename {' '.join(args)}"):  # it closes the file and opens it anew
             return
         # renaming closes the file: at once, it cancelled the reply streaming and answered the
         # message queued behind it first (a trial); queued, it runs in its turn
@@ -153,7 +183,7 @@ class SessionCommands:
         if len(args) != 1:
             raise C.UsageError(C.BY_NAME["repair"].usage)
         path = self.named_session(args[0])
-        if path is None:
+        if path is None or path == self.session_path and self.held_only_here(f"/repair {args[0]}"):
             return
         self.repair_worker(path)
 
@@ -292,7 +322,7 @@ class SessionCommands:
             self.chat_notice(f"Cannot load {path}: it is a SQLite database (a session file?), not an export; {how}. "
                              "/load takes a .json file that /save wrote.", "warning")
             return
-        if self.refused_while_busy():
+        if self.refused_while_busy() or self.held_only_here(f"/load {' '.join(args)}"):
             return
         self.cancel_long.clear()
         self.load_worker(path)

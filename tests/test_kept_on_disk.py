@@ -471,3 +471,28 @@ async def test_save_and_export_hold_what_only_this_window_holds_and_load_brings_
             [("My bike is a green Brompton.", "Noted, a green Brompton.")]
         assert app.session.kept == ["The shed code is Grommlet 7790."]
         assert app.session.tree.vdb.get_meta("nexus.unstored") is None
+
+
+async def test_a_switch_away_from_what_only_this_window_holds_asks_first(server, tmp_path, minilm, data_dir):
+    """A full disk, a failed reply: the message "kept in this window only" was lost without
+    a word by /new (only a quit asked first)."""
+    from nexus import sessions
+
+    server.respond(chat_only(lambda req: Reply("", status=500)))
+    path = tmp_path / "s.db"
+    sessions.resolve("other").write_bytes(b"")
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        app.session.tree.vdb.con.execute("PRAGMA query_only = ON")
+        await type_and_send(pilot, app, "The shed code is Grommlet 7790.")
+        await wait_for(pilot, lambda: app.turn is None and app.session.kept == ["The shed code is Grommlet 7790."])
+        for command in ("/new", "/open other", "/rename shed"):
+            await type_and_send(pilot, app, command)
+            said = (f"Not done yet: 1 message without an answer is only in this window — the session file could "
+                    f"not be written — and closing s for {command.split()[0]} would lose it")
+            await wait_for(pilot, lambda said=said: said in notices(app))
+        assert app.session is not None and app.session_path == path and path.exists()
+        await type_and_send(pilot, app, "/new")  # again within 30 s: it goes
+        await wait_for(pilot, lambda: app.session is not None and app.session_path != path
+                       and app.session.tree is not None)
