@@ -43,12 +43,23 @@ def resolve(name_or_path: str | None) -> Path:
     return last if last is not None else new_session_path()
 
 
+def taken(path: Path) -> bool:
+    """A session name in use: its database, or a write-ahead log left at that name (by a
+    file moved or deleted while open), which SQLite would read into a new file there."""
+    if path.exists():
+        return True
+    try:
+        return Path(f"{path}-wal").stat().st_size > 0
+    except OSError:
+        return False
+
+
 def new_session_path(prefix: str = "session") -> Path:
     """A new file in the sessions folder, named ``PREFIX-date-time``."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     path = sessions_dir() / f"{prefix}-{stamp}.db"
     n = 1
-    while path.exists():
+    while taken(path):
         path = sessions_dir() / f"{prefix}-{stamp}-{n}.db"
         n += 1
     return path
@@ -59,7 +70,7 @@ def imported_session_path(source: Path) -> Path:
     with a number after it when that name is taken."""
     safe = re.sub(r"[^\w.-]+", "-", source.stem).strip("-.") or "imported"
     path, n = sessions_dir() / f"{safe}.db", 2
-    while path.exists() or any(f.exists() for f in side_files(path)) or Path(f"{path}.importing").exists():
+    while taken(path) or any(f.exists() for f in side_files(path)) or Path(f"{path}.importing").exists():
         path, n = sessions_dir() / f"{safe}-{n}.db", n + 1
     return path
 
@@ -430,6 +441,8 @@ def rename_target(session: Path, new_name: str) -> Path:
         raise ValueError(f"it is called {safe} already")
     if target.exists():
         raise ValueError(f"a session named {safe} already exists")
+    if taken(target):
+        raise ValueError(f"the write-ahead log of an earlier session named {safe} is still there ({safe}.db-wal)")
     return target
 
 

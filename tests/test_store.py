@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -484,3 +485,35 @@ def test_a_change_of_working_folder_is_no_move(tmp_path, hash_embed, monkeypatch
     again = CTree.open(str(tmp_path / "s.db"), judge="embedding", embed_fn=hash_embed, read_only=True)
     assert [x.user for x in again.exchanges] == ["first", "second"]
     again.close()
+
+
+def test_a_new_file_beside_another_files_write_ahead_log_is_refused(tmp_path, hash_embed):
+    """A log left at a name by a file moved or deleted while open (a process that died
+    before closing it) was read into a new session made there: SQLite replays any log
+    beside a database, and the new session opened with the other one's exchanges."""
+    import os
+    import shutil
+
+    old = tmp_path / "old.db"
+    tree = CTree.open(str(old), judge="embedding", embed_fn=hash_embed)
+    tree.vdb.con.execute("PRAGMA wal_autocheckpoint=0")
+    tree.add(ex("the other session's secret"))
+    shutil.copy(f"{old}-wal", tmp_path / "new.db-wal")  # as a killed process leaves it
+    tree.close()
+    with pytest.raises(SessionFileError, match="new.db: does not exist, but a write-ahead log of another file does"):
+        CTree.open(str(tmp_path / "new.db"), judge="embedding", embed_fn=hash_embed)
+    assert not (tmp_path / "new.db").exists() and os.path.getsize(tmp_path / "new.db-wal") > 0
+    (tmp_path / "empty.db-wal").write_bytes(b"")  # an empty one holds nothing: no harm
+    CTree.open(str(tmp_path / "empty.db"), judge="embedding", embed_fn=hash_embed).close()
+
+
+def test_nexus_takes_no_session_name_a_write_ahead_log_holds(tmp_path, monkeypatch):
+    from nexus import sessions
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    Path(f"{sessions.resolve('bread')}-wal").write_bytes(b"x" * 32)
+    assert sessions.imported_session_path(Path("bread.json")).name == "bread-2.db"
+    mine = sessions.resolve("mine")
+    mine.write_bytes(b"")
+    with pytest.raises(ValueError, match="the write-ahead log of an earlier session named bread is still there"):
+        sessions.rename_target(mine, "bread")

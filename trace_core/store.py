@@ -53,6 +53,22 @@ from .vectors import VectorIndex
 _WRITERS: dict[str, weakref.ref] = {}
 
 
+def _refuse_orphaned_log(path: str) -> None:
+    """A write-ahead log with no database beside it (its file was moved or deleted while
+    open, and the process died before closing it) belongs to another file: SQLite would
+    read its pages into the new file made at this name (a new session opened with another
+    one's tables)."""
+    wal = path + "-wal"
+    try:
+        if os.path.getsize(wal) == 0:
+            return
+    except OSError:
+        return
+    raise SessionFileError(path, f"does not exist, but a write-ahead log of another file does beside it "
+                           f"({os.path.basename(wal)}: its file was moved or deleted while open); SQLite would read "
+                           "it into a new file of this name. Move it away, or choose another name")
+
+
 def _file_identity(path: str) -> tuple[int, int] | None:
     """(device, inode) of the file ``path`` names now; None when nothing is there."""
     try:
@@ -153,6 +169,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
             if os.path.exists(self.path):
                 inspect_session_file(self.path)
             else:  # created private before SQLite sees it; its -wal and -shm copy the mode
+                _refuse_orphaned_log(self.path)
                 os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             # a move is found by these (``moved``); the path made absolute now, as SQLite makes its
             # own: a chdir later is no move
