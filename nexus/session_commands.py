@@ -180,10 +180,11 @@ class SessionCommands:
         self.chat_notice(f"Deleted {path.stem}.")
 
     def cmd_repair(self, args: list[str]) -> None:
-        if len(args) != 1:
+        if not args:
             raise C.UsageError(C.BY_NAME["repair"].usage)
-        path = self.named_session(args[0])
-        if path is None or path == self.session_path and self.held_only_here(f"/repair {args[0]}"):
+        name = " ".join(args)  # a name with a space, as /open takes it ("Reise 2027" was a bare usage line)
+        path = self.named_session(name)
+        if path is None or path == self.session_path and self.held_only_here(f"/repair {name}"):
             return
         self.repair_worker(path)
 

@@ -37,7 +37,10 @@ def resolve(name_or_path: str | None) -> Path:
     if name_or_path:
         if os.sep in name_or_path or name_or_path.endswith(".db"):
             return Path(name_or_path).expanduser().resolve()
-        safe = re.sub(r"[^\w.-]+", "-", name_or_path).strip("-") or "session"
+        own = sessions_dir() / f"{name_or_path}.db"  # a file named outside Nexus ("Reise 2027.db"), as listed
+        if own.is_file():
+            return own
+        safe = re.sub(r"[^\w.-]+", "-", name_or_path).strip("-") or "session"  # as /rename writes it
         return sessions_dir() / f"{safe}.db"
     last = last_session()
     return last if last is not None else new_session_path()

@@ -1337,3 +1337,31 @@ async def test_a_session_of_another_embedder_is_refused_before_the_open_one_clos
         await type_and_send(pilot, app, "Still here?")
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
     assert other.read_bytes() == before
+
+
+async def test_a_session_named_outside_nexus_opens_repairs_and_deletes_by_its_name(server, tmp_path, minilm,
+                                                                                   data_dir):
+    """"Reise 2027.db", renamed in a file manager: /sessions listed it and /new said "stays:
+    /open Reise 2027", which answered "No session named" (the name was looked up as /rename
+    writes it, Reise-2027), and /repair with the name was a bare usage line (a trial)."""
+    server.respond(chat_reply("Noted."))
+    own = sessions.sessions_dir() / "Reise 2027.db"
+    make_session(own, minilm, 2)
+    assert sessions.resolve("Reise 2027") == own  # --session "Reise 2027" too (it made a new Reise-2027)
+    app = NexusApp(make_config(server.base_url, tmp_path), sessions.resolve("first"), embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "/open Reise 2027")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path == own
+                       and app.session.tree is not None)
+        assert len(app.session.tree.exchanges) == 2
+        await type_and_send(pilot, app, "/new")
+        await wait_for(pilot, lambda: app.session is not None and app.session_path != own
+                       and app.session.tree is not None)
+        await type_and_send(pilot, app, "/repair Reise 2027")
+        await wait_for(pilot, lambda: "Reise 2027 passes the file check: nothing to repair." in notices(app))
+        await type_and_send(pilot, app, "/delete Reise 2027")
+        await wait_for(pilot, lambda: "again within 30 s to confirm" in notices(app))
+        await type_and_send(pilot, app, "/delete Reise 2027")
+        await wait_for(pilot, lambda: "Deleted Reise 2027." in notices(app))
+    assert not own.exists() and "No session named" not in notices(app)
