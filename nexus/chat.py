@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from trace_core import CTree, PromptSynthesizer, SessionFileError
-from trace_core.llm import describe_error, shown_url
+from trace_core import CTree, PromptSynthesizer, SessionFileError, SessionLockedError
+from trace_core.llm import shown_url
 from trace_core.tokens import count_tokens, truncate_to_tokens
 
 from . import events as ev
@@ -582,7 +582,13 @@ class ChatSession:
         self._reloading = True  # not store_unstored inside itself
         only_here = [t for t in self.kept if t not in self._kept_saved]  # the file refused them (a full disk)
         try:
-            self.open()
+            try:
+                self.open()
+            except SessionLockedError as locked:  # its lock file was deleted, and another process took it since
+                from .session_view import read_only_reason
+
+                self.open(read_only=True)
+                self.read_only_reason, self.held_elsewhere = read_only_reason(locked), True
             self.reopen_problem = ""
             # the file's list replaced them, and the quit that was to keep them found nothing to keep (a trial)
             self.kept += [t for t in only_here if t not in self.kept]

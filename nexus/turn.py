@@ -225,13 +225,17 @@ def wait_asked(exc: BaseException) -> str:
 def store_problem(exc: BaseException) -> str:
     """Why an exchange could not be written, in words."""
     import errno
+    import os
     import sqlite3
 
-    from trace_core.errors import SessionFileError, SessionMovedError, SessionWriteError
+    from trace_core.errors import SessionFileError, SessionLockedError, SessionMovedError, SessionWriteError
 
     # a session error's words without its path: a session named "readonly-notes" had every
     # failure said as a read-only file
     text = exc.problem if isinstance(exc, SessionFileError) else str(exc)
+    if isinstance(exc, SessionLockedError):  # only after its lock file was removed: a writer holds the lock
+        return (f"the session's lock file ({os.path.basename(exc.path)}.lock) was deleted while this window held "
+                f"it, and {exc.holder} opened the session to write since")
     if isinstance(exc, SessionMovedError):
         return "the session file was renamed, moved or deleted while open (outside Nexus)"
     if isinstance(exc, UnicodeError):

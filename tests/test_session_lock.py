@@ -336,3 +336,67 @@ def test_a_lock_whose_pid_cannot_be_written_is_still_held_and_released(tmp_path,
     again = locking.WriterLock(path)
     again.acquire()
     again.release()
+
+
+def ex(user: str) -> list[dict]:
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": "ok"}]
+
+
+def test_a_lock_file_removed_while_held_lets_no_second_writer_write_beside_the_first(tmp_path):
+    """The lock file deleted while a writer held it (a clean-up of *.lock): a second
+    process opened the session to write too, both stored an exchange #1, the file kept
+    one of them, and the session no longer opened ("the exchanges are not numbered
+    0..n-1"; a trial with two Nexus windows). The first writer now sees its lock gone
+    before its next write: taken again when nobody has it, else it writes no more."""
+    path = str(tmp_path / "s.db")
+    tree = CTree.open(path, judge="embedding", embed_fn=HashEmbedder(), max_children=3)
+    tree.add(ex("a first"))
+    os.unlink(path + ".lock")
+    tree.add(ex("a second"))  # nobody took it: taken again, and written
+    assert os.path.exists(path + ".lock")
+    os.unlink(path + ".lock")
+    b = Child(path)
+    try:
+        assert b.ask("open") == "OPEN 2"  # the lock file was gone: it could take the lock
+        assert b.ask("add b third").startswith("ACK 2")
+        with pytest.raises(SessionLockedError, match=f"pid {b.proc.pid}"):
+            tree.add(ex("a third"))
+        assert [x.user for x in tree.exchanges] == ["a first", "a second", "b third"]  # as the file holds
+        assert b.ask("close") == "CLOSED"
+        with pytest.raises(SessionLockedError):  # and no later write either: its tree may lack the other's
+            tree.add(ex("a fourth"))
+    finally:
+        b.stop()
+    tree.close()
+    again = CTree.open(path, judge="embedding", embed_fn=HashEmbedder(), max_children=3)
+    assert [x.user for x in again.exchanges] == ["a first", "a second", "b third"]
+    check_invariants(again)
+    again.close()
+
+
+async def test_nexus_says_its_lock_file_was_deleted_and_another_writes_the_session_now(server, tmp_path, monkeypatch):
+    from test_nexus_app import chat_reply, make_config, notices, ready, type_and_send, wait_for
+
+    from nexus.app import NexusApp
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    server.respond(chat_reply("Noted."))
+    path = tmp_path / "s.db"
+    CTree.open(str(path), judge="embedding", embed_fn=HashEmbedder()).close()  # the child's embedder
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=HashEmbedder())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        os.unlink(f"{path}.lock")
+        b = Child(str(path))
+        try:
+            assert b.ask("open") == "OPEN 0"
+            await type_and_send(pilot, app, "My boat is called Wave.")
+            await wait_for(pilot, lambda: "This exchange could not be stored: the session's lock file (s.db.lock) was "
+                           f"deleted while this window held it, and another process (pid {b.proc.pid}) opened the "
+                           "session to write since" in notices(app))
+            await wait_for(pilot, lambda: app.session is not None and app.session.read_only)
+            await type_and_send(pilot, app, "And my car is a Fiat.")
+            await wait_for(pilot, lambda: f"Not sent: This session is open in another process (pid {b.proc.pid})"
+                           in notices(app) or "Not sent: This session is open in another Nexus" in notices(app))
+        finally:
+            b.stop()

@@ -100,6 +100,27 @@ class WriterLock:
         except OSError:  # a full disk: raised here, the lock stayed held by nobody's object (a trial)
             pass
 
+    def keep(self) -> None:
+        """Still hold the lock before a write: a lock file removed (or replaced) while held
+        (a clean-up of ``*.lock``) locks nothing another process can see, and a second
+        writer opened the session beside us (two exchanges #1, and the file no longer
+        opened: a trial). Taken again on a new file when nobody has it; ``LockBusy`` when
+        another process does (then this object holds nothing)."""
+        fd = self._fd
+        if fd is None:
+            return
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(self.path)):
+                return
+        except FileNotFoundError:
+            pass
+        self._fd = None
+        _HELD.discard(self)
+        try:
+            self.acquire()
+        finally:
+            os.close(fd)
+
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is None:

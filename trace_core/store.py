@@ -150,6 +150,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
         if not self.path:  # it said FileNotFoundError "No such file or directory: ''"
             raise SessionFileError('""', "is no file name: name the session file, e.g. session.db")
         self._writer: WriterLock | None = None
+        self._lost_to: int | None = None  # the pid (0: unknown) that took the lock after its file was removed
         self._lock = threading.RLock()
         self._depth = 0
         self._purge_pending = False  # ``purging`` could not empty the log (another connection read)
@@ -264,6 +265,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
         with self._lock:
             if self._depth == 0:
                 self._refuse_if_moved()
+                self._keep_writer_lock()
                 try:
                     self.con.execute("BEGIN IMMEDIATE")
                 except sqlite3.OperationalError as exc:  # "database is locked"
@@ -305,6 +307,21 @@ class VectorDatabase(TopicSummaries, TreeTables):
         identity = getattr(self, "_identity", None)
         return (identity is not None and not self.read_only and not self.closed
                 and _file_identity(self._where) != identity)
+
+    def _keep_writer_lock(self) -> None:
+        """``SessionLockedError`` before a write when the lock file was removed while held
+        and another process has taken the new one: it writes the session now, and this
+        store writes it no more (what it holds in memory may lack that writer's rows)."""
+        if self._lost_to is not None:
+            raise SessionLockedError(self.path, self._lost_to or None)
+        if self._writer is None:
+            return
+        try:
+            self._writer.keep()
+        except LockBusy as busy:
+            self._lost_to = busy.pid or 0
+            self._release_writer_lock()  # it holds nothing now: no one's lock is removed on closing
+            raise SessionLockedError(self.path, busy.pid) from None
 
     def _refuse_if_moved(self) -> None:
         """No write once the file has moved: SQLite would put it in the log beside the old
@@ -379,6 +396,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
         with self._lock:  # a lone surrogate raised UnicodeEncodeError: U+FFFD, as add() stores it
             if self._depth == 0:
                 self._refuse_if_moved()
+                self._keep_writer_lock()
             self.con.execute("INSERT OR REPLACE INTO meta VALUES(?, ?)", (storable(key), storable(value)))
 
     def check_embedder(self, name: str, dim: int) -> None:
@@ -664,6 +682,7 @@ class VectorDatabase(TopicSummaries, TreeTables):
         with self._lock:
             if self._depth == 0:
                 self._refuse_if_moved()
+                self._keep_writer_lock()
             self.con.execute("DELETE FROM meta WHERE key=?", (key,))
 
     def delete_message_parts(self, message_ids: list[str]) -> None:
