@@ -152,7 +152,10 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
             yield MemoryTree(id="tree")
             yield NodeInspector(id="inspector")
         yield EventLog(level=self.config.section("ui").log_level, id="log")
-        yield PromptInput(placeholder=f"Message, or /help  (Enter sends, {self.key_name('newline')}: new line)",
+        newline = self.key_name("newline")
+        yield PromptInput(placeholder=(f"Message, or /help  (Enter sends, {newline}: new line)",
+                                       f"Message, or /help  ({newline.split(' or ')[-1]}: new line)",
+                                       "Message, or /help"),
                           id="prompt", completer=Completer(
                               self.other_session_names, self.models_for_completion))
         yield Footer()

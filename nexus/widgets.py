@@ -8,6 +8,7 @@ import re
 import time
 import unicodedata
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import events
 from textual.actions import SkipAction
@@ -479,15 +480,24 @@ class PromptInput(TextArea):
         def control(self) -> PromptInput:
             return self.input
 
-    def __init__(self, placeholder: str = "", id: str | None = None, history: PromptHistory | None = None,
-                 completer: Completer | None = None) -> None:
-        super().__init__(id=id, placeholder=placeholder, soft_wrap=True, tab_behavior="focus",
+    def __init__(self, placeholder: str | tuple[str, ...] = "", id: str | None = None,
+                 history: PromptHistory | None = None, completer: Completer | None = None) -> None:
+        hints = (placeholder,) if isinstance(placeholder, str) else placeholder
+        super().__init__(id=id, placeholder=hints[0] if hints else "", soft_wrap=True, tab_behavior="focus",
                          show_line_numbers=False, highlight_cursor_line=False)
+        self.hints = hints  # the placeholder, longest first: the longest that fits is shown
         self.prompts = history if history is not None else PromptHistory()  # (TextArea.history is undo)
         self.completer = completer or Completer()
         self._cycle: tuple[str, list[str], int] | None = None  # Tab pressed again: next candidate
         self._choices_for: set[str] = set()  # the texts the choices on the border are about
         self._own_keys: dict[str, str] | None = None  # key -> the editor's own action (``_own_binding``)
+
+    def on_resize(self, event: events.Resize) -> None:
+        """The longest hint that fits on the empty input's one row: cut at its edge, a
+        60-column terminal read "(Enter sends, Shift+Enter or Ctrl+J:" (a trial)."""
+        room = self.content_size.width - 1  # the cursor's cell after it
+        if self.hints:
+            self.placeholder = next((h for h in self.hints if cell_len(h) <= room), self.hints[-1])
 
     @property
     def value(self) -> str:

@@ -1532,3 +1532,23 @@ async def test_copying_leaves_out_control_characters_and_the_apps_marks(server, 
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 2)
         await pilot.press("ctrl+y")
         assert app.clipboard.startswith("word") and "cancelled" not in app.clipboard
+
+
+async def test_the_inputs_hint_is_never_cut_at_its_edge(server, tmp_path, minilm, data_dir):
+    """A 60-column terminal drew the hint cut at the input's edge, "(Enter sends,
+    Shift+Enter or Ctrl+J:" with no "new line" (a trial): the longest hint that fits is
+    shown, again at each resize."""
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(60, 20)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+
+        async def shown() -> str:
+            await pilot.pause(0.2)
+            return prompt.render_line(0).text.strip()
+
+        assert await shown() == "Message, or /help  (Ctrl+J: new line)"
+        await pilot.resize_terminal(120, 40)
+        assert await shown() == "Message, or /help  (Enter sends, Shift+Enter or Ctrl+J: new line)"
+        await pilot.resize_terminal(36, 15)
+        assert await shown() == "Message, or /help"
