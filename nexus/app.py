@@ -29,7 +29,7 @@ from .engine_view import EngineView
 from .failures import Failures
 from .history import HistoryPager
 from .inspector import NodeInspector
-from .keys import APP_KEYS, key_label, validate_keys
+from .keys import APP_KEYS, key_for, key_label, validate_keys
 from .lifecycle import Lifecycle, server_problem
 from .long_tasks import Cancelled, LongTasks
 from .memory_commands import MemoryCommands
@@ -265,13 +265,15 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         if not typed:
             return
         prompt = self.query_one("#prompt", PromptInput)
-        ahead = read_typeahead(typed)
+        ahead = read_typeahead(typed, tuple(key_for("quit", self.keymap).split(",")))
         for line in ahead.lines:
             prompt.prompts.add(line)  # ↑ recalls it like any prompt
             self.submitted(PromptInput.Submitted(prompt, line))
         if ahead.rest:
             prompt.value = ahead.rest
             prompt.move_cursor((0, ahead.cursor))  # where the arrows left it: the keys after go there
+        if ahead.quit:  # as the key would have, once on screen: what was typed is kept
+            self.call_after_refresh(self.action_quit)
 
     def update_header(self, width: int | None = None) -> None:
         if self.session is not None and self.session.model:  # the model a session found: the next one's too

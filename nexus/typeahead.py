@@ -3,7 +3,8 @@ the lines the user ended with Enter, to submit as if typed now, and the unfinish
 for the editor, with its cursor where the user left it. The keys edit the line as the
 editor would have: Backspace and Delete erase what the user sees, ←/→, Home/End move,
 Ctrl+U and Ctrl+W erase back (arrows typed in the first moments were dropped, and the
-letters after them landed in the wrong place: a trial). Other escape sequences (↑/↓, a
+letters after them landed in the wrong place: a trial). The quit key (Ctrl+Q) ends them:
+Nexus starts with what came before it and quits. Other escape sequences (↑/↓, a
 terminal's replies) and control characters edited nothing and are dropped."""
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ class TypedAhead:
     lines: list[str] = field(default_factory=list)  # ended with Enter: messages (blank ones dropped)
     rest: str = ""  # the unfinished line
     cursor: int = 0  # where in ``rest`` the cursor was left
+    quit: bool = False  # a quit key came after them: the keys after it were not read
 
 
-def read_typeahead(typed: str) -> TypedAhead:
+def read_typeahead(typed: str, quit_keys: tuple[str, ...] = ("ctrl+q",)) -> TypedAhead:
+    """``quit_keys``: Textual's names of the keys that quit ("ctrl+q"): one typed before
+    the first screen was dropped with the other control keys, and Nexus stayed (a trial)."""
     out = TypedAhead()
     line, at = "", 0
     for m in _KEY.finditer(typed.replace("\r\n", "\n").replace("\r", "\n")):
@@ -37,6 +41,9 @@ def read_typeahead(typed: str) -> TypedAhead:
         if text is not None:
             line, at = line[:at] + text + line[at:], at + len(text)
             continue
+        if control and "\x01" <= control <= "\x1a" and f"ctrl+{chr(ord(control) + 96)}" in quit_keys:
+            out.quit = True
+            break
         key = _CONTROLS.get(control) if control else _MOVES.get(final or ss3 or "")
         if final == "~":
             key = _TILDE.get((params or "").split(";")[0])

@@ -100,6 +100,19 @@ async def test_typing_at_the_first_screen_is_not_overwritten_by_the_draft(server
         assert prompt.text == "yesterday's unsent words"
 
 
+async def test_ctrl_q_typed_before_the_first_screen_quits_and_keeps_the_text(server, tmp_path, minilm, data_dir):
+    """Ctrl+Q typed while Python started (read with the type-ahead, before the app read
+    the keys) was dropped: Nexus came up and stayed (a trial). It quits, as the key would
+    have once on screen, and what was typed before it is kept with the saved draft."""
+    DraftStore(data_dir / "draft.txt").save("OLD DRAFT")
+    app = new_app(server, tmp_path, minilm, typeahead="NEW\x11")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: not app.is_running, 20)
+    assert app.return_code == 0
+    kept = loaded(data_dir / "draft.txt")
+    assert kept.count("OLD DRAFT") == 1 and kept.count("NEW") == 1, kept
+
+
 def loaded(path) -> str:
     """What a window that opens now and closes again finds."""
     store = DraftStore(path)
