@@ -631,6 +631,20 @@ class PromptInput(TextArea):
             return
         super().action_cursor_down(select)
 
+    def _choices(self, names: list[str]) -> str:
+        """The completions on the bottom border: whole names, as many as fit, then how many
+        more. The border cut the last one ("/sessi…", a 40-column trial) and said nothing
+        of those after the eighth."""
+        room = self.outer_size.width - 4  # the border's corners and a space each side
+        shown: list[str] = []
+        for name in names:
+            more = len(names) - len(shown) - 1
+            if cell_len("  ".join([*shown, name]) + (f"  +{more} more" if more else "")) > room:
+                break
+            shown.append(name)
+        rest = len(names) - len(shown)
+        return "  ".join(shown) + (f"  +{rest} more" if rest else "")
+
     def update_suggestion(self) -> None:  # TextArea's hook, called as the text changes
         """The ghost text after the cursor: the first completion (→ or Tab takes it)."""
         text = self.text
@@ -661,7 +675,7 @@ class PromptInput(TextArea):
         else:
             self._cycle = (text, found, 0)
             self.value = found[0]
-        self.border_subtitle = "  ".join(f.rstrip().rsplit(" ", 1)[-1] for f in found[:8]) if len(found) > 1 else ""
+        self.border_subtitle = self._choices([f.rstrip().rsplit(" ", 1)[-1] for f in found]) if len(found) > 1 else ""
         self._choices_for = set(found) | {self.text} if len(found) > 1 else set()
 
     def on_text_area_changed(self, event: TextArea.Changed) -> None:

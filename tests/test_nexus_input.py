@@ -1552,3 +1552,23 @@ async def test_the_inputs_hint_is_never_cut_at_its_edge(server, tmp_path, minilm
         assert await shown() == "Message, or /help  (Enter sends, Shift+Enter or Ctrl+J: new line)"
         await pilot.resize_terminal(36, 15)
         assert await shown() == "Message, or /help"
+
+
+async def test_the_completions_on_the_border_are_whole_names_and_say_how_many_more(server, tmp_path, minilm,
+                                                                                  data_dir):
+    """A 40-column terminal's input border cut the last completion ("/sessi…"), and past
+    the eighth nothing said there were more (a trial)."""
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(40, 15)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        prompt.value = "/s"
+        await pilot.press("tab")
+        assert prompt.border_subtitle == "/search  /scenario  /save  +4 more"
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause(0.2)
+        prompt.value = "/"
+        await pilot.press("tab")
+        names = str(prompt.border_subtitle).split("  ")
+        assert names[-1].startswith("+") and names[-1].endswith(" more") and len(names) > 9
+        assert int(names[-1][1:].split()[0]) + len(names) - 1 == len(prompt.completer.complete("/"))
