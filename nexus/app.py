@@ -214,9 +214,15 @@ class NexusApp(EngineView, Replies, SessionView, Lifecycle, LongTasks, Failures,
         except NoMatches:
             return
         esc = self.key_name("cancel")
-        prompt.border_title = (f"editing #{self._editing} · Enter replaces it · {esc} cancels" if self._editing is not None
-                               else f"editing your message with no answer · Enter sends it in its place · {esc} cancels"
-                               if self._editing_kept is not None else "")
+        if self._editing is not None:
+            prompt.show_title(f"editing #{self._editing} · Enter replaces it · {esc} cancels",
+                              f"editing #{self._editing} · {esc} cancels", f"editing #{self._editing}")
+        elif self._editing_kept is not None:
+            prompt.show_title(f"editing your message with no answer · Enter sends it in its place · {esc} cancels",
+                              f"editing your message with no answer · {esc} cancels",
+                              f"editing: no answer · {esc} cancels", "editing")
+        else:
+            prompt.show_title()
 
     def cancel_edit(self, why: str) -> None:
         """(UI thread) The /edit ends; the text stays in the input, to send as a new message."""

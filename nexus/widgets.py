@@ -486,6 +486,7 @@ class PromptInput(TextArea):
         super().__init__(id=id, placeholder=hints[0] if hints else "", soft_wrap=True, tab_behavior="focus",
                          show_line_numbers=False, highlight_cursor_line=False)
         self.hints = hints  # the placeholder, longest first: the longest that fits is shown
+        self.titles: tuple[str, ...] = ()  # the border title, alike
         self.prompts = history if history is not None else PromptHistory()  # (TextArea.history is undo)
         self.completer = completer or Completer()
         self._cycle: tuple[str, list[str], int] | None = None  # Tab pressed again: next candidate
@@ -493,11 +494,22 @@ class PromptInput(TextArea):
         self._own_keys: dict[str, str] | None = None  # key -> the editor's own action (``_own_binding``)
 
     def on_resize(self, event: events.Resize) -> None:
-        """The longest hint that fits on the empty input's one row: cut at its edge, a
-        60-column terminal read "(Enter sends, Shift+Enter or Ctrl+J:" (a trial)."""
+        self._fit_texts()
+
+    def show_title(self, *titles: str) -> None:
+        """The border title: the longest of ``titles`` that fits (none: no title)."""
+        self.titles = titles
+        self._fit_texts()
+
+    def _fit_texts(self) -> None:
+        """The longest hint that fits on the empty input's one row, and the longest title
+        on its border: cut at the edge, a 60-column terminal read "(Enter sends,
+        Shift+Enter or Ctrl+J:" and a 50-column one "editing #14 · … · Esc cance…" (trials)."""
         room = self.content_size.width - 1  # the cursor's cell after it
         if self.hints:
             self.placeholder = next((h for h in self.hints if cell_len(h) <= room), self.hints[-1])
+        room = self.outer_size.width - 6  # the corners, a line and a space each side
+        self.border_title = next((t for t in self.titles if cell_len(t) <= room), self.titles[-1]) if self.titles else ""
 
     @property
     def value(self) -> str:
@@ -635,7 +647,7 @@ class PromptInput(TextArea):
         """The completions on the bottom border: whole names, as many as fit, then how many
         more. The border cut the last one ("/sessi…", a 40-column trial) and said nothing
         of those after the eighth."""
-        room = self.outer_size.width - 4  # the border's corners and a space each side
+        room = self.outer_size.width - 6  # the corners, a line and a space each side
         shown: list[str] = []
         for name in names:
             more = len(names) - len(shown) - 1

@@ -1572,3 +1572,27 @@ async def test_the_completions_on_the_border_are_whole_names_and_say_how_many_mo
         names = str(prompt.border_subtitle).split("  ")
         assert names[-1].startswith("+") and names[-1].endswith(" more") and len(names) > 9
         assert int(names[-1][1:].split()[0]) + len(names) - 1 == len(prompt.completer.complete("/"))
+
+
+async def test_the_editing_border_is_never_cut_at_its_edge(server, tmp_path, minilm, data_dir):
+    """A 50-column terminal drew "editing #14 · Enter replaces it · Esc cance…" on the
+    input's border (a trial): the longest title that fits, again at each resize."""
+    server.respond(chat_reply("ok"))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(48, 20)) as pilot:
+        await ready(app, pilot)
+        prompt = app.query_one("#prompt", PromptInput)
+        await type_and_send(pilot, app, "My cat is Mimo.")
+        await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
+        await type_and_send(pilot, app, "/edit")
+        await wait_for(pilot, lambda: prompt.text == "My cat is Mimo.")
+        assert prompt.border_title == "editing #0 · Esc cancels"
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause(0.2)
+        assert prompt.border_title == "editing #0 · Enter replaces it · Esc cancels"
+        await pilot.resize_terminal(24, 20)
+        await pilot.pause(0.2)
+        assert prompt.border_title == "editing #0"
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.editing is None)
+        assert not prompt.border_title
