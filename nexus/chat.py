@@ -297,12 +297,14 @@ class ChatSession:
         if not decision.search:
             self.emit(ev.WebRouted(False, decision.reason))
             return decision, []
-        turn = self.turn.id if self.turn is not None else 0
+        current = self.turn
+        turn = current.id if current is not None else 0
         self.emit(ev.WebSearching(decision.query, turn))
         try:
             results, seconds, cached = self.web.search(decision.query)
         except WebSearchError as exc:
-            self.emit(ev.WebRouted(True, decision.reason, decision.query, 0, 0.0, str(exc), turn))
+            cancelled = current is not None and current.cancelled.is_set()
+            self.emit(ev.WebRouted(True, decision.reason, decision.query, 0, 0.0, str(exc), turn, cancelled))
             return decision, []
         self.emit(ev.WebRouted(True, decision.reason + (" (cached)" if cached else ""), decision.query,
                                len(results), seconds, turn=turn))

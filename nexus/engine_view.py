@@ -74,8 +74,10 @@ class EngineView:
             reply.show_searching("")
         if e.problem:
             why = e.problem.removeprefix("web search failed: ")  # "failed (web search failed: …" said it twice
-            self.log_line(f"web: {e.reason}; search for {quoted(e.query)} failed: {why} — replying without it",
-                          "warning")
+            then = "the message was cancelled meanwhile" if e.cancelled else "replying without it"
+            self.log_line(f"web: {e.reason}; search for {quoted(e.query)} failed: {why} — {then}", "warning")
+            if e.cancelled:  # "the reply comes without it" under "cancelled before the first word" (a trial)
+                return
             # said in the chat too: with the log hidden the user never learned the reply had no web results
             self.chat_notice(f"The web search for {quoted(e.query)} failed ({why}): the reply comes without it.",
                              "warning", before=self.reply_widget(e.turn))  # above the reply it explains

@@ -111,6 +111,7 @@ class WebRouted:
     seconds: float = 0.0
     problem: str = ""
     turn: int = 0  # the turn it was searched for (0: none)
+    cancelled: bool = False  # the turn was cancelled while it searched: no reply will come
 
 
 @dataclass(frozen=True)

@@ -465,3 +465,38 @@ async def test_the_reply_says_it_waits_for_the_web_search(server, tmp_path, mini
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         assert "searching" not in reply.waiting_text
 
+
+async def test_a_search_that_fails_after_esc_promises_no_reply(server, tmp_path, minilm, monkeypatch):
+    """Esc while an offline search ran: "cancelled before the first word", then, when the
+    search gave up 8 s later, "The web search … failed …: the reply comes without it." —
+    and no reply came (a trial). The log keeps its line; the chat promises nothing."""
+    import threading
+
+    from test_nexus_app import chat_reply, log_text, make_config, notices, ready, type_and_send, wait_for
+
+    from nexus.app import NexusApp
+    from nexus.widgets import AssistantMessage
+
+    release = threading.Event()
+
+    def slow_failing_search(*_args):  # the adapter boundary: no network, found out late
+        release.wait(10)
+        raise OSError("error sending request > error resolving DNS > no records found for Query")
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    server.respond(chat_reply("Rain."))
+    app = NexusApp(make_config(server.base_url, tmp_path, {("web", "enabled"): True}), tmp_path / "s.db",
+                   embed_fn=minilm, search_fn=slow_failing_search)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "What is the weather in Oslo today?")
+        await wait_for(pilot, lambda: app.query(AssistantMessage)
+                       and "searching the web" in app.query(AssistantMessage).last().waiting_text)
+        hung = app.current_reply
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.turn is None and "cancelled before the first word" in hung.note)
+        release.set()
+        await wait_for(pilot, lambda: "the message was cancelled meanwhile" in log_text(app))
+        await pilot.pause(0.3)
+        assert "the reply comes without it" not in notices(app)
+        assert not server.chat_requests() and app.session.tree.exchanges == []
