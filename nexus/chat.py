@@ -301,7 +301,7 @@ class ChatSession:
         turn = current.id if current is not None else 0
         self.emit(ev.WebSearching(decision.query, turn))
         try:
-            results, seconds, cached = self.web.search(decision.query)
+            results, seconds, cached = self.web.search(decision.query, retry=decision.by == "command")
         except WebSearchError as exc:
             cancelled = current is not None and current.cancelled.is_set()
             self.emit(ev.WebRouted(True, decision.reason, decision.query, 0, 0.0, str(exc), turn, cancelled))

@@ -12,6 +12,7 @@ from . import messages as M
 from .inspector import NodeInspector
 from .text import counted, quoted
 from .treeinfo import reorganize_lines, reorganize_marks
+from .web import NOT_TRIED
 from .widgets import MemoryTree
 
 log = logging.getLogger("nexus")
@@ -74,13 +75,18 @@ class EngineView:
             reply.show_searching("")
         if e.problem:
             why = e.problem.removeprefix("web search failed: ")  # "failed (web search failed: …" said it twice
+            skipped = why.startswith(NOT_TRIED)  # the last search failed moments ago
+            what = f"no search for {quoted(e.query)}: {why.removeprefix(NOT_TRIED)}" if skipped else \
+                f"search for {quoted(e.query)} failed: {why}"
             then = "the message was cancelled meanwhile" if e.cancelled else "replying without it"
-            self.log_line(f"web: {e.reason}; search for {quoted(e.query)} failed: {why} — {then}", "warning")
+            self.log_line(f"web: {e.reason}; {what} — {then}", "warning")
             if e.cancelled:  # "the reply comes without it" under "cancelled before the first word" (a trial)
                 return
             # said in the chat too: with the log hidden the user never learned the reply had no web results
-            self.chat_notice(f"The web search for {quoted(e.query)} failed ({why}): the reply comes without it.",
-                             "warning", before=self.reply_widget(e.turn))  # above the reply it explains
+            said = (f"No web search for {quoted(e.query)}: {why.removeprefix(NOT_TRIED)}. The reply comes without "
+                    "it." if skipped else
+                    f"The web search for {quoted(e.query)} failed ({why}): the reply comes without it.")
+            self.chat_notice(said, "warning", before=self.reply_widget(e.turn))  # above the reply it explains
         elif e.search:
             self.log_line(f"web: {e.reason}; searched {quoted(e.query)}: {e.results} results in {e.seconds:.2f} s")
         else:

@@ -255,6 +255,10 @@ def _clean(text: str, limit: int) -> str:
     return text[:limit]
 
 
+RETRY_AFTER = 60.0  # seconds after a failed search before routing tries another
+NOT_TRIED = "not tried: "  # how a search skipped for that reason begins
+
+
 class WebSearch:
     """ddgs behind a time budget and a per-session cache. ``search_fn`` is the adapter
     boundary: tests inject a stub there."""
@@ -266,12 +270,31 @@ class WebSearch:
         self.timeout = timeout
         self.backend = backend
         self.cache: dict[str, list[WebResult]] = {}
+        self.clock = time.monotonic
+        self._failed: tuple[float, str] | None = None  # when the last search failed, and why
 
-    def search(self, query: str) -> tuple[list[WebResult], float, bool]:
-        """``(results, seconds, cached)``; raises ``WebSearchError``."""
+    def search(self, query: str, retry: bool = False) -> tuple[list[WebResult], float, bool]:
+        """``(results, seconds, cached)``; raises ``WebSearchError``. Within ``RETRY_AFTER``
+        seconds of a failed search none is tried (offline, each question with a now-word
+        waited its 9 s again: a trial) unless ``retry`` (``/web <query>``)."""
         key = " ".join(query.lower().split())
         if key in self.cache:
             return self.cache[key], 0.0, True
+        if self._failed is not None and not retry:
+            when, why = self._failed
+            ago = self.clock() - when
+            if ago < RETRY_AFTER:
+                raise WebSearchError(f"{NOT_TRIED}the search {ago:.0f} s ago failed ({why}); the next is tried "
+                                     f"in {RETRY_AFTER - ago:.0f} s, or now with /web <query>")
+        try:
+            found = self._search(key, query)
+        except WebSearchError as exc:
+            self._failed = (self.clock(), str(exc).removeprefix("web search failed: "))
+            raise
+        self._failed = None
+        return found
+
+    def _search(self, key: str, query: str) -> tuple[list[WebResult], float, bool]:
         started = time.perf_counter()
         prepare = getattr(self.search_fn, "prepare", None)
         if prepare is not None:
