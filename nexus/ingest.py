@@ -190,6 +190,14 @@ def describe(client, model: str, image: PreparedImage, timeout: float) -> str:
     return text
 
 
+def server_gone(exc: BaseException) -> bool:
+    """The server did not answer at all (unreachable, or silent past the timeout), as
+    opposed to refusing this one image."""
+    from openai import APIConnectionError
+
+    return isinstance(exc, APIConnectionError)  # APITimeoutError is one
+
+
 NO_IMAGES = "No images found at"  # the whole answer of a run with nothing to describe
 
 
@@ -266,6 +274,13 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
                     problem = reply_problem(exc, session.config.base_url)
                     say(f"Could not describe {img.path.name}: {problem}", "error")
                     emit(ev.ModelStep(f"describe {img.path.name}", time.perf_counter() - started, False, problem))
+                    if server_gone(exc) and k < len(prepared):
+                        # each of the others waited as long: a folder of 200 against a server that
+                        # stopped answering was 200 × the timeout (a trial)
+                        left = len(prepared) - k
+                        say(f"Ingest stopped: the server is not answering, so the other {left} image"
+                            f"{'s were' if left != 1 else ' was'} not sent.", "error")
+                        break
                     continue
                 emit(ev.ModelStep(f"describe {img.path.name}", time.perf_counter() - started))
                 note = f"Image ingested: {img.path.name} ({img.width}×{img.height}) described by {vision_model}."

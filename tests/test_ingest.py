@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import struct
+import time
 import zlib
 from pathlib import Path
 
@@ -206,6 +207,26 @@ def test_failures_are_reported_and_the_text_model_comes_back(server, tmp_path, m
     assert expected in text
     assert server.state.catalogue["qwen-7b"]["loaded"] == ["qwen-7b"]  # back before control returns
     assert len(s.tree.exchanges) == n  # nothing half-stored
+
+
+def test_a_server_that_stops_answering_is_not_asked_about_every_other_image(server, tmp_path, minilm):
+    """A folder against a server that took the request and never answered: each image
+    waited the whole timeout in turn (200 images, 200 × 180 s)."""
+    server.state.models = ["qwen-7b", "qwen2-vl"]
+    server.respond(lambda req: Reply(DESCRIPTION, delay=3) if isinstance(req["messages"][-1]["content"], list)
+                   else vision_responder(req))
+    s = session_for(server, tmp_path, minilm, kind="openai")
+    s.config.set("ingest", "load_timeout", 0.5)
+    folder = tmp_path / "pics"
+    folder.mkdir()
+    for i in range(3):
+        photo(folder / f"p{i}.jpg")
+    started = time.monotonic()
+    lines = ingest_images(s, ModelManager(detect(s.config.base_url, "openai")), str(folder))
+    assert time.monotonic() - started < 2.5
+    assert model_calls(server) == ["describe with qwen2-vl"]
+    assert lines[-1] == ("Ingest stopped: the server is not answering, so the other 2 images were not sent.", "error")
+    assert "Could not describe p0.jpg" in lines[-2][0]
 
 
 def _png_header(w: int, h: int) -> bytes:
