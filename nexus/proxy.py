@@ -124,6 +124,10 @@ class AskedTurn:
     # words about other images are not a regenerate (a review's captions replaced each other)
     context: list[dict] = field(default_factory=list)
     memory: str = ""  # the block the proxy added: an answer that only copies it out is none
+    # response_format json_object / json_schema: a program's step (an extraction, a title,
+    # a label), its answer a JSON record, not conversation: '{"name": "Ann", …}' was kept
+    # as what the assistant said, and came back in memory blocks (a trial)
+    structured: str = ""
 
     @property
     def given(self) -> str:
@@ -399,6 +403,9 @@ class MemoryProxy:
             log.warning("%s: refused with 409", said)
             return _error(409, said, "session_error")
         turn = asked_turn(messages)
+        fmt = body.get("response_format")
+        if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema"):
+            turn.structured = fmt["type"]
         user = turn.user
         replaces = None
         memory = ""
@@ -480,6 +487,8 @@ class MemoryProxy:
 
         from .memory_service import NothingToRemember
 
+        if turn.structured:
+            return f" (structured output, response_format {turn.structured}: not remembered)"
         # the client's start of the answer, unless the upstream said it again (llama.cpp's
         # server does not go on from an assistant message: it was stored twice, a trial)
         if turn.prefill.strip() and not strip_think(answer).startswith(turn.prefill.strip()):

@@ -918,3 +918,31 @@ def test_tool_loops_and_options_a_client_got_wrong_are_refused_in_words(data_dir
                                                      tools=[{"type": "function", "function": {"name": "weather"}}])
         assert answer.choices[0].message.content == "Sunny in Oslo."
     assert len(server.chat_requests()) == 1
+
+
+def test_a_structured_output_request_is_not_remembered(data_dir, minilm, server, caplog):
+    """response_format json_object / json_schema is a program's step (an extraction, a
+    title): its JSON record was kept as what the assistant said and came back in later
+    memory blocks. Passed on as it is, memory and all; only conversation is remembered."""
+    record = '{"name": "Ann", "city": "Graz", "pet": "cat"}'
+    server.script(record, record, "Ann lives in Graz.")
+    caplog.set_level(logging.INFO, logger="nexus")
+    schema = {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "object"}}}
+    with running_proxy(make_pool(minilm), server.base_url) as url:
+        c = client(url)
+        r = c.chat.completions.create(model="m", response_format={"type": "json_object"}, messages=[
+            {"role": "system", "content": "Extract JSON."}, {"role": "user", "content": "Ann lives in Graz with her cat."}])
+        assert r.choices[0].message.content == record
+        text = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+            model="m", stream=True, response_format=schema,
+            messages=[{"role": "user", "content": "Extract the person: Ann lives in Graz."}]) if ch.choices)
+        assert text.strip() == record
+        c.chat.completions.create(model="m", response_format={"type": "text"},
+                                  messages=[{"role": "user", "content": "Where does Ann live?"}])
+        time.sleep(0.3)
+    assert [r["response_format"]["type"] for r in server.chat_requests()] == ["json_object", "json_schema", "text"]
+    tree = stored("default", minilm)
+    assert [(x.user, x.assistant) for x in tree.exchanges] == [("Where does Ann live?", "Ann lives in Graz.")]
+    tree.vdb.close()
+    assert "structured output, response_format json_object: not remembered" in caplog.text
+    assert "structured output, response_format json_schema: not remembered" in caplog.text
