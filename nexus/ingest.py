@@ -312,11 +312,13 @@ def vision_model_missing(session, manager, vision_model: str, quitting=lambda: F
     """Why ``vision_model`` cannot be asked, or ``""``: on a server without load control
     (it is named in the request as it is) that lists its models without it. A server that
     does not list them is asked as before; LM Studio and Ollama load it (or say why not)."""
-    from .models import LMStudioBackend, NoLoadControl
+    from .models import LMStudioBackend, NoLoadControl, OllamaBackend
 
     backend = getattr(manager, "backend", None)
     if isinstance(backend, LMStudioBackend):
         return lmstudio_vision_missing(backend, vision_model, quitting)
+    if isinstance(backend, OllamaBackend):
+        return ollama_vision_missing(backend, vision_model, quitting)
     if not isinstance(backend, NoLoadControl):
         return ""
     try:
@@ -353,6 +355,22 @@ def lmstudio_vision_missing(backend, vision_model: str, quitting=lambda: False) 
            else "it has no vision model")
     return (f"No vision model: LM Studio has no {vision_model} ({has}). Set models.vision in the config (or "
             "NEXUS_VISION_MODEL) to one it has, or download one in LM Studio.")
+
+
+def ollama_vision_missing(backend, vision_model: str, quitting=lambda: False) -> str:
+    """Why Ollama cannot load ``vision_model`` ("" when it has it, or cannot say), before
+    the text model is unloaded for it ("model 'qwen2-vl' not found" came after)."""
+    try:
+        names = call_abandonable(backend.names, give_up=quitting, name="list models")
+    except Abandoned:
+        raise
+    except Exception:  # the load says why, if it fails
+        return ""
+    # "llava" is "llava:latest"
+    if any(n == vision_model or n == f"{vision_model}:latest" for n in names):
+        return ""
+    return (f"No vision model: Ollama has no {vision_model} (`ollama pull {vision_model}` fetches it). Set "
+            "models.vision in the config (or NEXUS_VISION_MODEL) to a vision model it has (llava, qwen2.5vl…).")
 
 
 def model_manager_for(session, existing, emit, quitting=lambda: False):

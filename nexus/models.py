@@ -112,6 +112,11 @@ class OllamaBackend:
         _http("POST", f"{self.root}/api/generate", {"model": key}, timeout=self.timeout)
         return key
 
+    def names(self) -> list[str]:
+        """The models it has (``GET /api/tags``), loaded or not."""
+        return [m.get("name") or m.get("model", "") for m in _http("GET", f"{self.root}/api/tags", timeout=10)
+                .get("models", []) if isinstance(m, dict)]
+
     def unload(self, item: Loaded) -> None:
         _http("POST", f"{self.root}/api/generate", {"model": item.key, "keep_alive": 0}, timeout=self.timeout)
 

@@ -134,6 +134,8 @@ class _Handler(BaseHTTPRequestHandler):
                 for key, info in st.catalogue.items()
             ]
             return self._send(200, {"models": models})
+        if self.path.rstrip("/") == "/api/tags":  # Ollama: the models it has
+            return self._send(200, {"models": [{"name": key, "model": key} for key in st.catalogue]})
         if self.path.rstrip("/") == "/api/ps":
             models = [{"name": key, "model": key} for key, info in st.catalogue.items() if info.get("loaded")]
             return self._send(200, {"models": models})

@@ -129,6 +129,23 @@ def test_lmstudio_without_the_vision_model_says_so_before_touching_the_text_mode
     assert server.state.catalogue["qwen-7b"]["loaded"] == ["qwen-7b"]
 
 
+def test_ollama_without_the_vision_model_says_so_before_touching_the_text_model(server, tmp_path, minilm):
+    """Ollama lacking models.vision: the text model was unloaded, then "model 'qwen2-vl'
+    not found", then the text model loaded again, for nothing."""
+    server.state.catalogue = {"qwen-7b": {"loaded": ["qwen-7b"]}, "llava:latest": {}}
+    server.respond(vision_responder)
+    s = session_for(server, tmp_path, minilm, kind="ollama")
+    lines = ingest_images(s, ModelManager(detect(s.config.base_url, "ollama")), str(photo(tmp_path / "a.jpg")))
+    assert lines == [("No vision model: Ollama has no qwen2-vl (`ollama pull qwen2-vl` fetches it). Set models.vision "
+                      "in the config (or NEXUS_VISION_MODEL) to a vision model it has (llava, qwen2.5vl…). (a.jpg not "
+                      "described.)", "error")]
+    assert model_calls(server) == [] and server.state.catalogue["qwen-7b"]["loaded"] == ["qwen-7b"]
+    s.config.set("models", "vision", "llava")  # "llava" is "llava:latest"
+    from nexus.ingest import vision_model_missing
+
+    assert vision_model_missing(s, ModelManager(detect(s.config.base_url, "ollama")), "llava") == ""
+
+
 def test_ollama_swap_sequence(server, tmp_path, minilm):
     server.state.catalogue = {"qwen-7b": {"loaded": ["qwen-7b"]}, "qwen2-vl": {}}
     server.respond(vision_responder)
