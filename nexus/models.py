@@ -141,6 +141,13 @@ def detect(base_url: str, kind: str = "auto", timeout: float = 180):
     return NoLoadControl(base_url, timeout)
 
 
+def same_model(listed: str, named: str) -> bool:
+    """Whether the server's ``listed`` name is the model ``named``: Ollama lists
+    "llama3.2:latest" for "llama3.2" (the README's own example), so the text model was
+    never unloaded for the vision model, both held in memory at once (a trial)."""
+    return listed == named or (":" not in named and listed == f"{named}:latest")
+
+
 class ModelManager:
     def __init__(self, backend, emit: Callable[[object], None] = lambda e: None) -> None:
         self.backend = backend
@@ -175,8 +182,8 @@ class ModelManager:
             yield
             return
         loaded = self._step("list loaded models", b.loaded, give_up=give_up)
-        text_instances = [m for m in loaded if m.key == text_model]
-        vision_loaded = [m for m in loaded if m.key == vision_model]
+        text_instances = [m for m in loaded if same_model(m.key, text_model)]
+        vision_loaded = [m for m in loaded if same_model(m.key, vision_model)]
         if text_model == vision_model or vision_loaded:
             # nothing to swap: a vision model as the chat model was unloaded, asked unloaded
             # and unloaded again ("no instance"); one the user loaded was unloaded after
@@ -216,7 +223,7 @@ class ModelManager:
         if text_instances or text_model:
             try:
                 now = [m.key for m in self._step("list loaded models", b.loaded, emit=emit)]
-                if text_model and text_model not in now:
+                if text_model and not any(same_model(k, text_model) for k in now):
                     self._step(f"load {text_model}", b.load, text_model, emit=emit)
             except ModelError as exc:
                 self.not_restored = str(exc)

@@ -180,6 +180,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(404, {"error": f"no instance {inst}"})
         if path == "/api/generate":
             key = (body or {}).get("model", "")
+            if key not in st.catalogue and f"{key}:latest" in st.catalogue:  # as Ollama reads an untagged name
+                key = f"{key}:latest"
             if key in st.refuse_load or key not in st.catalogue:
                 return self._send(404, {"error": f"model '{key}' not found"})
             with st.lock:

@@ -146,6 +146,20 @@ def test_ollama_without_the_vision_model_says_so_before_touching_the_text_model(
     assert vision_model_missing(s, ModelManager(detect(s.config.base_url, "ollama")), "llava") == ""
 
 
+def test_ollama_names_without_a_tag_are_their_latest(server, tmp_path, minilm):
+    """`--model llama3.2` on Ollama, which lists "llama3.2:latest": the text model was not
+    unloaded for the vision model (both in memory at once, the swap's whole point lost)."""
+    server.state.catalogue = {"qwen:latest": {"loaded": ["qwen:latest"]}, "llava:latest": {}}
+    server.respond(vision_responder)
+    s = session_for(server, tmp_path, minilm, kind="ollama", chat="qwen")
+    s.config.set("models", "vision", "llava")
+    lines = ingest_images(s, ModelManager(detect(s.config.base_url, "ollama")), str(photo(tmp_path / "a.jpg")))
+    assert [lv for _, lv in lines] == ["info"], lines
+    assert model_calls(server) == ["unload qwen:latest", "load llava", "describe with llava", "unload llava",
+                                   "load qwen"]
+    assert server.state.catalogue["qwen:latest"]["loaded"] and not server.state.catalogue["llava:latest"]["loaded"]
+
+
 def test_ollama_swap_sequence(server, tmp_path, minilm):
     server.state.catalogue = {"qwen-7b": {"loaded": ["qwen-7b"]}, "qwen2-vl": {}}
     server.respond(vision_responder)
