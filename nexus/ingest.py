@@ -8,6 +8,7 @@ import io
 import os
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -255,7 +256,7 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
         on_vision(True)
     try:
         status(f"/ingest: loading {vision_model} (messages you send wait for the text model)")
-        with manager.vision(text_model, vision_model, give_up=quitting):
+        with manager.vision(text_model, vision_model, give_up=quitting), placed_without(session, text_model, manager):
             for k, img in enumerate(prepared, 1):
                 if stop():
                     cancelled = len(prepared) - k + 1
@@ -306,6 +307,25 @@ def ingest_images(session, manager, target: str, emit=lambda e: None, *, on_line
         say(f"Ingest cancelled: {done} described, {cancelled} not" + ("." if getattr(manager, "not_restored", "")
             else f"; the text model {text_model} is loaded again."), "warning")
     return lines
+
+
+@contextmanager
+def placed_without(session, text_model: str, manager):
+    """While the text model is swapped out, descriptions are placed, named and summarised
+    by embeddings when the memory model is that text model: the LLM judge asked it, unloaded
+    — LM Studio loads it again beside the vision model, the swap's point lost (a trial)."""
+    from .models import NoLoadControl
+
+    judges = getattr(session.tree, "judges", None)
+    if (judges is None or isinstance(getattr(manager, "backend", None), NoLoadControl)
+            or session.memory_model() != text_model):
+        yield
+        return
+    mode, judges.mode = judges.mode, "embedding"
+    try:
+        yield
+    finally:
+        judges.mode = mode
 
 
 def vision_model_missing(session, manager, vision_model: str, quitting=lambda: False) -> str:

@@ -20,13 +20,13 @@ from nexus.models import LMStudioBackend, ModelManager, NoLoadControl, OllamaBac
 DESCRIPTION = "A red bicycle leaning against a blue door, with a sign reading 'OPEN'."
 
 
-def session_for(server, tmp_path, minilm, kind="auto", chat="qwen-7b"):
+def session_for(server, tmp_path, minilm, kind="auto", chat="qwen-7b", judge="embedding"):
     cfg = load_config(env={}, user_file=tmp_path / "none.toml")
     cfg.set("server", "base_url", server.base_url)
     cfg.set("server", "kind", kind)
     cfg.set("models", "chat", chat)
     cfg.set("models", "vision", "qwen2-vl")
-    cfg.set("memory", "judge", "embedding")
+    cfg.set("memory", "judge", judge)
     s = ChatSession(cfg, tmp_path / "s.db", embed_fn=minilm)
     s.open()
     return s
@@ -78,6 +78,35 @@ def test_lmstudio_swap_sequence_and_memory(server, tmp_path, minilm):
     # a later question about the image finds it
     hits = s.search("what colour was the bicycle by the door?")
     assert hits and "red bicycle" in hits[0].text
+
+
+def test_descriptions_are_placed_without_asking_the_unloaded_text_model(server, tmp_path, minilm):
+    """With an LLM judge, storing each description asked the memory model — the text
+    model, unloaded for the vision model: LM Studio loads it again beside the vision model
+    (the swap's point lost), or it fails. Meanwhile embeddings place them; after, the LLM."""
+    server.state.catalogue = {"qwen-7b": {"type": "llm", "loaded": ["qwen-7b"]}, "qwen2-vl": {"type": "vlm"}}
+    descriptions = iter(["A red bicycle by a blue door.", "A tax form for March.", "A cat asleep on a sofa."])
+
+    def respond(req):
+        if isinstance(req["messages"][-1]["content"], list):
+            return Reply(next(descriptions))
+        return Reply('{"action": "new", "name": "Pictures", "confidence": 0.9}')
+
+    server.respond(respond)
+    s = session_for(server, tmp_path, minilm, judge="llm")
+    folder = tmp_path / "p"
+    folder.mkdir()
+    for i in range(3):
+        photo(folder / f"p{i}.jpg", color=(i * 80, 10, 10))
+    lines = ingest_images(s, ModelManager(detect(s.config.base_url)), str(folder))
+    assert [t.split(" (")[0] for t, _ in lines] == ["Ingested p0.jpg", "Ingested p1.jpg", "Ingested p2.jpg"]
+    order = [f"{r.path.rsplit('/', 1)[-1]} {(r.body or {}).get('model') or (r.body or {}).get('instance_id')}"
+             for r in server.state.requests if r.path.startswith("/api/v1/models/") or "chat" in r.path]
+    swapped_back = order.index("load qwen-7b")
+    assert "completions qwen-7b" not in order[:swapped_back], order  # the text model not asked while unloaded
+    assert [x.assistant for x in s.tree.exchanges] == ["A red bicycle by a blue door.", "A tax form for March.",
+                                                       "A cat asleep on a sofa."]
+    assert s.tree.judge == "llm" and s.tree.judges.mode == "llm"  # the memory model is asked again after
 
 
 def test_lmstudio_does_not_load_a_second_instance(server, tmp_path, minilm):
