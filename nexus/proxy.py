@@ -101,7 +101,8 @@ def content_text(content) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        texts = [p["text"] for p in content
+                 if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)]
         if any(t.strip() for t in texts) and any(isinstance(p, dict) and p.get("type") == "image_url" for p in content):
             texts.append("[image]")
         return "\n".join(texts)
@@ -226,8 +227,8 @@ class StreamWatch:
                     continue
                 self.tool_call = self.tool_call or calls_tools(choice)
                 delta = choice.get("delta")
-                if isinstance(delta, dict) and isinstance(delta.get("content"), str):
-                    self.text.append(delta["content"])
+                if isinstance(delta, dict) and isinstance(delta.get("content"), (str, list)):
+                    self.text.append(content_text(delta["content"]))
 
     @property
     def answer(self) -> str:
@@ -480,7 +481,8 @@ class MemoryProxy:
             return " (not an answer: not remembered)"
         if calls_tools(choice):
             return " (a tool call: its loop's answer is remembered)"
-        return await self._remember(svc, turn, answer if isinstance(answer, str) else "", replaces)
+        # text parts too: Mistral's reasoning models answer [{"type": "thinking", …}, {"type": "text", …}]
+        return await self._remember(svc, turn, content_text(answer), replaces)
 
     async def _remember(self, svc: MemoryService, turn: AskedTurn, answer: str, replaces: int | None) -> str:
         from starlette.concurrency import run_in_threadpool

@@ -946,3 +946,28 @@ def test_a_structured_output_request_is_not_remembered(data_dir, minilm, server,
     tree.vdb.close()
     assert "structured output, response_format json_object: not remembered" in caplog.text
     assert "structured output, response_format json_schema: not remembered" in caplog.text
+
+
+def test_an_answer_given_as_parts_is_remembered_by_its_text(data_dir, minilm, server):
+    """Mistral's reasoning models answer with content parts ([{"type": "thinking", …},
+    {"type": "text", …}]), streamed or not: such an answer was "empty: not remembered"."""
+    thinking = {"type": "thinking", "thinking": [{"type": "text", "text": "The user asks about Ilse."}]}
+    whole = json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": [thinking, {"type": "text", "text": "Ilse lives in Graz."}]}}]})
+    streamed = _sse({"choices": [{"index": 0, "delta": {"content": [thinking]}, "finish_reason": None}]},
+                    {"choices": [{"index": 0, "delta": {"content": [{"type": "text", "text": "Tom flies "}]},
+                                  "finish_reason": None}]},
+                    {"choices": [{"index": 0, "delta": {"content": "planes."}, "finish_reason": "stop"}]})
+    server.script(Reply(body=whole, content_type="application/json"),
+                  Reply(body=streamed, content_type="text/event-stream"))
+    with running_proxy(make_pool(minilm), server.base_url) as url:
+        http = httpx.Client(timeout=30)
+        http.post(f"{url}/chat/completions", json={"messages": [{"role": "user", "content": "Where is Ilse?"}]})
+        with http.stream("POST", f"{url}/chat/completions", json={
+                "stream": True, "messages": [{"role": "user", "content": "What does Tom do?"}]}) as r:
+            r.read()
+        time.sleep(0.3)
+    tree = stored("default", minilm)
+    assert [(x.user, x.assistant) for x in tree.exchanges] == [("Where is Ilse?", "Ilse lives in Graz."),
+                                                               ("What does Tom do?", "Tom flies planes.")]
+    tree.vdb.close()
