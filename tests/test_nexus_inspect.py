@@ -468,7 +468,9 @@ async def test_reorganisation_marks_merges_until_undo_or_the_next_exchange(serve
                        what="marks cleared")
         assert tree.snapshot() == before
         assert "reorganisation undone: the tree is as it was before it" in log_text(app)  # said in the log too
-        # again, then the next exchange clears the marks
+        # again (once the undo's worker has returned: a loaded machine saw "is running"), then
+        # the next exchange clears the marks
+        await wait_for(pilot, lambda: app.busy_with_long_command() is None, what="undo finished")
         await command(pilot, app, "/reorganize --threshold 0.5")
         await wait_for(pilot, lambda: notices(app).count("Reorganised:") == 2, what="reorganised again")
         await wait_for(pilot, lambda: pane.marks, what="marks again")
