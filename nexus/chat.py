@@ -34,6 +34,7 @@ from .turn import (
     Turn,
     context_overflow,
     failure_kind,
+    opened,
     reply_problem,
     says_something,
     server_message,
@@ -468,7 +469,11 @@ class ChatSession:
         elif not says_something(turn.partial, sent):  # nothing, or a bare "User:"
             turn.outcome = "empty"
             if self._keep(text, turn):
-                self.emit(ev.ReplyFinished(turn.partial, False, sources, turn.id, empty=True))
+                # a model that only thought ("<think>" never closed): "no answer" under its folded
+                # reasoning read as if nothing had come (a trial)
+                thought = turn.reasoned or "<think>" in opened(turn.partial)
+                self.emit(ev.ReplyFinished(turn.partial, False, sources, turn.id, empty=True,
+                                           note="only reasoning, no answer after it" if thought else ""))
             else:
                 self.emit(ev.ReplyFinished("", False, sources, turn.id, note=f"no new answer: {AS_IT_WAS} — "
                                            "/retry tries again"))

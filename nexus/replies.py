@@ -453,14 +453,15 @@ class Replies:
         if reply is not None:
             if e.empty:
                 key = self.resend_key()
-                await reply.finish("", f"(no answer — {key} to retry)")
+                await reply.finish("", f"({e.note or 'no answer'} — {key} to retry)")
             else:
                 note = e.note or ("reply cancelled: partial text kept" if e.cancelled else "")
                 await reply.finish(e.text, note, e.sources)
         if self.server_waiting and not e.empty:  # answered (a Ctrl+R): the waiting ones need not wait on
             self.server_answers()
         if e.empty:
-            self.log_line("the model answered nothing: not stored; the message is kept for resend", "warning")
+            self.log_line(f"the model answered {'only reasoning' if e.note else 'nothing'}: not stored; the message "
+                          "is kept for resend", "warning")
             self.local_model_lost()  # an empty answer from a server that died as it began
         elif self.outbox:
             self.mark_outbox()  # what the queued messages wait for now: the filing

@@ -367,7 +367,9 @@ async def test_failures_are_reported_in_words_kept_and_never_stored(server, tmp_
           "reset</body></html>”)"]),
         (Reply("", chunks=[]), None),  # empty
         (Reply("", chunks=["   ", "\n\n"]), None),  # whitespace only
-        (Reply("", chunks=["<think>hmm</think>", "  "]), None),  # reasoning only: no answer
+        (Reply("", chunks=["<think>hmm</think>", "  "]), "(only reasoning, no answer after it — Ctrl+R to retry)"),
+        (Reply("", chunks=["<think>Okay, the user ", "asks me something"]), "(only reasoning, no answer after it — "
+                                                                             "Ctrl+R to retry)"),  # never closed
         (Reply("", chunks=["User", ":\n"]), None),  # a bare role label (the bundled model's): no answer
         (Reply("", chunks=["user"]), None),  # …without its colon
         (Reply("", chunks=["Me", ":"]), None),  # a chat label alone, with its colon (a trial stored "Me:")
@@ -386,9 +388,9 @@ async def test_failures_are_reported_in_words_kept_and_never_stored(server, tmp_
             await type_and_send(pilot, app, text)
             await wait_for(pilot, lambda: app.turn is None and not app.outbox)
             new = notices(app)[len(before):]
-            if words is None:
+            if words is None or isinstance(words, str):  # an empty answer: the note under it says what came
                 reply = list(app.query(AssistantMessage))[-1]
-                assert reply.note == "(no answer — Ctrl+R to retry)", reply.note
+                assert reply.note == (words or "(no answer — Ctrl+R to retry)"), reply.note
             else:
                 assert ("No reply" in new or "Reply interrupted" in new) and "kept" in new, new
                 for w in words:
