@@ -185,7 +185,11 @@ class MemoryCommands:
             self.ui(self.refresh_tree)
             return
         used = threshold if threshold is not None else self.config.section("memory").reorganize_threshold
-        self.ui(self.end_progress, "reorganize", reorganize_summary(res, used))
+        # an idle run that changed nothing is said in the log only: nobody asked, and its
+        # "Nothing changed" sat in the chat between two exchanges (a trial)
+        said = asked or bool(res["merged"] or res["pruned"])
+        summary = reorganize_summary(res, used)
+        self.ui(lambda: self.end_progress("reorganize", summary, in_chat=said))
         self.call_from_thread(self.show_reorganization, res)
         self.call_from_thread(self.refresh_tree)
 

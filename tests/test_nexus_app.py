@@ -629,6 +629,10 @@ async def test_idle_consolidation_runs_in_the_background(server, tmp_path, minil
         await wait_for(pilot, lambda: len(app.session.tree.exchanges) == 1)
         await wait_for(pilot, lambda: "idle: reorganising memory" in log_text(app))
         await wait_for(pilot, lambda: "reorganize:" in log_text(app) and "merged" in log_text(app))
+        await wait_for(pilot, lambda: "Reorganised:" in log_text(app))
+        # nobody asked and nothing changed: the log says it, the chat stays the conversation's
+        # (an idle "Reorganised: 0 merged … Nothing changed" sat between exchanges: a trial)
+        assert "Reorganised:" not in notices(app)
 
 
 async def test_an_older_session_gets_its_sentence_index_in_the_background(server, tmp_path, minilm, data_dir):
