@@ -755,6 +755,7 @@ class ChatScroll(VerticalScroll):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._place: tuple[Widget, float] | None = None  # (message, share of it above the view)
+        self._place_width = 0  # the width the place was read at
         self._restoring = False
 
     @property
@@ -790,11 +791,22 @@ class ChatScroll(VerticalScroll):
         return kids[lo], (y - r.y) / r.height if r.height else 0.0
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        relaid = self._place is not None and self.size.width != self._place_width
         super().watch_scroll_y(old_value, new_value)
+        if relaid:
+            # laid out at a new width, shorter: the view was pulled to the end, which took
+            # the anchor back, and a resize while reading back jumped to the reply streaming
+            # below (a trial). The user did not scroll: the resize restores the place.
+            self._anchor_released = True
+            return
         if not self._restoring:
             # read now, in the layout the user sees: by the time a Resize arrives, the
             # messages are laid out at the new width already
-            self._place = None if self.following else self.reading_place()
+            self._remember_place()
+
+    def _remember_place(self) -> None:
+        self._place = None if self.following else self.reading_place()
+        self._place_width = self.size.width
 
     def on_resize(self, event: events.Resize) -> None:
         if self._place is not None and not self.following:
@@ -807,6 +819,7 @@ class ChatScroll(VerticalScroll):
         place = self._place
         if place is None or place[0].parent is not self or self.following:
             self._restoring = False
+            self._place = None  # gone (/clear) or followed: read again at the next scroll
             return
         widget, share = place
         r = widget.virtual_region
@@ -814,6 +827,7 @@ class ChatScroll(VerticalScroll):
         if y == round(self.scroll_y) or passes <= 1:
             self.scroll_to(y=y, animate=False, immediate=True)
             self._restoring = False
+            self._remember_place()  # at this width now
             return
         self.scroll_to(y=y, animate=False, immediate=True)
         self.call_after_refresh(self._restore, passes - 1)

@@ -23,6 +23,7 @@ from nexus.keys import ALL_KEYS, APP_KEYS, check_key, validate_keys
 from nexus.prompt_history import PromptHistory
 from nexus.widgets import (
     AssistantMessage,
+    ChatScroll,
     EventLog,
     ExchangeHead,
     MemoryTree,
@@ -1596,3 +1597,34 @@ async def test_the_editing_border_is_never_cut_at_its_edge(server, tmp_path, min
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.editing is None)
         assert not prompt.border_title
+
+
+async def test_a_resize_while_reading_back_does_not_jump_to_the_streaming_reply(server, tmp_path, minilm,
+                                                                                 data_dir):
+    """Reading an earlier reply while another streamed, a wider terminal laid the chat out
+    shorter, the view was pulled to its end, that took the anchor back, and the chat jumped
+    to the streaming reply and followed it (a trial at 70 → 120 columns)."""
+    long = " ".join(f"w{i}" for i in range(200))
+    server.respond(lambda req: Reply('{"action": "continue"}') if req.get("response_format")
+                   else Reply(long + long, chunk_delay=0.05) if "slow" in req["messages"][-1]["content"]
+                   else Reply(long))
+    app = NexusApp(make_config(server.base_url, tmp_path), tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(70, 30)) as pilot:
+        await ready(app, pilot)
+        for n in range(4):
+            await type_and_send(pilot, app, f"quick {n}")
+            await wait_for(pilot, lambda n=n: len(app.session.tree.exchanges) == n + 1 and app.turn is None)
+        await type_and_send(pilot, app, "slow one")
+        await wait_for(pilot, lambda: app.current_reply is not None and len(app.current_reply.text) > 200)
+        chat = app.query_one("#chat", ChatScroll)
+        await pilot.press("pageup")
+        await pilot.pause(0.3)
+        reading, _ = chat.reading_place()
+        assert reading is not app.current_reply and not chat.following
+        await pilot.resize_terminal(120, 30)
+        await pilot.pause(1.0)
+        assert not chat.following and chat.reading_place()[0] is reading
+        await pilot.resize_terminal(80, 30)
+        await pilot.pause(1.0)
+        assert not chat.following and chat.reading_place()[0] is reading
+        await pilot.press("escape")
