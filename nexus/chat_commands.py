@@ -33,7 +33,7 @@ class ChatCommands:
                 + [(key_label(k.action, self.keymap), k.description) for k in ALL_KEYS.values()])
 
     def cmd_help(self, args: list[str]) -> None:
-        commands = [(c.usage, c.help) for c in C.COMMANDS]
+        commands = [(c.usage, C.help_said(c, key_label("resend", self.keymap))) for c in C.COMMANDS]
         keys = self.help_keys()
         plain = "\n".join(["Commands:"] + [f"  {u:<38} {h}" for u, h in commands]
                           + ["Keys (remap in [keys]): " + ", ".join(f"{k}: {d}" for k, d in keys)])

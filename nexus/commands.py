@@ -51,6 +51,12 @@ COMMANDS = [
 BY_NAME = {c.name: c for c in COMMANDS}
 
 
+def help_said(c: Command, resend_key: str) -> str:
+    """The command's help with the resend key as bound ("/drop … the message Ctrl+R would
+    send next" after resend = "f8": a trial)."""
+    return c.help.replace("Ctrl+R", resend_key)
+
+
 class NotNow(Exception):
     """A command that cannot run at the moment (a scenario is running): said as a
     warning, the line given back to run later."""

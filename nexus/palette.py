@@ -9,6 +9,7 @@ from textual.markup import escape
 
 from . import commands as C
 from . import sessions
+from .keys import key_label
 
 
 def usage(c: C.Command) -> str:
@@ -20,18 +21,22 @@ def usage(c: C.Command) -> str:
 class CommandProvider(Provider):
     """Every slash command in the command palette."""
 
+    def resend_key(self) -> str:
+        return key_label("resend", getattr(self.app, "keymap", None))
+
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
         for c in C.COMMANDS:
-            score = matcher.match(f"{c.name} {c.help}")
+            said = C.help_said(c, self.resend_key())
+            score = matcher.match(f"{c.name} {said}")
             if score > 0:
-                yield Hit(score, matcher.highlight(f"/{c.name} — {c.help}"),
+                yield Hit(score, matcher.highlight(f"/{c.name} — {said}"),
                           lambda c=c: self.app.palette_command(c), help=usage(c))
 
     async def discover(self) -> Hits:
         """The palette opened empty: every slash command, in the registry's order."""
         for c in C.COMMANDS:
-            yield DiscoveryHit(f"/{c.name} — {c.help}", lambda c=c: self.app.palette_command(c), help=usage(c))
+            yield DiscoveryHit(f"/{c.name} — {C.help_said(c, self.resend_key())}", lambda c=c: self.app.palette_command(c), help=usage(c))
 
 
 class SessionProvider(Provider):

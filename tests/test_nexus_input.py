@@ -458,6 +458,7 @@ async def test_remapped_keys_are_the_keys_the_screen_names(server, tmp_path, min
         await type_and_send(pilot, app, "/help")
         await wait_for(pilot, lambda: "Ctrl+N: new line" in notices(app))
         assert "F9: cancel" in notices(app) and "F8: resend" in notices(app) and "Ctrl+↑: select previous" in notices(app)
+        assert "the message F8 would send next" in notices(app) and "Ctrl+R" not in notices(app)
         app.editing = 0
         assert "F9 cancels" in str(prompt.border_title)
 
