@@ -585,7 +585,10 @@ class ChatSession:
         except Exception:
             pass
         if sessions.where_now(self.path, self.file_id) != self.path:
-            return  # moved or deleted outside Nexus: opening the old name made an empty session there
+            # moved or deleted outside Nexus: opening the old name made an empty session there;
+            # a message queued meanwhile is said so (it read "is closed (tree.close() …)")
+            self.reopen_problem = "it was renamed, moved or deleted outside Nexus"
+            return
         self._reloading = True  # not store_unstored inside itself
         only_here = [t for t in self.kept if t not in self._kept_saved]  # the file refused them (a full disk)
         try:

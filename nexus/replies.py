@@ -206,6 +206,9 @@ class Replies:
             return False
         announce = f"The file of this session was renamed outside Nexus, to {now.name}: it is open under that name now."
         parked.move_side_files(self.session_path, now)  # an exchange the old name could not take goes with it
+        kept_here = [t for t, reply in session.only_here() if not reply]  # refused by the moved file
+        if kept_here:  # taken by the session as it opens again, with the others kept for Ctrl+R
+            parked.park(now, parked.read(now) + kept_here)
         self.session_path = now
         self.reopen_session(self.detach_session(), announce)  # the message waits in the outbox meanwhile
         return True
@@ -500,7 +503,7 @@ class Replies:
             kept = "kept"
             if self.session is not None and (e.user, "") in self.session.only_here():
                 # "kept" read as safe: the file refused it too (a full disk), and a quit loses it
-                kept = "kept in this window only (the session file could not take it; free some space first)"
+                kept = "kept in this window only (the session file could not take it)"
             note = self.chat_notice(f"{said}{came} Your message is {kept} — {how}", "error")
             if note is not None:  # each failure of it: all are said again when it is answered or dropped
                 # said under its own reply, above what was queued after it: there, the answers of those

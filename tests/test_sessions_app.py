@@ -1302,15 +1302,21 @@ async def test_a_session_file_renamed_during_a_reply_keeps_the_exchange_for_ctrl
         await ready(app, pilot)
         await type_and_send(pilot, app, "My bike is red.")
         await wait_for(pilot, lambda: app.current_reply is not None)
+        await type_and_send(pilot, app, "And my car?")  # queued behind it
         renamed = first.with_name("bikes.db")
         first.rename(renamed)
         await wait_for(pilot, lambda: "This exchange could not be stored: the session file was renamed, moved or "
                        "deleted while open (outside Nexus)" in notices(app))
+        # the queued message is said as the file's problem ("is closed (tree.close() …)": a trial)
+        await wait_for(pilot, lambda: "No reply: the session file could not be opened again (it was renamed, moved "
+                       "or deleted outside Nexus)" in notices(app))
+        assert "tree.close()" not in notices(app)
         assert not first.exists()  # no empty session made again under the old name
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None
                        and [x.user for x in app.session.tree.exchanges] == ["My bike is red."])
         assert app.session_path == renamed and "renamed outside Nexus, to bikes.db" in notices(app)
+        assert app.session.kept == ["And my car?"]  # still there for Ctrl+R, under the new name
     assert not first.exists() and not Path(f"{first}.unstored.json").exists()
 
 
