@@ -76,11 +76,25 @@ def session_rows(db) -> dict[str, str]:
     return {k: v for k in keys if (v := db.get_meta(k))}
 
 
-def saved_rows(db, unanswered: list[str], unstored: list[tuple[str, str]]) -> dict[str, str]:
+def saved_rows(session: ChatSession, unanswered: list[str]) -> dict[str, str]:
     """``session_rows`` as this window holds them: its messages with no answer and the
     answered exchanges the file refused, which the file's rows lack on a full disk (/save
-    counted them, and its JSON held neither: a trial)."""
-    rows = session_rows(db)
+    counted them, and its JSON held neither: a trial). A file that could not be opened
+    again (a full disk) gives none: the window's own copies stand for them (/save, which
+    the full disk's notice offers, failed with "is closed (tree.close() …)")."""
+    import sqlite3
+    from dataclasses import asdict
+
+    unstored = session.unstored
+    try:
+        rows = session_rows(session.tree.vdb)
+    except (SessionFileError, sqlite3.Error):
+        rows = {SETTINGS_KEY: json.dumps(asdict(session.settings))}
+        if session.versions.versions:
+            rows[VERSIONS_KEY] = json.dumps(asdict(session.versions))
+        replacing = {t: i for t, i in session.replacing.items() if t in unanswered}
+        if replacing:
+            rows[REPLACES_KEY] = json.dumps(replacing)
     rows.pop(UNSENT_KEY, None)
     if unanswered:
         rows[UNSENT_KEY] = json.dumps(unanswered)

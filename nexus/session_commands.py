@@ -251,7 +251,7 @@ class SessionCommands:
         try:
             made = make_folders(path.parent)
             s.tree.save(str(path), save_conversation=True,
-                        meta={**saved_rows(s.tree.vdb, waiting, s.unstored),
+                        meta={**saved_rows(s, waiting),
                               sessions.SAVED_FROM_KEY: self.session_path.stem})
         except OSError as exc:  # said with the user's path: the engine writes a temporary file first
             self.file_not_written("Not saved", path, exc)

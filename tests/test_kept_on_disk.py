@@ -427,6 +427,13 @@ async def test_a_message_after_the_file_could_not_be_opened_again_says_why_in_wo
         assert "tree.close()" not in notices(app)
         assert len([r for r in server.chat_requests() if not r.get("response_format")]) == 1
         assert app.session.kept == ["second, after it"]
+        rescue = tmp_path / "rescue.json"  # what the notices offer works with the file closed
+        await type_and_send(pilot, app, f"/save {rescue}")
+        await wait_for(pilot, lambda: "Saved the tree and 1 message with no answer and 1 answered exchange the "
+                       "session file could not take yet" in notices(app))
+        meta = json.loads(rescue.read_text())["meta"]
+        assert json.loads(meta["nexus.unsent"]) == ["second, after it"]
+        assert [u for u, _ in json.loads(meta["nexus.unstored"])] == ["first, the store fails"]
         full.clear()  # space freed: the quit opens the file again and keeps the message there
         await pilot.press("ctrl+q")
     assert stored_users(path, minilm) == ["first, the store fails"] and load_kept_of(path) == ["second, after it"]
