@@ -101,6 +101,13 @@ def test_reply_words_fill_a_name_the_users_words_leave_short():
     assert set(name.split()) <= {"Sourdough", "Starters", "Flour", "Patience"}, name
 
 
+def test_two_words_of_the_user_are_a_name_a_reply_word_does_not_fill():
+    """"What is my dog's name?" with the bundled model's "I was in an airplane…" named its
+    topic "Dog Name Airplane" in a trial: two words of the user's are a name."""
+    name = extractive_name(exchange_sides([("What is my dog's name?", "I was in an airplane when I saw that cat.")]))
+    assert name == "Dog Name", name
+
+
 def test_changing_the_subject_names_the_new_subject_not_the_change():
     """From a new-user trial: "Switching Subjects October" (for marathon training), "Let
     Talk Records" (a typographic apostrophe split "Let’s"), "Quick Flour Sourdough", and a

@@ -322,7 +322,10 @@ def salient_words(text: str | Sequence[tuple[str, float]], n: int = 3, df: Docum
         rarity = df.idf(low) if df is not None and df.docs >= 20 else 1.0
         return (1 + math.log(counts[low])) * cap * min(len(low), 10) / 10 * rarity
 
-    best = sorted(counts, key=lambda w: (w not in led, -score(w), first[w]))[:n]
+    # two words of the leading side (the user's) are a name: a reply's word only fills one
+    # shorter ("my dog's name" and a small model's airplane reply named "Dog Name Airplane")
+    pool = [w for w in counts if w in led] if len([w for w in counts if w in led]) >= 2 else list(counts)
+    best = sorted(pool, key=lambda w: (w not in led, -score(w), first[w]))[:n]
     best.sort(key=lambda w: first[w])
     return [display[w] for w in best]
 
