@@ -563,7 +563,7 @@ class ChatSession:
         if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, (sqlite3.OperationalError, SessionFileError)):
             return (f"its memory could not be read: the session file is damaged ({exc}). /repair {self.path.stem} "
                     "rebuilds what it can from what it holds (the damaged file is kept)")
-        return reply_problem(exc, self.config.base_url, self.config.section("server").timeout)
+        return reply_problem(exc, self.config.base_url, self.config.section("server").timeout, self.resend_key)
 
     def hold_in_flight(self, text: str) -> None:
         """Until its exchange is stored, the message being answered is also in the file's

@@ -143,7 +143,7 @@ class Lifecycle:
             self.ui(self.name_listed_model, "model server not ready", True)
             self.ui(self.say_server_problem, f"The model server at {url} answers but is not ready: {problem}; a "
                     "server still loading its model answers so. You can type meanwhile: a message that cannot be "
-                    "sent is kept, and Ctrl+R sends it once the server is ready.")
+                    f"sent is kept, and {self.resend_key()} sends it once the server is ready.")
             return
         self.ui(self.name_listed_model, "", False)
         # LM Studio's own advice only for LM Studio's address: a user who named another

@@ -185,8 +185,9 @@ def no_answer(exc: BaseException) -> bool:
     return isinstance(exc, openai.APIConnectionError)
 
 
-def reply_problem(exc: BaseException, base_url: str, timeout: float = 0.0) -> str:
-    """Why a reply failed, in words; ``timeout``: the wait ``server.timeout`` allowed."""
+def reply_problem(exc: BaseException, base_url: str, timeout: float = 0.0, resend: str = "Ctrl+R") -> str:
+    """Why a reply failed, in words; ``timeout``: the wait ``server.timeout`` allowed;
+    ``resend``: the resend key as bound ("Ctrl+R" was said after resend = "f8")."""
     if isinstance(exc, RuntimeError) and not hasattr(exc, "request") and exc.args:
         return str(exc.args[0])
     import openai
@@ -195,7 +196,7 @@ def reply_problem(exc: BaseException, base_url: str, timeout: float = 0.0) -> st
         # "did not answer in time: Request timed out." said neither how long, nor that a model
         # loaded at the first message (LM Studio, Ollama) takes minutes, nor what to do (a trial)
         return (f"the model server at {shown_url(base_url)} sent no reply in {timeout:g} s (server.timeout) — a "
-                "model it is still loading can take longer: Ctrl+R once it has loaded, or raise server.timeout "
+                f"model it is still loading can take longer: {resend} once it has loaded, or raise server.timeout "
                 "in nexus.toml")
     problem = describe_error(exc, base_url)
     msg = server_message(exc)

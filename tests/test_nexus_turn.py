@@ -1921,3 +1921,18 @@ async def test_a_server_silent_past_the_timeout_says_how_long_and_what_to_do(ser
                "is still loading can take longer: Ctrl+R once it has loaded, or raise server.timeout in nexus.toml" \
                in said, said
         assert "Request timed out" not in said and not app.session.tree.exchanges
+
+
+async def test_the_timeout_names_the_resend_key_as_bound(server, tmp_path, minilm, data_dir):
+    """The timeout's advice said "Ctrl+R once it has loaded" after resend = "f8", beside
+    "press F8 to send it again": Ctrl+R did nothing (two changes met: a review)."""
+    server.respond(chat_only(lambda req: Reply("Loaded at last.", delay=4)))
+    cfg = make_config(server.base_url, tmp_path, {("server", "timeout"): 2.0})
+    cfg.set("keys", "resend", "f8")
+    app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(app, pilot)
+        await type_and_send(pilot, app, "Hello, slow server")
+        await wait_for(pilot, lambda: app.turn is None and app.session.kept == ["Hello, slow server"])
+        said = notices(app)
+        assert "can take longer: F8 once it has loaded" in said and "Ctrl+R" not in said, said

@@ -171,13 +171,16 @@ async def test_a_server_still_loading_its_model_is_said_not_ready_with_its_words
         from nexus.app import NexusApp
 
         monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
-        app = NexusApp(make_config(url, tmp_path, {("models", "chat"): ""}), tmp_path / "s.db", embed_fn=minilm)
+        cfg = make_config(url, tmp_path, {("models", "chat"): ""})
+        cfg.set("keys", "resend", "f8")  # said as bound: "Ctrl+R sends it" did nothing (a review)
+        app = NexusApp(cfg, tmp_path / "s.db", embed_fn=minilm)
         async with app.run_test(size=(160, 40)) as pilot:
             await ready(app, pilot)
             await wait_for(pilot, lambda: "is not ready" in notices(app))
             said = notices(app)
             assert f"The model server at {url} answers but is not ready: it answered HTTP 503 to GET /models " \
                    "(Loading model)" in said and "No model server answers" not in said, said
+            assert "F8 sends it once the server is ready" in said and "Ctrl+R" not in said, said
             assert "model server not ready" in app.sub_title
             await type_and_send(pilot, app, "Hello?")
             await wait_for(pilot, lambda: "No reply" in notices(app) and app.turn is None)
