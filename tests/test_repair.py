@@ -337,7 +337,11 @@ def test_only_damage_is_said_as_damage_when_the_memory_cannot_be_read(tmp_path):
 
     from nexus.chat import ChatSession
 
-    me = SimpleNamespace(path=tmp_path / "family.db", config=SimpleNamespace(base_url="http://127.0.0.1:9/v1"))
+    # the config as turn_problem reads it (server.timeout, since the timeout's words): the test
+    # failed with AttributeError once both changes met
+    config = SimpleNamespace(base_url="http://127.0.0.1:9/v1", section=lambda name: SimpleNamespace(timeout=30.0))
+    me = SimpleNamespace(path=tmp_path / "family.db", config=config, resend_key="Ctrl+R")
     damaged = ChatSession.turn_problem(me, sqlite3.DatabaseError("database disk image is malformed"))
     assert "the session file is damaged" in damaged and "/repair family" in damaged
     assert "damaged" not in ChatSession.turn_problem(me, sqlite3.OperationalError("database is locked"))
+
