@@ -345,3 +345,25 @@ def test_only_damage_is_said_as_damage_when_the_memory_cannot_be_read(tmp_path):
     assert "the session file is damaged" in damaged and "/repair family" in damaged
     assert "damaged" not in ChatSession.turn_problem(me, sqlite3.OperationalError("database is locked"))
 
+
+def test_a_file_another_program_holds_locked_is_not_said_damaged(tmp_path):
+    """The file check took any SQLite error for damage: a session another program held
+    locked ("database is locked") was a SessionDamagedError, and /open offered /repair,
+    which closes the open session to rebuild a sound file (two changes met: a review)."""
+    from trace_core import SessionDamagedError
+    from trace_core.schema import inspect_session_file
+    from trace_core.store import VectorDatabase
+
+    path = str(tmp_path / "held.db")
+    VectorDatabase(path).close()
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("PRAGMA locking_mode=EXCLUSIVE")
+        other.execute("BEGIN EXCLUSIVE")
+        other.execute("INSERT OR REPLACE INTO meta VALUES('x', 'y')")
+        with pytest.raises(SessionFileError) as raised:
+            inspect_session_file(path)
+        assert not isinstance(raised.value, SessionDamagedError)
+        assert "locked" in str(raised.value) and "damaged" not in raised.value.problem
+    finally:
+        other.close()

@@ -169,6 +169,14 @@ def _check_file(path: str, embedder: str | None = None) -> None:
                 "of different models cannot be compared: open the session with its own embedder, or start a new session"
             )
     except sqlite3.DatabaseError as exc:
+        if _held(exc):  # a lock is no damage: "damaged (database is locked)" offered /repair (a review)
+            raise SessionFileError(path, f"could not be read: another program holds it locked ({exc})") from exc
         raise SessionDamagedError(path, f"is damaged or truncated ({exc})") from exc
     finally:
         con.close()
+
+
+def _held(exc: BaseException) -> bool:
+    """SQLite's busy or locked result: another connection holds the file, which may be sound."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and (code & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
