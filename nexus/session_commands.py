@@ -7,7 +7,7 @@ import shlex
 import time
 from pathlib import Path
 
-from trace_core import SessionFileError
+from trace_core import SessionDamagedError, SessionFileError
 
 from . import commands as C
 from . import sessions
@@ -193,8 +193,13 @@ class SessionCommands:
         from trace_core.repair import salvage
 
         if path == self.session_path and self.session is not None:
-            if sessions.open_problem(path) is None:
+            problem = sessions.open_problem(path)
+            if problem is None:
                 self.call_from_thread(self.chat_notice, f"{path.stem} is open here and reads well: nothing to repair.")
+                return
+            if not isinstance(problem, SessionDamagedError):  # held by another program: closing it would not help
+                self.call_from_thread(self.chat_notice, f"{path.stem} is not damaged: {problem}. It stays open; "
+                                      "nothing was repaired.", "warning")
                 return
             # damaged while open (its memory could not be read): it was said to read well, and
             # the way to /repair it was to open another first (a trial)

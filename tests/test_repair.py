@@ -367,3 +367,34 @@ def test_a_file_another_program_holds_locked_is_not_said_damaged(tmp_path):
         assert "locked" in str(raised.value) and "damaged" not in raised.value.problem
     finally:
         other.close()
+
+
+async def test_repair_of_the_open_session_closes_it_only_when_it_is_damaged(server, tmp_path, minilm, monkeypatch):
+    """/repair of the open session closed it on any failed file check, then rebuilt a
+    sound file (a newer schema's, here) and kept it aside as "damaged": it stays open now,
+    nothing repaired, and the problem is said."""
+    import sqlite3
+
+    from test_nexus_app import make_config, notices, type_and_send, wait_for
+
+    from nexus import sessions
+    from nexus.app import NexusApp
+    from trace_core.store import SCHEMA_VERSION
+
+    monkeypatch.setenv("NEXUS_DATA_DIR", str(tmp_path / "data"))
+    path = sessions.resolve("family")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    make_session(path, minilm)
+    app = NexusApp(make_config(server.base_url, tmp_path), path, embed_fn=minilm)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.session is not None and app.session.tree is not None, timeout=30)
+        session = app.session
+        con = sqlite3.connect(path)
+        con.execute(f"PRAGMA user_version={SCHEMA_VERSION + 5}")  # another program's doing: sound, not damaged
+        con.commit()
+        con.close()
+        await type_and_send(pilot, app, "/repair family")
+        await wait_for(pilot, lambda: "nothing was repaired" in notices(app) or "Repaired" in notices(app)
+                       or "Not repaired" in notices(app), timeout=30)
+        assert "family is not damaged" in notices(app) and "It stays open" in notices(app)
+        assert app.session is session and not list(path.parent.glob("family.db.damaged-*"))
