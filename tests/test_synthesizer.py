@@ -205,7 +205,7 @@ def test_a_branch_header_does_not_state_a_superseded_fact_as_its_summary(minilm)
     assert not [line for line in prompt.splitlines() if line.startswith("## ") and "allergic to peanuts." in line]
     # a summary that repeats no superseded fact is still shown
     q = "What did we call the goldfish?"
-    assert "## Name Goldfish Bubbles — What's a good name" in shown.synthesize_prompt(q, minilm.embed(q), None, [])
+    assert "## Name Goldfish — What's a good name" in shown.synthesize_prompt(q, minilm.embed(q), None, [])
 
 
 def test_a_plain_correction_that_names_the_subject_supersedes(tmp_path, minilm):
