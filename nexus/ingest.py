@@ -358,15 +358,22 @@ def vision_model_missing(session, manager, vision_model: str, quitting=lambda: F
             "NEXUS_VISION_MODEL) to a vision model the server has, or use LM Studio or Ollama with one.")
 
 
+def _listed(list_models, quitting) -> list | None:
+    """The server's models, or None when it cannot say (the load then says why, if it fails)."""
+    try:
+        return call_abandonable(list_models, give_up=quitting, name="list models")
+    except Abandoned:
+        raise
+    except Exception:
+        return None
+
+
 def lmstudio_vision_missing(backend, vision_model: str, quitting=lambda: False) -> str:
     """Why LM Studio cannot load ``vision_model`` ("" when it has it, or cannot say): its
     catalogue lists every model it has. Asked to load one it lacks, the text model was
     unloaded first and loaded again after (a 7B model: half a minute), for nothing."""
-    try:
-        models = call_abandonable(backend.catalogue, give_up=quitting, name="list models")
-    except Abandoned:
-        raise
-    except Exception:  # the load says why, if it fails
+    models = _listed(backend.catalogue, quitting)
+    if models is None:
         return ""
     if any(m.get("key") == vision_model for m in models if isinstance(m, dict)):
         return ""
@@ -380,11 +387,8 @@ def lmstudio_vision_missing(backend, vision_model: str, quitting=lambda: False) 
 def ollama_vision_missing(backend, vision_model: str, quitting=lambda: False) -> str:
     """Why Ollama cannot load ``vision_model`` ("" when it has it, or cannot say), before
     the text model is unloaded for it ("model 'qwen2-vl' not found" came after)."""
-    try:
-        names = call_abandonable(backend.names, give_up=quitting, name="list models")
-    except Abandoned:
-        raise
-    except Exception:  # the load says why, if it fails
+    names = _listed(backend.names, quitting)
+    if names is None:
         return ""
     # "llava" is "llava:latest"
     if any(n == vision_model or n == f"{vision_model}:latest" for n in names):

@@ -386,6 +386,13 @@ class AssistantMessage(Vertical):
 
     async def _redraw(self, visible: str) -> None:
         """Draw the answer anew, as ``visible`` (the stream drew the text before it)."""
+        await self._stop_stream()
+        await self.body.update(safe(visible))
+        self._shown = len(visible)
+        self._drawn = visible
+
+    async def _stop_stream(self) -> None:
+        """No more streamed drawing: the pending text dropped (the caller draws the whole)."""
         if self._flush_timer is not None:
             self._flush_timer.stop()
             self._flush_timer = None
@@ -393,9 +400,6 @@ class AssistantMessage(Vertical):
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
-        await self.body.update(safe(visible))
-        self._shown = len(visible)
-        self._drawn = visible
 
     async def _flush(self) -> None:
         self._flush_timer = None
@@ -430,13 +434,7 @@ class AssistantMessage(Vertical):
         if self._stall_timer is not None:
             self._stall_timer.stop()
         self.stalled.display = False
-        if self._flush_timer is not None:  # the whole text is drawn below
-            self._flush_timer.stop()
-            self._flush_timer = None
-        self._pending = []
-        if self._stream is not None:
-            await self._stream.stop()
-            self._stream = None
+        await self._stop_stream()  # the whole text is drawn below
         self.text = text
         thoughts = [t.strip() for t in THINK.findall(opened(text)) if t.strip()]
         answer = THINK.sub("", opened(text)).strip()
