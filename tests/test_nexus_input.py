@@ -1474,8 +1474,9 @@ async def test_keys_right_behind_ctrl_b_go_to_the_tree(server, tmp_path, minilm,
         prompt.value = "should not be sent"
         for key in (events.Key("ctrl+b", "\x02"), events.Key("down", None), events.Key("enter", "\r")):
             app.post_message(key)
-        await pilot.pause(0.5)
-        assert isinstance(app.focused, MemoryTree)
+        # waited for, not paused for: on a loaded CI machine 0.5 s was not always enough
+        await wait_for(pilot, lambda: isinstance(app.focused, MemoryTree))
+        await pilot.pause(0.3)
         assert prompt.value == "should not be sent" and len(app.session.tree.exchanges) == 1
 
 
